@@ -1,0 +1,70 @@
+"""Build the Cython core (``src/_native`` -> ``dbsp._native``).
+
+One table of extensions, one set of compiler directives.
+
+Environment switches:
+
+* ``DBSP_DEBUG=1``    bounds checks, wraparound checks and ``-O0 -g`` (one CI run uses it).
+* ``DBSP_ANNOTATE=1`` write ``cython -a`` HTML next to the sources (never committed).
+
+Native code always keeps its symbols and frame pointers so that ``perf`` can walk the stack.
+"""
+import os
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("DBSP_DEBUG") == "1"
+ANNOTATE = os.environ.get("DBSP_ANNOTATE") == "1"
+
+# name -> extra Extension keyword arguments
+EXTENSIONS = {
+    "codes": {},        # normalized, order-preserving key codes
+    "sort": {},         # radix sort + consolidation
+    "merge": {},        # k-way merge of sorted runs with consolidation
+    "search": {},       # galloping seek, key intersection, join expansion, grouping
+    "hashing": {},      # key hashing for the exchange
+}
+
+directives = {
+    "language_level": 3,
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "initializedcheck": DEBUG,
+    "cdivision": True,
+    "embedsignature": True,
+    "binding": True,
+}
+
+cflags = ["-fno-omit-frame-pointer", "-g"]
+cflags += ["-O0"] if DEBUG else ["-O3"]
+
+extensions = [
+    Extension(
+        f"dbsp._native.{name}",
+        [f"src/_native/{name}.pyx"],
+        include_dirs=[numpy.get_include(), "src/_native"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=cflags,
+        extra_link_args=["-g"],
+        **kw,
+    )
+    for name, kw in EXTENSIONS.items()
+    if os.path.exists(f"src/_native/{name}.pyx")
+]
+
+setup(
+    package_dir={"dbsp": "src/dbsp", "dbsp._native": "src/_native"},
+    packages=[
+        "dbsp", "dbsp._native", "dbsp.algebra", "dbsp.trace", "dbsp.storage", "dbsp.circuit",
+        "dbsp.operators", "dbsp.runtime", "dbsp.api", "dbsp.cli", "dbsp.testing", "dbsp.nexmark",
+    ],
+    ext_modules=cythonize(
+        extensions,
+        include_path=["src"],
+        compiler_directives=directives,
+        annotate=ANNOTATE,
+        nthreads=os.cpu_count() or 1,
+    ),
+)
