@@ -1,0 +1,249 @@
+"""Normalized key codes: the one ordering every layer, merge and cursor uses.
+
+Goals
+-----
+Native kernels (sort, merge, seek, join, hash) must not care about column types. So every key
+(one or several columns, any supported type, nullable) is encoded into a *code* whose plain
+unsigned comparison gives the key order: lexicographic over the columns, nulls first.
+
+Design
+------
+Each column contributes a big-endian, order-preserving byte string:
+
+* nullable columns first contribute one flag byte: ``0`` for null, ``1`` for a value (a null's
+  value bytes are all zero, so every null compares equal and before every value);
+* signed integers (and date32, timestamps, durations) flip the sign bit; unsigned integers are
+  taken as they are; bool is one byte; float64 maps ``x`` to its bits with the sign bit flipped
+  when ``x >= 0`` and all bits inverted when ``x < 0`` (``-0.0`` is folded onto ``0.0`` and every
+  NaN onto one NaN, which sorts last);
+* decimal128 is 16 bytes of two's complement with the sign bit flipped;
+* strings and binary are escaped (``00`` -> ``00 FF``) and terminated by ``00 00``, which keeps
+  the encoding prefix-free, so concatenated columns compare correctly with ``memcmp``.
+
+When every column is fixed-width and the total is at most 8 bytes, the code is the big-endian
+integer of those bytes: one ``uint64`` per row (the fast path for the common integer keys).
+Otherwise it is a :class:`VarCodes`: Arrow-style ``offsets`` (int64, n+1) and ``data`` (uint8),
+compared with ``memcmp`` then length.
+
+Invariants
+----------
+* ``encode(a) < encode(b)`` (unsigned / memcmp) iff ``a < b`` in key order; equal iff equal.
+* Codes are deterministic functions of the key values and the key *types*: the same key encodes
+  the same way in every batch, worker and process (the exchange hashes codes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["VarCodes", "Codes", "KeyCodec", "codes_len", "is_u64"]
+
+
+@dataclass(frozen=True)
+class VarCodes:
+    """Variable-length codes in Arrow binary layout: row ``i`` is ``data[offsets[i]:offsets[i+1]]``."""
+
+    offsets: np.ndarray  # int64, n + 1, offsets[0] may be > 0 for a slice
+    data: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def row(self, i: int) -> bytes:
+        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes()
+
+    def to_list(self) -> list[bytes]:
+        o, d = self.offsets, self.data.tobytes()
+        return [d[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+
+    @staticmethod
+    def from_list(rows: Sequence[bytes]) -> "VarCodes":
+        lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        data = np.frombuffer(b"".join(rows), dtype=np.uint8)
+        return VarCodes(offsets, data)
+
+    @property
+    def nbytes(self) -> int:
+        return self.offsets.nbytes + self.data.nbytes
+
+
+Codes = Union[np.ndarray, VarCodes]
+
+
+def is_u64(codes: Codes) -> bool:
+    return isinstance(codes, np.ndarray)
+
+
+def codes_len(codes: Codes) -> int:
+    return len(codes)
+
+
+# --- per-type normalization ---------------------------------------------------------------
+
+_SIGNED = {pa.int8(): 1, pa.int16(): 2, pa.int32(): 4, pa.int64(): 8}
+_UNSIGNED = {pa.uint8(): 1, pa.uint16(): 2, pa.uint32(): 4, pa.uint64(): 8}
+
+
+def _fixed_width(t: pa.DataType) -> int | None:
+    """Bytes a value of type ``t`` takes in a code (without the null flag); None if variable."""
+    if t in _SIGNED:
+        return _SIGNED[t]
+    if t in _UNSIGNED:
+        return _UNSIGNED[t]
+    if pa.types.is_boolean(t):
+        return 1
+    if pa.types.is_float64(t):
+        return 8
+    if pa.types.is_date32(t):
+        return 4
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
+        return 8
+    if pa.types.is_time32(t):
+        return 4
+    if pa.types.is_time64(t):
+        return 8
+    if pa.types.is_decimal128(t):
+        return 16
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) \
+            or pa.types.is_large_binary(t):
+        return None
+    raise TypeError(f"column type {t} is not supported as a key")
+
+
+def _ordered_uint(arr: pa.Array) -> tuple[np.ndarray, int]:
+    """Order-preserving unsigned integers of a fixed-width column (nulls -> 0) and their width."""
+    t = arr.type
+    w = _fixed_width(t)
+    if pa.types.is_boolean(t):
+        v = np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        return v, 1
+    if pa.types.is_float64(t):
+        f = np.asarray(arr.fill_null(0.0).to_numpy(zero_copy_only=False), dtype=np.float64)
+        f = np.where(f == 0.0, 0.0, f)  # fold -0.0
+        f = np.where(np.isnan(f), np.nan, f)  # one NaN
+        bits = f.view(np.uint64)
+        neg = (bits >> np.uint64(63)).astype(bool)
+        out = np.where(neg, ~bits, bits | np.uint64(1 << 63))
+        return out.astype(np.uint64), 8
+    storage = _storage_numpy(arr)
+    if t in _UNSIGNED:
+        return storage.astype(np.uint64), w
+    # signed family (ints, dates, timestamps, durations, times)
+    signed = storage.astype(np.int64)
+    bias = np.uint64(1 << (8 * w - 1))
+    return (signed.view(np.uint64) if w == 8 else signed.astype(np.uint64) & np.uint64((1 << (8 * w)) - 1)) ^ bias, w
+
+
+def _storage_numpy(arr: pa.Array) -> np.ndarray:
+    """Values of a fixed-width non-bool column as numpy, nulls replaced by zero."""
+    t = arr.type
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        arr = arr.cast(pa.int32())
+    elif pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) \
+            or pa.types.is_time64(t):
+        arr = arr.cast(pa.int64())
+    if arr.null_count:
+        arr = arr.fill_null(0)
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _valid_u64(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=np.uint64)
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint64)
+
+
+def _escape(b: bytes) -> bytes:
+    return b.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+
+
+def _column_bytes(arr: pa.Array, nullable: bool) -> list[bytes]:
+    """Per-row code bytes of one column (general path, used when the key is not u64)."""
+    t = arr.type
+    n = len(arr)
+    w = _fixed_width(t)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(n, bool)
+    out: list[bytes] = []
+    if w is None:
+        vals = arr.to_pylist()
+        for i in range(n):
+            v = vals[i]
+            body = b"" if v is None else _escape(v.encode() if isinstance(v, str) else bytes(v))
+            if v is None:
+                body = b"\x00\x00"
+            out.append((b"\x01" if valid[i] else b"\x00") + body if nullable else body)
+        return out
+    if pa.types.is_decimal128(t):
+        raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[arr.offset * 16:(arr.offset + n) * 16]
+        raw = raw.reshape(n, 16)
+        for i in range(n):
+            if not valid[i]:
+                body = bytes(16)
+            else:
+                le = bytes(raw[i])  # little-endian two's complement
+                be = bytearray(le[::-1])
+                be[0] ^= 0x80
+                body = bytes(be)
+            out.append((b"\x01" if valid[i] else b"\x00") + body if nullable else body)
+        return out
+    u, w = _ordered_uint(arr)
+    be = u.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - w:]
+    for i in range(n):
+        body = be[i].tobytes() if valid[i] else bytes(w)
+        out.append((b"\x01" if valid[i] else b"\x00") + body if nullable else body)
+    return out
+
+
+class KeyCodec:
+    """Encodes the key columns of one schema into codes (see the module doc)."""
+
+    def __init__(self, fields: Sequence[pa.Field]):
+        self.fields = list(fields)
+        widths = []
+        for f in self.fields:
+            w = _fixed_width(f.type)
+            widths.append(None if w is None else w + (1 if f.nullable else 0))
+        self.fixed = all(w is not None for w in widths)
+        self.width = sum(widths) if self.fixed else None  # type: ignore[arg-type]
+        self.u64 = self.fixed and self.width is not None and self.width <= 8
+
+    def __repr__(self) -> str:
+        kind = "u64" if self.u64 else "var"
+        return f"KeyCodec({[f.name for f in self.fields]}, {kind})"
+
+    def encode(self, columns: Sequence[pa.Array]) -> Codes:
+        if len(columns) != len(self.fields):
+            raise ValueError(f"expected {len(self.fields)} key columns, got {len(columns)}")
+        if self.u64:
+            return self._encode_u64(columns)
+        try:
+            from dbsp._native import codes as _nc  # type: ignore
+        except ImportError:  # pragma: no cover - reference path
+            _nc = None
+        if _nc is not None:
+            return _nc.encode_var(list(columns), [f.nullable for f in self.fields])
+        return self.encode_reference(columns)
+
+    def _encode_u64(self, columns: Sequence[pa.Array]) -> np.ndarray:
+        n = len(columns[0]) if columns else 0
+        code = np.zeros(n, dtype=np.uint64)
+        for f, col in zip(self.fields, columns):
+            if f.nullable:
+                code = (code << np.uint64(8)) | _valid_u64(col)
+            u, w = _ordered_uint(col)
+            if col.null_count:
+                u = np.where(_valid_u64(col).astype(bool), u, np.uint64(0))
+            code = (code << np.uint64(8 * w)) | u if w < 8 else u
+        return code
+
+    def encode_reference(self, columns: Sequence[pa.Array]) -> VarCodes:
+        """Pure-Python encoding of the general path (the oracle for the native encoder)."""
+        n = len(columns[0]) if columns else 0
+        per_col = [_column_bytes(c, f.nullable) for f, c in zip(self.fields, columns)]
+        rows = [b"".join(pc[i] for pc in per_col) for i in range(n)]
+        return VarCodes.from_list(rows)

@@ -1,0 +1,178 @@
+"""Reference kernels in numpy / pure Python: the specification of ``dbsp._native``.
+
+Every function here has a native twin with the same signature and results (see
+:mod:`dbsp.algebra.kernels`). They are slow but obviously right, and the native tests compare
+against them. A *code array* is a ``uint64`` numpy array or a :class:`VarCodes`
+(see :mod:`dbsp.algebra.codes`); both order rows by unsigned / ``memcmp`` comparison.
+
+Conventions
+-----------
+* ``perm`` / ``idx`` arrays are ``int64``.
+* "sorted" always means ascending by ``(kcodes, vcodes)`` (``vcodes`` may be ``None``).
+* "consolidated" means sorted, no two rows with equal codes, no zero weight.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .codes import Codes, VarCodes
+
+
+def _keys(codes: Codes) -> list:
+    return codes.tolist() if isinstance(codes, np.ndarray) else codes.to_list()
+
+
+def take(codes: Codes, idx: np.ndarray) -> Codes:
+    """Rows ``idx`` of a code array."""
+    if isinstance(codes, np.ndarray):
+        return codes[idx]
+    rows = codes.to_list()
+    return VarCodes.from_list([rows[i] for i in idx])
+
+
+def concat(parts: Sequence[Codes]) -> Codes:
+    """Concatenate code arrays of the same kind."""
+    if not parts:
+        raise ValueError("concat of no code arrays")
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts).astype(np.uint64, copy=False)
+    rows: list[bytes] = []
+    for p in parts:
+        rows.extend(p.to_list())
+    return VarCodes.from_list(rows)
+
+
+def argsort(kcodes: Codes, vcodes: Optional[Codes] = None) -> np.ndarray:
+    """Stable permutation that sorts rows by ``(kcodes, vcodes)``."""
+    k = _keys(kcodes)
+    v = _keys(vcodes) if vcodes is not None else None
+    order = sorted(range(len(k)), key=(lambda i: (k[i], v[i])) if v is not None else k.__getitem__)
+    return np.asarray(order, dtype=np.int64)
+
+
+def sort_consolidate(kcodes: Codes, vcodes: Optional[Codes], weights: np.ndarray):
+    """Sort rows by code and sum the weights of equal rows, dropping zero sums.
+
+    Returns ``(perm, w)``: ``perm[i]`` is the first input row (stable order) of the ``i``-th
+    distinct row and ``w[i]`` its summed weight; rows whose weights sum to zero are dropped.
+    """
+    order = argsort(kcodes, vcodes)
+    k = _keys(kcodes)
+    v = _keys(vcodes) if vcodes is not None else None
+    perm: list[int] = []
+    ws: list[int] = []
+    prev = None
+    for i in order:
+        key = (k[i], v[i]) if v is not None else k[i]
+        if perm and key == prev:
+            ws[-1] += int(weights[i])
+        else:
+            perm.append(int(i))
+            ws.append(int(weights[i]))
+            prev = key
+    keep = [j for j, w in enumerate(ws) if w != 0]
+    return (np.asarray([perm[j] for j in keep], dtype=np.int64),
+            np.asarray([ws[j] for j in keep], dtype=np.int64))
+
+
+def merge_consolidate(runs: Sequence[tuple]):
+    """k-way merge of consolidated runs ``(kcodes, vcodes_or_None, weights)``.
+
+    Returns ``(gidx, w)`` where ``gidx`` indexes the virtual concatenation of the runs (run 0's rows
+    first): the output row ``i`` is the input row ``gidx[i]`` (the first run holding it) with the
+    summed weight ``w[i]``; zero sums are dropped. The output is consolidated.
+    """
+    if not runs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    k = concat([r[0] for r in runs])
+    v = concat([r[1] for r in runs]) if runs[0][1] is not None else None
+    w = np.concatenate([np.asarray(r[2], dtype=np.int64) for r in runs])
+    return sort_consolidate(k, v, w)
+
+
+def group_bounds(kcodes: Codes) -> np.ndarray:
+    """Offsets (int64, g+1) of the runs of equal codes in a sorted code array."""
+    k = _keys(kcodes)
+    out = [0]
+    for i in range(1, len(k)):
+        if k[i] != k[i - 1]:
+            out.append(i)
+    if k:
+        out.append(len(k))
+    return np.asarray(out, dtype=np.int64)
+
+
+def lower_bound(sorted_codes: Codes, probes: Codes) -> np.ndarray:
+    """For each probe, the first position in ``sorted_codes`` whose code is ``>=`` the probe."""
+    import bisect
+    k = _keys(sorted_codes)
+    return np.asarray([bisect.bisect_left(k, p) for p in _keys(probes)], dtype=np.int64)
+
+
+def upper_bound(sorted_codes: Codes, probes: Codes) -> np.ndarray:
+    """For each probe, the first position in ``sorted_codes`` whose code is ``>`` the probe."""
+    import bisect
+    k = _keys(sorted_codes)
+    return np.asarray([bisect.bisect_right(k, p) for p in _keys(probes)], dtype=np.int64)
+
+
+def intersect(a: Codes, b: Codes):
+    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending."""
+    ka, kb = _keys(a), _keys(b)
+    pos = {c: j for j, c in enumerate(kb)}
+    ai = [i for i, c in enumerate(ka) if c in pos]
+    return np.asarray(ai, dtype=np.int64), np.asarray([pos[ka[i]] for i in ai], dtype=np.int64)
+
+
+def expand_pairs(a_offsets: np.ndarray, ai: np.ndarray, b_offsets: np.ndarray, bi: np.ndarray):
+    """Cross product of the value ranges of matched keys.
+
+    For each match ``m`` (key ``ai[m]`` of A with key ``bi[m]`` of B), emit every pair of value rows
+    ``(x, y)`` with ``x`` in ``a_offsets[ai[m]]..a_offsets[ai[m]+1]`` and ``y`` likewise in B,
+    ``x``-major. Returns ``(xs, ys)``.
+    """
+    xs: list[int] = []
+    ys: list[int] = []
+    for i, j in zip(ai.tolist(), bi.tolist()):
+        for x in range(int(a_offsets[i]), int(a_offsets[i + 1])):
+            for y in range(int(b_offsets[j]), int(b_offsets[j + 1])):
+                xs.append(x)
+                ys.append(y)
+    return np.asarray(xs, dtype=np.int64), np.asarray(ys, dtype=np.int64)
+
+
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    x = (x ^ (x >> 30)) * _M1 & _MASK
+    x = (x ^ (x >> 27)) * _M2 & _MASK
+    return x ^ (x >> 31)
+
+
+def hash64(codes: Codes, seed: int = 0) -> np.ndarray:
+    """64-bit hash of each code; equal codes hash equally in every process (the exchange uses it).
+
+    u64 codes: ``splitmix64(code ^ seed)``. Var codes: FNV-1a-64 over the bytes starting from
+    ``seed ^ 0xcbf29ce484222325`` then ``splitmix64`` of that.
+    """
+    out = np.empty(len(codes), dtype=np.uint64)
+    if isinstance(codes, np.ndarray):
+        for i, c in enumerate(codes.tolist()):
+            out[i] = _mix((c ^ seed) & _MASK)
+        return out
+    for i, row in enumerate(codes.to_list()):
+        h = (0xCBF29CE484222325 ^ seed) & _MASK
+        for byte in row:
+            h = ((h ^ byte) * 0x100000001B3) & _MASK
+        out[i] = _mix(h)
+    return out
+
+
+def shard(codes: Codes, nshards: int, seed: int = 0) -> np.ndarray:
+    """Shard of each code in ``0..nshards-1`` (int64): ``hash64(codes, seed) % nshards``."""
+    return (hash64(codes, seed) % np.uint64(nshards)).astype(np.int64)
