@@ -1,0 +1,227 @@
+"""Schemas and input validation: turning what a user pushes into a typed Arrow batch, or a clear error.
+
+A stream's rows have an Arrow schema. Everything a user pushes (a pyarrow Table / RecordBatch, a
+pandas DataFrame, Python tuples or dicts) is converted to one ``pa.RecordBatch`` of exactly that
+schema, or refused with :class:`InputError` naming the input, the column and the row. Conversion
+happens before anything is applied, so a refused push changes nothing.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+WEIGHT = "__weight"
+"""Name of the weight column in every Arrow table the engine returns or accepts."""
+
+SUPPORTED = (
+    "int8 int16 int32 int64 uint8 uint16 uint32 uint64 float64 bool date32 timestamp "
+    "decimal128 string large_string binary large_binary"
+)
+
+
+class InputError(ValueError):
+    """Pushed data does not fit an input's schema. Nothing of that push was applied."""
+
+    def __init__(self, input_name: str, message: str, column: Optional[str] = None,
+                 row: Optional[int] = None):
+        self.input_name = input_name
+        self.column = column
+        self.row = row
+        where = f"input '{input_name}'"
+        if column is not None:
+            where += f", column '{column}'"
+        if row is not None:
+            where += f", row {row}"
+        super().__init__(f"{where}: {message}")
+
+
+def check_type_supported(field: pa.Field) -> None:
+    t = field.type
+    ok = (pa.types.is_integer(t) or pa.types.is_float64(t) or pa.types.is_boolean(t)
+          or pa.types.is_date32(t) or pa.types.is_timestamp(t) or pa.types.is_decimal128(t)
+          or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+          or pa.types.is_large_binary(t) or pa.types.is_duration(t))
+    if not ok:
+        raise TypeError(f"column '{field.name}' has type {t}, which is not supported "
+                        f"(supported: {SUPPORTED})")
+
+
+def as_schema(schema: Any) -> pa.Schema:
+    """Accept a ``pa.Schema``, a list of ``(name, type)`` pairs or of fields, or a dict."""
+    if isinstance(schema, pa.Schema):
+        s = schema
+    elif isinstance(schema, dict):
+        s = pa.schema(list(schema.items()))
+    else:
+        s = pa.schema(list(schema))
+    names = s.names
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"duplicate column names in schema: {dup}")
+    if WEIGHT in names:
+        raise ValueError(f"'{WEIGHT}' is reserved for weights and cannot be a column name")
+    for f in s:
+        check_type_supported(f)
+    return s
+
+
+def _first_bad_row_cast(name: str, col: str, arr: pa.Array, t: pa.DataType) -> InputError:
+    for i in range(len(arr)):
+        try:
+            arr.slice(i, 1).cast(t, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            return InputError(name, f"value {arr[i].as_py()!r} of type {arr.type} cannot be "
+                                    f"converted to {t} ({e})", col, i)
+    return InputError(name, f"type {arr.type} cannot be converted to {t}", col)
+
+
+def _null_error(name: str, col: str, arr: pa.Array) -> InputError:
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+    row = int(np.argmin(valid))
+    return InputError(name, "null in a column that is not nullable", col, row)
+
+
+def conform(name: str, schema: pa.Schema, data: Any,
+            weights: Any = None) -> tuple[pa.RecordBatch, np.ndarray]:
+    """Convert pushed ``data`` (+ optional ``weights``) to ``(RecordBatch of schema, int64 weights)``.
+
+    ``data`` may be a ``pa.Table`` / ``pa.RecordBatch`` (a ``__weight`` column in it gives the
+    weights), a pandas ``DataFrame``, or an iterable of tuples / dicts. Raises :class:`InputError`.
+    """
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        table = data
+    elif _is_pandas(data):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    else:
+        table = _rows_to_table(name, schema, data)
+    names = table.schema.names
+    unknown = [c for c in names if c not in schema.names and c != WEIGHT]
+    if unknown:
+        raise InputError(name, f"unknown column (the input has columns {schema.names})",
+                         unknown[0])
+    missing = [c for c in schema.names if c not in names]
+    if missing:
+        raise InputError(name, "missing column", missing[0])
+    n = table.num_rows
+    cols = []
+    for f in schema:
+        arr = table.column(f.name)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+        if arr.type != f.type:
+            try:
+                arr = arr.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                raise _first_bad_row_cast(name, f.name, arr, f.type) from None
+        if not f.nullable and arr.null_count:
+            raise _null_error(name, f.name, arr)
+        cols.append(arr)
+    batch = pa.RecordBatch.from_arrays(cols, schema=schema)
+    w = _weights(name, n, table, weights)
+    return batch, w
+
+
+def _weights(name: str, n: int, table, weights) -> np.ndarray:
+    if weights is not None and WEIGHT in table.schema.names:
+        raise InputError(name, f"weights given twice (argument and '{WEIGHT}' column)")
+    if weights is None and WEIGHT in table.schema.names:
+        weights = table.column(WEIGHT)
+        if isinstance(weights, pa.ChunkedArray):
+            weights = weights.combine_chunks()
+        if weights.null_count:
+            raise _null_error(name, WEIGHT, weights)
+        weights = weights.to_numpy(zero_copy_only=False)
+    if weights is None:
+        return np.ones(n, dtype=np.int64)
+    if np.isscalar(weights):
+        return np.full(n, int(weights), dtype=np.int64)
+    w = np.asarray(weights)
+    if w.shape != (n,):
+        raise InputError(name, f"{len(w)} weights for {n} rows", WEIGHT)
+    if not np.issubdtype(w.dtype, np.integer):
+        raise InputError(name, f"weights must be integers, got {w.dtype}", WEIGHT)
+    return w.astype(np.int64, copy=False)
+
+
+def _is_pandas(data: Any) -> bool:
+    mod = type(data).__module__
+    return mod.startswith("pandas") and type(data).__name__ == "DataFrame"
+
+
+def _rows_to_table(name: str, schema: pa.Schema, rows: Iterable) -> pa.Table:
+    rows = list(rows)
+    names = schema.names
+    cols: list[list] = [[] for _ in names]
+    for i, r in enumerate(rows):
+        if isinstance(r, dict):
+            extra = [k for k in r if k not in names and k != WEIGHT]
+            if extra:
+                raise InputError(name, f"unknown column (the input has columns {names})",
+                                 extra[0], i)
+            for j, c in enumerate(names):
+                cols[j].append(r.get(c))
+        else:
+            if not isinstance(r, (tuple, list)):
+                raise InputError(name, f"a row must be a tuple or a dict, got {type(r).__name__}",
+                                 row=i)
+            if len(r) != len(names):
+                raise InputError(name, f"row has {len(r)} values, the input has {len(names)} "
+                                       f"columns {names}", row=i)
+            for j in range(len(names)):
+                cols[j].append(r[j])
+    arrays = []
+    for f, vals in zip(schema, cols):
+        try:
+            arrays.append(pa.array(vals, type=f.type, from_pandas=False))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            for i, v in enumerate(vals):
+                try:
+                    pa.array([v], type=f.type)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError,
+                        ValueError) as e:
+                    raise InputError(name, f"value {v!r} does not fit type {f.type} ({e})",
+                                     f.name, i) from None
+            raise
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    if rows and isinstance(rows[0], dict) and any(WEIGHT in r for r in rows):
+        w = [r.get(WEIGHT, 1) for r in rows]
+        table = table.append_column(WEIGHT, pa.array(w, pa.int64()))
+    return table
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+
+
+def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
+    """Rows ``idx`` of a record batch (Arrow's multi-column take; releases the GIL)."""
+    if len(idx) == batch.num_rows and batch.num_rows and _is_identity(idx):
+        return batch
+    return batch.take(pa.array(idx, type=pa.int64()))
+
+
+def _is_identity(idx: np.ndarray) -> bool:
+    return bool(idx[0] == 0 and idx[-1] == len(idx) - 1 and np.all(np.diff(idx) == 1))
+
+
+def concat_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return empty_batch(schema)
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_batches(parts)
+
+
+def select(batch: pa.RecordBatch, names: Sequence[str]) -> pa.RecordBatch:
+    return batch.select(list(names))
+
+
+def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
+    return batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
+
+
+__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "empty_batch", "take",
+           "concat_batches", "select", "filter_batch", "check_type_supported"]

@@ -1,0 +1,262 @@
+"""Circuits: the logical graph of operators, its per-worker replicas, and stepping.
+
+A :class:`Circuit` is built once, through :class:`~dbsp.circuit.stream.Stream` methods, as a list
+of nodes; each node holds a *factory* for its operator, the ids of its inputs and its stream type.
+Because nodes are appended only after their inputs exist, construction order is a valid
+evaluation order; cycles go through strict nodes (``z^-1``), whose output comes from state at the
+start of a step and whose input (possibly defined later: a feedback edge) is consumed at the end.
+
+On the first :meth:`Circuit.step` the graph is frozen and instantiated ``workers`` times (one
+replica per worker, each with its own operator state). A step then:
+
+1. validates nothing more (pushes were validated when made) and splits every input's pending rows
+   into one contiguous slice per worker;
+2. runs every replica through the node list (W threads stepping in lockstep; exchanges meet in
+   the transport);
+3. gathers the outputs of all workers into the output handles.
+
+An error in any worker aborts the transport (so no worker hangs), and the step raises it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..algebra.schema import as_schema
+from .operator import Operator, WorkerContext
+from .types import IndexedType, ZSetType
+
+Factory = Callable[[WorkerContext], Operator]
+
+
+@dataclass
+class Node:
+    id: int
+    name: str
+    factory: Factory
+    inputs: list[int]
+    type: Any
+    strict: bool = False
+    kind: str = "op"  # "input", "output", "op"
+
+
+class CircuitError(RuntimeError):
+    """A step failed; the message names the operator and the worker."""
+
+
+class Replica:
+    """One worker's instance of a circuit: operator instances plus the step loop."""
+
+    def __init__(self, nodes: list[Node], ctx: WorkerContext):
+        self.nodes = nodes
+        self.ctx = ctx
+        self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
+        self.values: list[Any] = [None] * len(nodes)
+        self.timing = np.zeros(len(nodes), dtype=np.float64)
+
+    def step(self) -> None:
+        nodes, ops, values = self.nodes, self.ops, self.values
+        for i, n in enumerate(nodes):
+            if n.strict:
+                values[i] = ops[i].output()
+        for i, n in enumerate(nodes):
+            if n.strict:
+                continue
+            t0 = time.perf_counter()
+            try:
+                values[i] = ops[i].eval(*[values[j] for j in n.inputs])
+            except Exception as e:
+                if getattr(e, "_dbsp_located", False):
+                    raise
+                e._dbsp_located = True  # type: ignore[attr-defined]
+                e.add_note(f"in operator #{n.id} '{n.name}' on worker {self.ctx.worker}")
+                raise
+            self.timing[i] += time.perf_counter() - t0
+        for i, n in enumerate(nodes):
+            if n.strict:
+                ops[i].consume(values[n.inputs[0]])
+        for i in range(len(values)):
+            values[i] = None  # release this step's batches
+
+    def state_rows(self) -> int:
+        return sum(op.state_rows() for op in self.ops)
+
+
+class Circuit:
+    """A circuit under construction, then running on ``workers`` replicas.
+
+    >>> import pyarrow as pa, dbsp
+    >>> c = dbsp.Circuit()
+    >>> t = c.add_input("t", pa.schema([("x", pa.int64())]))
+    >>> out = t.filter(lambda b: pa.compute.greater(b["x"], 1)).output()
+    >>> t.insert([(1,), (2,), (3,)]); c.step()
+    >>> sorted(out.to_dict().items())
+    [((2,), 1), ((3,), 1)]
+    """
+
+    def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.name = name
+        self.workers = workers
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, Any] = {}
+        self.outputs: list[Any] = []
+        self._transport = transport
+        self._replicas: Optional[list[Replica]] = None
+        self._pool: Optional[_WorkerPool] = None
+        self.steps = 0
+        self._broken: Optional[BaseException] = None
+
+    # -- construction ---------------------------------------------------------------------
+    def add_node(self, name: str, factory: Factory, inputs: list[Any], type_: Any,
+                 strict: bool = False, kind: str = "op"):
+        from .stream import make_stream
+        if self._replicas is not None:
+            raise RuntimeError(f"circuit '{self.name}' is running; operators cannot be added now")
+        for s in inputs:
+            if s.circuit is not self:
+                raise ValueError(f"stream {s} belongs to another circuit")
+        node = Node(len(self.nodes), name, factory, [s.node for s in inputs], type_, strict, kind)
+        self.nodes.append(node)
+        return make_stream(self, node.id, type_)
+
+    def add_input(self, name: str, schema: Any):
+        """A new input stream of Z-sets over ``schema``; push data with its methods."""
+        from ..operators.input import add_input
+        if name in self.inputs:
+            raise ValueError(f"an input named '{name}' exists already")
+        s = add_input(self, name, as_schema(schema))
+        self.inputs[name] = s
+        return s
+
+    # -- running --------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._replicas is not None
+
+    def _start(self) -> None:
+        from ..runtime.exchange import InProcTransport
+        transport = self._transport or InProcTransport(self.workers)
+        self._replicas = [Replica(self.nodes, WorkerContext(w, self.workers, transport))
+                          for w in range(self.workers)]
+        if self.workers > 1:
+            self._pool = _WorkerPool(self._replicas, transport)
+
+    def step(self) -> None:
+        """Run one step: feed pending input, update all state, fill the output handles."""
+        if self._broken is not None:
+            raise CircuitError(f"circuit '{self.name}' failed in an earlier step and cannot "
+                               f"continue: {self._broken}") from self._broken
+        if self._replicas is None:
+            self._start()
+        assert self._replicas is not None
+        for inp in self.inputs.values():
+            inp._distribute(self._replicas)
+        try:
+            if self._pool is None:
+                self._replicas[0].step()
+            else:
+                self._pool.step()
+        except BaseException as e:
+            self._broken = e
+            raise
+        for out in self.outputs:
+            out._gather(self._replicas)
+        self.steps += 1
+
+    def state_rows(self) -> int:
+        """Rows of operator state over all workers."""
+        return sum(r.state_rows() for r in self._replicas or [])
+
+    def profile(self) -> list[dict]:
+        """Seconds spent in each operator, summed over workers (for ``dbsp profile``)."""
+        if not self._replicas:
+            return []
+        tot = sum(r.timing for r in self._replicas)
+        return [{"id": n.id, "name": n.name, "seconds": float(tot[n.id]),
+                 "state_rows": sum(r.ops[n.id].state_rows() for r in self._replicas)}
+                for n in self.nodes]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> "Circuit":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _WorkerPool:
+    """W persistent threads, one per replica, stepping in lockstep with the driver."""
+
+    def __init__(self, replicas: list[Replica], transport: Any):
+        self.replicas = replicas
+        self.transport = transport
+        n = len(replicas)
+        self._go = threading.Barrier(n + 1)
+        self._done = threading.Barrier(n + 1)
+        self._errors: list[Optional[BaseException]] = [None] * n
+        self._stop = False
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
+                                          name=f"dbsp-worker-{i}") for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        while True:
+            try:
+                self._go.wait()
+            except threading.BrokenBarrierError:
+                return
+            if self._stop:
+                return
+            try:
+                self.replicas[i].step()
+            except BaseException as e:  # reported by the driver
+                self._errors[i] = e
+                try:
+                    self.transport.abort()
+                except Exception:
+                    pass
+            try:
+                self._done.wait()
+            except threading.BrokenBarrierError:
+                return
+
+    def step(self) -> None:
+        self._errors = [None] * len(self.replicas)
+        self._go.wait()
+        self._done.wait()
+        errs = [e for e in self._errors if e is not None]
+        if errs:
+            from ..runtime.exchange import TransportAborted
+            real = [e for e in errs if not isinstance(e, TransportAborted)]
+            raise (real or errs)[0]
+
+    def close(self) -> None:
+        self._stop = True
+        try:
+            self._go.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+__all__ = ["Circuit", "CircuitError", "Node", "Replica", "ZSetType", "IndexedType"]
+_ = (pa, field)

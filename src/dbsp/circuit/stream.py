@@ -1,0 +1,208 @@
+"""Streams: the edges of a circuit, and the verbs that add operators to it.
+
+``Stream`` carries Z-sets over a schema; ``IndexedStream`` carries indexed Z-sets (key -> values),
+made by :meth:`Stream.index_by`. Each verb appends one operator (see :mod:`dbsp.operators`, one
+module per operator) and returns the new stream. Vectorised functions (taking and returning Arrow
+record batches / arrays) are the fast path; the ``*_rows`` variants call a Python function per
+row and are much slower.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import pyarrow as pa
+
+from .types import IndexedType, ZSetType
+
+
+def make_stream(circuit, node: int, type_):
+    if isinstance(type_, IndexedType):
+        return IndexedStream(circuit, node, type_)
+    return Stream(circuit, node, type_)
+
+
+class _Base:
+    __slots__ = ("circuit", "node", "type")
+
+    def __init__(self, circuit, node: int, type_):
+        self.circuit = circuit
+        self.node = node
+        self.type = type_
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} #{self.node} {self.type.describe()}>"
+
+    # -- linear, both kinds ---------------------------------------------------------------
+    def plus(self, *others: "_Base"):
+        """``a + b + ...`` (Z-set sum)."""
+        from ..operators.plus import plus
+        return plus(self, *others)
+
+    def minus(self, other: "_Base"):
+        """``a - b``."""
+        from ..operators.plus import minus
+        return minus(self, other)
+
+    def neg(self):
+        """``-a``: every weight negated."""
+        from ..operators.neg import neg
+        return neg(self)
+
+    def delay(self):
+        """``z^-1(a)``: the previous step's value (empty at the first step)."""
+        from ..operators.delay import delay
+        return delay(self)
+
+    def integrate(self):
+        """``I(a)[t] = sum(a[0..t])`` as a consolidated batch each step."""
+        from ..operators.integrate import integrate
+        return integrate(self)
+
+    def differentiate(self):
+        """``D(a) = a - z^-1(a)``."""
+        from ..operators.differentiate import differentiate
+        return differentiate(self)
+
+    def output(self, name: Optional[str] = None, view: bool = True):
+        """An :class:`~dbsp.operators.output.OutputHandle` collecting this stream.
+
+        ``view=True`` also maintains the integrated view (all deltas so far).
+        """
+        from ..operators.output import output
+        return output(self, name, view)
+
+
+class Stream(_Base):
+    """A stream of Z-sets over :attr:`schema`."""
+
+    __slots__ = ()
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.type.schema
+
+    # -- linear ---------------------------------------------------------------------------
+    def map(self, fn: Callable[[pa.RecordBatch], Any], schema: Any = None):
+        """Vectorised map: ``fn(batch) -> RecordBatch | Table | dict of arrays`` (same row count).
+
+        ``schema`` is the output schema (inferred from a trial on an empty batch when omitted).
+        """
+        from ..operators.map import map_batches
+        return map_batches(self, fn, schema)
+
+    def map_rows(self, fn: Callable[[tuple], tuple], schema: Any):
+        """Per-row map (slow path): ``fn(row_tuple) -> row_tuple`` of ``schema``."""
+        from ..operators.map import map_rows
+        return map_rows(self, fn, schema)
+
+    def filter(self, pred: Callable[[pa.RecordBatch], Any]):
+        """Keep rows where the vectorised predicate ``pred(batch) -> bool array`` is true."""
+        from ..operators.filter import filter_batches
+        return filter_batches(self, pred)
+
+    def filter_rows(self, pred: Callable[[tuple], bool]):
+        """Per-row filter (slow path)."""
+        from ..operators.filter import filter_rows
+        return filter_rows(self, pred)
+
+    def flat_map(self, fn: Callable[[pa.RecordBatch], Any], schema: Any):
+        """Vectorised flat map: ``fn(batch) -> (out_batch, parent)`` where ``parent[i]`` is the
+        input row that output row ``i`` comes from (its weight is inherited)."""
+        from ..operators.flat_map import flat_map_batches
+        return flat_map_batches(self, fn, schema)
+
+    def flat_map_rows(self, fn: Callable[[tuple], Sequence[tuple]], schema: Any):
+        """Per-row flat map (slow path): ``fn(row) -> iterable of rows``."""
+        from ..operators.flat_map import flat_map_rows
+        return flat_map_rows(self, fn, schema)
+
+    def index_by(self, key: Sequence[str]) -> "IndexedStream":
+        """Index rows by the ``key`` columns: ``key -> remaining columns``."""
+        from ..operators.index import index_by
+        return index_by(self, key)
+
+    def consolidate(self) -> "Stream":
+        """Sort and consolidate each delta (loose Z-sets become :class:`OrdZSet`)."""
+        from ..operators.consolidate import consolidate
+        return consolidate(self)
+
+    # -- non-linear -----------------------------------------------------------------------
+    def distinct(self) -> "Stream":
+        """``distinct(a)``: every row with positive weight, with weight 1 (incremental)."""
+        from ..operators.distinct import distinct
+        return distinct(self)
+
+    def shard(self) -> "Stream":
+        """Re-shard rows by the hash of the whole row (exchange between workers)."""
+        from ..operators.exchange import shard
+        return shard(self)
+
+
+class IndexedStream(_Base):
+    """A stream of indexed Z-sets ``key -> value``."""
+
+    __slots__ = ()
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        return self.type.key
+
+    @property
+    def val_schema(self) -> pa.Schema:
+        return self.type.val
+
+    def flatten(self) -> Stream:
+        """Rows ``key ++ value``."""
+        from ..operators.index import flatten
+        return flatten(self)
+
+    def shard(self) -> "IndexedStream":
+        """Re-shard by key hash so that each key lives on one worker."""
+        from ..operators.exchange import shard
+        return shard(self)
+
+    def join(self, other: "IndexedStream", fn: Optional[Callable] = None,
+             schema: Any = None) -> Stream:
+        """Incremental inner join on the key.
+
+        Output rows are ``key ++ left values ++ right values`` (right columns whose names clash
+        get the suffix ``_right``), or ``fn(keys, left_vals, right_vals) -> RecordBatch`` of
+        ``schema`` (vectorised over all matched pairs).
+        """
+        from ..operators.join import join
+        return join(self, other, fn, schema)
+
+    def left_join(self, other: "IndexedStream", fn: Optional[Callable] = None,
+                  schema: Any = None) -> Stream:
+        """Left outer join: unmatched left rows get nulls for the right columns."""
+        from ..operators.join import left_join
+        return left_join(self, other, fn, schema)
+
+    def semijoin(self, other: "IndexedStream") -> Stream:
+        """Left rows whose key is present (positive weight) on the right."""
+        from ..operators.join import semijoin
+        return semijoin(self, other)
+
+    def antijoin(self, other: "IndexedStream") -> Stream:
+        """Left rows whose key is absent on the right."""
+        from ..operators.join import antijoin
+        return antijoin(self, other)
+
+    def aggregate(self, aggs: dict) -> Stream:
+        """Group by the key and aggregate values: ``{"out": ("sum", "price"), ...}``.
+
+        Built-ins: count (``("count", None)`` counts rows, ``("count", col)`` non-null values),
+        sum, min, max, avg, count_distinct; or an :class:`~dbsp.operators.aggregate.Aggregator`.
+        Output rows are ``key ++ aggregates``, one per key with a non-zero total weight.
+        """
+        from ..operators.aggregate import aggregate
+        return aggregate(self, aggs)
+
+    def topk(self, k: int, order_by: Sequence[str], descending: bool = False,
+             rank: Optional[str] = None) -> Stream:
+        """The first ``k`` values of each key by ``order_by`` (optionally with a rank column)."""
+        from ..operators.topk import topk
+        return topk(self, k, order_by, descending, rank)
+
+
+__all__ = ["Stream", "IndexedStream", "ZSetType", "IndexedType", "make_stream"]

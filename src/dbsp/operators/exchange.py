@@ -1,0 +1,69 @@
+"""exchange: re-shard a stream so that every key (or row) lives on exactly one worker.
+
+Each worker hashes the codes of its batch (:func:`dbsp.algebra.kernels.shard`, the same function
+in every process), splits the batch into one part per worker, and swaps parts through the
+circuit's transport. Received parts are sorted runs, so they are combined by one k-way merge.
+With one worker the operator passes its input through.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algebra import kernels as K
+from ..circuit.operator import Operator
+from ..circuit.types import IndexedType
+from ..trace.batch import OrdIndexedZSet, OrdZSet
+from ._values import empty_of
+
+
+class ExchangeOperator(Operator):
+    name = "exchange"
+
+    def __init__(self, ctx, type_):
+        super().__init__(ctx)
+        self.type = type_
+
+    def eval(self, value):
+        W = self.ctx.workers
+        if W == 1:
+            return value if isinstance(self.type, IndexedType) else value.consolidate()
+        if isinstance(self.type, IndexedType):
+            parts = _split_indexed(value, W)
+        else:
+            parts = _split_zset(value.consolidate(), W)
+        got = self.ctx.transport.exchange(self.ctx.worker, parts)
+        got = [g for g in got if g is not None and len(g)]
+        if not got:
+            return empty_of(self.type)
+        if len(got) == 1:
+            return got[0]
+        return (OrdIndexedZSet.merge(got) if isinstance(self.type, IndexedType)
+                else OrdZSet.merge(got))
+
+
+def _split_indexed(ix: OrdIndexedZSet, W: int) -> list:
+    if ix.num_keys == 0:
+        return [None] * W
+    dest = K.shard(ix.kcodes, W)
+    return [ix.select_keys(np.flatnonzero(dest == w)) for w in range(W)]
+
+
+def _split_zset(z: OrdZSet, W: int) -> list:
+    if len(z) == 0:
+        return [None] * W
+    from ..algebra.schema import take
+    dest = K.shard(z.codes, W)
+    out = []
+    for w in range(W):
+        idx = np.flatnonzero(dest == w)
+        out.append(OrdZSet(take(z.data, idx), z.weights[idx], K.take(z.codes, idx), z.codec)
+                   if len(idx) else None)
+    return out
+
+
+def shard(stream):
+    return stream.circuit.add_node("exchange", lambda ctx: ExchangeOperator(ctx, stream.type),
+                                   [stream], stream.type)
+
+
+__all__ = ["shard", "ExchangeOperator"]

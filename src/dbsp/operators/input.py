@@ -1,0 +1,100 @@
+"""Input: the stream a user pushes Z-sets into (its handle is the stream itself).
+
+Every push is validated and converted to the input's schema *when it is made*
+(:func:`dbsp.algebra.schema.conform`); a refused push raises :class:`InputError` naming the
+input, column and row, and leaves the pending data and the circuit untouched. At the next step
+the pending rows are split into one contiguous slice per worker (no hashing: the operators that
+need co-located keys re-shard themselves).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..algebra.schema import InputError, conform, concat_batches, empty_batch
+from ..circuit.operator import Operator
+from ..circuit.stream import Stream
+from ..circuit.types import ZSetType
+from ..trace.batch import ZSet
+
+
+class InputOperator(Operator):
+    name = "input"
+
+    def __init__(self, ctx, schema: pa.Schema):
+        super().__init__(ctx)
+        self.schema = schema
+        self.pending: Optional[ZSet] = None
+
+    def eval(self) -> ZSet:
+        z = self.pending if self.pending is not None else ZSet.empty(self.schema)
+        self.pending = None
+        return z
+
+
+class InputStream(Stream):
+    """An input stream; also the handle to push data into it."""
+
+    __slots__ = ("name", "_pending", "_pending_rows", "_key")
+
+    def push(self, data: Any, weights: Any = None) -> int:
+        """Add rows with weights (default 1) for the next step. Returns the rows accepted.
+
+        ``data``: a pyarrow Table / RecordBatch (a ``__weight`` column gives weights), a pandas
+        DataFrame, or an iterable of tuples / dicts.
+        """
+        batch, w = conform(self.name, self.schema, data, weights)
+        if batch.num_rows:
+            self._pending.append((batch, w))
+            self._pending_rows += batch.num_rows
+        return batch.num_rows
+
+    def insert(self, data: Any) -> int:
+        """Add rows with weight +1."""
+        return self.push(data, None)
+
+    def delete(self, data: Any) -> int:
+        """Add rows with weight -1 (retract rows inserted before)."""
+        batch, w = conform(self.name, self.schema, data, None)
+        return self.push(batch, -w)
+
+    def upsert(self, data: Any, key: Optional[Sequence[str]] = None) -> int:
+        """Insert rows, replacing any current row with the same ``key`` (set by
+        :meth:`set_key` or passed here). Needs the input to remember its current rows by key:
+        see :func:`dbsp.operators.upsert.upsert_input`."""
+        from .upsert import upsert_push
+        return upsert_push(self, data, key)
+
+    @property
+    def pending_rows(self) -> int:
+        return self._pending_rows
+
+    def _distribute(self, replicas) -> None:
+        parts, self._pending, self._pending_rows = self._pending, [], 0
+        workers = len(replicas)
+        if not parts:
+            return
+        data = concat_batches(self.schema, [p[0] for p in parts])
+        w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        n = data.num_rows
+        bounds = np.linspace(0, n, workers + 1).astype(np.int64)
+        for i, r in enumerate(replicas):
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            r.ops[self.node].pending = ZSet(data.slice(lo, hi - lo), w[lo:hi])
+
+
+def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
+    s = circuit.add_node(f"input:{name}", lambda ctx: InputOperator(ctx, schema), [],
+                         ZSetType(schema), kind="input")
+    inp = InputStream(circuit, s.node, s.type)
+    inp.name = name
+    inp._pending = []
+    inp._pending_rows = 0
+    inp._key = None
+    return inp
+
+
+__all__ = ["InputStream", "InputOperator", "InputError", "add_input"]
+_ = (Iterable, empty_batch)
