@@ -12,9 +12,10 @@ from typing import Optional
 import pyarrow as pa
 
 from ..circuit.operator import Operator
-from ..circuit.types import IndexedType
+from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.spine import Spine
+from ._values import add
 
 
 class OutputOperator(Operator):
@@ -30,15 +31,24 @@ class OutputOperator(Operator):
 
 
 class OutputHandle:
-    """The delta of the last step (:meth:`delta`) and, with ``view=True``, the integrated view."""
+    """The delta of the last step (:meth:`delta`) and, with ``view=True``, the integrated view.
+
+    Gathering costs nothing per step: the workers' parts are kept as they are, and consolidated
+    only when read (:meth:`delta`, :meth:`view`), so a pipeline whose output is read rarely does
+    not pay for sorting every step.
+    """
 
     def __init__(self, node: int, schema: pa.Schema, name: str, keep_view: bool):
         self.node = node
         self.schema = schema
         self.name = name
-        self._delta: OrdZSet = OrdZSet.empty(schema)
+        self.keep_view = keep_view
+        self._parts: list[ZSet] = []
+        self._delta: Optional[OrdZSet] = OrdZSet.empty(schema)
         self._view: Optional[Spine] = Spine(name=f"view:{name}") if keep_view else None
+        self._view_pending: list[ZSet] = []
         self._view_cache: Optional[OrdZSet] = None
+        self.rows_out = 0  # rows produced by all steps (before consolidation)
 
     def _gather(self, replicas) -> None:
         parts = []
@@ -47,36 +57,45 @@ class OutputHandle:
             if op.last is not None and len(op.last):
                 parts.append(op.last)
             op.last = None
-        if not parts:
-            self._delta = OrdZSet.empty(self.schema)
-        else:
-            cons = [p.consolidate() for p in parts]
-            cons = [c for c in cons if len(c)]
-            self._delta = OrdZSet.merge(cons) if cons else OrdZSet.empty(self.schema)
-        if self._view is not None and len(self._delta):
-            self._view.insert(self._delta)
+        self._parts = parts
+        self._delta = None
+        for p in parts:
+            self.rows_out += len(p)
+        if self.keep_view and parts:
+            self._view_pending.extend(parts)
             self._view_cache = None
 
     # -- delta ----------------------------------------------------------------------------
     def delta(self) -> OrdZSet:
         """The consolidated change of the last step."""
+        if self._delta is None:
+            self._delta = _consolidate_parts(self.schema, self._parts)
         return self._delta
+
+    def delta_loose(self) -> ZSet:
+        """The change of the last step, unconsolidated (rows may repeat; cheapest to read)."""
+        return add(ZSetType(self.schema), self._parts)  # type: ignore[return-value]
 
     def to_arrow(self) -> pa.Table:
         """The last step's delta as a table with a ``__weight`` column."""
-        return self._delta.to_arrow()
+        return self.delta().to_arrow()
 
     def to_pandas(self):
-        return self._delta.to_pandas()
+        return self.delta().to_pandas()
 
     def to_dict(self) -> dict[tuple, int]:
-        return self._delta.to_dict()
+        return self.delta().to_dict()
 
     # -- integrated view ------------------------------------------------------------------
     def view(self) -> OrdZSet:
         """Everything output so far, consolidated (the materialised view)."""
         if self._view is None:
             raise RuntimeError(f"output '{self.name}' keeps no view (created with view=False)")
+        if self._view_pending:
+            b = _consolidate_parts(self.schema, self._view_pending)
+            self._view_pending = []
+            if len(b):
+                self._view.insert(b)
         if self._view_cache is None:
             v = self._view.consolidated()
             self._view_cache = v if v is not None else OrdZSet.empty(self.schema)
@@ -92,6 +111,13 @@ class OutputHandle:
         return self.view().to_dict()
 
 
+def _consolidate_parts(schema: pa.Schema, parts: list) -> OrdZSet:
+    if not parts:
+        return OrdZSet.empty(schema)
+    z = add(ZSetType(schema), parts)
+    return z.consolidate()  # type: ignore[union-attr]
+
+
 def output(stream, name: Optional[str], view: bool) -> OutputHandle:
     circuit = stream.circuit
     schema = stream.type.flat_schema if isinstance(stream.type, IndexedType) else stream.schema
@@ -103,4 +129,3 @@ def output(stream, name: Optional[str], view: bool) -> OutputHandle:
 
 
 __all__ = ["OutputHandle", "OutputOperator", "output"]
-_ = ZSet
