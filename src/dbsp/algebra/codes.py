@@ -216,9 +216,15 @@ class KeyCodec:
         kind = "u64" if self.u64 else "var"
         return f"KeyCodec({[f.name for f in self.fields]}, {kind})"
 
-    def encode(self, columns: Sequence[pa.Array]) -> Codes:
+    def encode(self, columns: Sequence[pa.Array], num_rows: int | None = None) -> Codes:
+        """Codes of the rows of ``columns``; ``num_rows`` is needed when there are no columns
+        (the empty key: every row gets the same code)."""
         if len(columns) != len(self.fields):
             raise ValueError(f"expected {len(self.fields)} key columns, got {len(columns)}")
+        if not columns:
+            if num_rows is None:
+                raise ValueError("num_rows is required to encode zero columns")
+            return np.zeros(num_rows, dtype=np.uint64)
         if self.u64:
             return self._encode_u64(columns)
         try:

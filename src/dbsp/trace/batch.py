@@ -114,7 +114,7 @@ class OrdZSet(ZSet):
         codec = codec or _codec_for(z.schema, z.schema.names)
         if len(z) == 0:
             return cls(z.data, _EMPTY_I64, _empty_codes(codec), codec)
-        codes = codec.encode(z.data.columns)
+        codes = codec.encode(z.data.columns, len(z))
         perm, w = K.sort_consolidate(codes, None, z.weights)
         return cls(take(z.data, perm), w, K.take(codes, perm), codec)
 
@@ -201,8 +201,8 @@ class OrdIndexedZSet:
         vcodec = vcodec or _codec_for(vals.schema, vals.schema.names)
         if keys.num_rows == 0:
             return cls.empty(keys.schema, vals.schema)
-        kcodes = kcodec.encode(keys.columns) if kcodes is None else kcodes
-        vcodes = vcodec.encode(vals.columns) if vcodes is None else vcodes
+        kcodes = kcodec.encode(keys.columns, keys.num_rows) if kcodes is None else kcodes
+        vcodes = vcodec.encode(vals.columns, vals.num_rows) if vcodes is None else vcodes
         perm, w = K.sort_consolidate(kcodes, vcodes, np.asarray(weights, np.int64))
         return cls._from_sorted_rows(keys, vals, kcodes, vcodes, perm, w, kcodec, vcodec)
 
