@@ -11,8 +11,9 @@ replica per worker, each with its own operator state). A step then:
 
 1. validates nothing more (pushes were validated when made) and splits every input's pending rows
    into one contiguous slice per worker;
-2. runs every replica through the node list (W threads stepping in lockstep; exchanges meet in
-   the transport);
+2. runs every replica through the node list (``runtime="threads"``: W threads stepping in
+   lockstep, exchanges meeting in an in-process transport; ``runtime="processes"``: W forked
+   worker processes exchanging over a socket mesh, see :mod:`dbsp.runtime.process`);
 3. gathers the outputs of all workers into the output handles.
 
 An error in any worker aborts the transport (so no worker hangs), and the step raises it.
@@ -21,11 +22,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
-import pyarrow as pa
 
 from ..algebra.schema import as_schema
 from .operator import Operator, WorkerContext
@@ -99,9 +99,13 @@ class Circuit:
     [((2,), 1), ((3,), 1)]
     """
 
-    def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None):
+    def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
+                 runtime: str = "threads"):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if runtime not in ("threads", "processes"):
+            raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
+        self.runtime = runtime
         self.name = name
         self.workers = workers
         self.nodes: list[Node] = []
@@ -109,7 +113,7 @@ class Circuit:
         self.outputs: list[Any] = []
         self._transport = transport
         self._replicas: Optional[list[Replica]] = None
-        self._pool: Optional[_WorkerPool] = None
+        self._executor: Any = None
         self.steps = 0
         self._broken: Optional[BaseException] = None
 
@@ -117,7 +121,7 @@ class Circuit:
     def add_node(self, name: str, factory: Factory, inputs: list[Any], type_: Any,
                  strict: bool = False, kind: str = "op"):
         from .stream import make_stream
-        if self._replicas is not None:
+        if self._executor is not None:
             raise RuntimeError(f"circuit '{self.name}' is running; operators cannot be added now")
         for s in inputs:
             if s.circuit is not self:
@@ -138,55 +142,67 @@ class Circuit:
     # -- running --------------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._replicas is not None
+        return self._executor is not None
 
     def _start(self) -> None:
+        if self.runtime == "processes" and self.workers > 1:
+            from ..runtime.process import ProcessPool
+            self._executor = ProcessPool(self.nodes, self.workers, WorkerContext)
+            return
         from ..runtime.exchange import InProcTransport
         transport = self._transport or InProcTransport(self.workers)
         self._replicas = [Replica(self.nodes, WorkerContext(w, self.workers, transport))
                           for w in range(self.workers)]
-        if self.workers > 1:
-            self._pool = _WorkerPool(self._replicas, transport)
+        self._executor = _ThreadPool(self._replicas, transport)
 
     def step(self) -> None:
         """Run one step: feed pending input, update all state, fill the output handles."""
         if self._broken is not None:
             raise CircuitError(f"circuit '{self.name}' failed in an earlier step and cannot "
                                f"continue: {self._broken}") from self._broken
-        if self._replicas is None:
+        if self._executor is None:
             self._start()
-        assert self._replicas is not None
+        W = self.workers
+        per_worker: list[dict] = [{} for _ in range(W)]
         for inp in self.inputs.values():
-            inp._distribute(self._replicas)
+            for w, part in enumerate(inp._split(W)):
+                if part is not None:
+                    per_worker[w][inp.node] = part
         try:
-            if self._pool is None:
-                self._replicas[0].step()
-            else:
-                self._pool.step()
+            outs = self._executor.step(per_worker)
         except BaseException as e:
             self._broken = e
             raise
         for out in self.outputs:
-            out._gather(self._replicas)
+            out._gather([o.get(out.node) for o in outs])
         self.steps += 1
 
     def state_rows(self) -> int:
         """Rows of operator state over all workers."""
-        return sum(r.state_rows() for r in self._replicas or [])
+        if self._executor is None:
+            return 0
+        if self._replicas is None:
+            return int(sum(self._executor.call("state_rows")))
+        return sum(r.state_rows() for r in self._replicas)
 
     def profile(self) -> list[dict]:
         """Seconds spent in each operator, summed over workers (for ``dbsp profile``)."""
-        if not self._replicas:
+        if self._executor is None:
             return []
+        if self._replicas is None:
+            timing = sum(self._executor.call("profile"))
+            return [{"id": n.id, "name": n.name, "seconds": float(timing[n.id])}
+                    for n in self.nodes]
         tot = sum(r.timing for r in self._replicas)
         return [{"id": n.id, "name": n.name, "seconds": float(tot[n.id]),
                  "state_rows": sum(r.ops[n.id].state_rows() for r in self._replicas)}
                 for n in self.nodes]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """Stop the workers (threads or processes). The circuit cannot step afterwards."""
+        if self._executor is not None:
+            self._executor.close()
+            self._broken = self._broken or RuntimeError(f"circuit '{self.name}' was closed")
 
     def __enter__(self) -> "Circuit":
         return self
@@ -201,21 +217,33 @@ class Circuit:
             pass
 
 
-class _WorkerPool:
-    """W persistent threads, one per replica, stepping in lockstep with the driver."""
+def _collect_outputs(replica: Replica) -> dict:
+    outs = {}
+    for n in replica.nodes:
+        if n.kind == "output":
+            op = replica.ops[n.id]
+            outs[n.id], op.last = op.last, None
+    return outs
+
+
+class _ThreadPool:
+    """W replicas in one process: inline for one worker, else one persistent thread each,
+    stepping in lockstep with the driver."""
 
     def __init__(self, replicas: list[Replica], transport: Any):
         self.replicas = replicas
         self.transport = transport
         n = len(replicas)
-        self._go = threading.Barrier(n + 1)
-        self._done = threading.Barrier(n + 1)
         self._errors: list[Optional[BaseException]] = [None] * n
         self._stop = False
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
-                                          name=f"dbsp-worker-{i}") for i in range(n)]
-        for t in self._threads:
-            t.start()
+        self._threads: list[threading.Thread] = []
+        if n > 1:
+            self._go = threading.Barrier(n + 1)
+            self._done = threading.Barrier(n + 1)
+            self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
+                                              name=f"dbsp-worker-{i}") for i in range(n)]
+            for t in self._threads:
+                t.start()
 
     def _run(self, i: int) -> None:
         while True:
@@ -238,17 +266,29 @@ class _WorkerPool:
             except threading.BrokenBarrierError:
                 return
 
-    def step(self) -> None:
-        self._errors = [None] * len(self.replicas)
-        self._go.wait()
-        self._done.wait()
-        errs = [e for e in self._errors if e is not None]
-        if errs:
-            from ..runtime.exchange import TransportAborted
-            real = [e for e in errs if not isinstance(e, TransportAborted)]
-            raise (real or errs)[0]
+    def step(self, inputs: list[dict]) -> list[dict]:
+        for r, inp in zip(self.replicas, inputs):
+            for node, value in inp.items():
+                r.ops[node].pending = value
+        if not self._threads:
+            self.replicas[0].step()
+        else:
+            self._errors = [None] * len(self.replicas)
+            self._go.wait()
+            self._done.wait()
+            errs = [e for e in self._errors if e is not None]
+            if errs:
+                from ..runtime.exchange import TransportAborted
+                real = [e for e in errs if not isinstance(e, TransportAborted)]
+                raise (real or errs)[0]
+        return [_collect_outputs(r) for r in self.replicas]
+
+    def call(self, name: str) -> list:
+        return [getattr(r, name)() for r in self.replicas]
 
     def close(self) -> None:
+        if not self._threads:
+            return
         self._stop = True
         try:
             self._go.wait(timeout=5)
@@ -256,7 +296,7 @@ class _WorkerPool:
             pass
         for t in self._threads:
             t.join(timeout=5)
+        self._threads = []
 
 
 __all__ = ["Circuit", "CircuitError", "Node", "Replica", "ZSetType", "IndexedType"]
-_ = (pa, field)

@@ -71,18 +71,19 @@ class InputStream(Stream):
     def pending_rows(self) -> int:
         return self._pending_rows
 
-    def _distribute(self, replicas) -> None:
+    def _split(self, workers: int) -> list:
+        """Take the pending rows: one contiguous slice per worker (None where empty)."""
         parts, self._pending, self._pending_rows = self._pending, [], 0
-        workers = len(replicas)
         if not parts:
-            return
+            return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
         w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-        n = data.num_rows
-        bounds = np.linspace(0, n, workers + 1).astype(np.int64)
-        for i, r in enumerate(replicas):
+        bounds = np.linspace(0, data.num_rows, workers + 1).astype(np.int64)
+        out = []
+        for i in range(workers):
             lo, hi = int(bounds[i]), int(bounds[i + 1])
-            r.ops[self.node].pending = ZSet(data.slice(lo, hi - lo), w[lo:hi])
+            out.append(ZSet(data.slice(lo, hi - lo), w[lo:hi]) if hi > lo else None)
+        return out
 
 
 def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:

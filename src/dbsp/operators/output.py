@@ -50,13 +50,8 @@ class OutputHandle:
         self._view_cache: Optional[OrdZSet] = None
         self.rows_out = 0  # rows produced by all steps (before consolidation)
 
-    def _gather(self, replicas) -> None:
-        parts = []
-        for r in replicas:
-            op = r.ops[self.node]
-            if op.last is not None and len(op.last):
-                parts.append(op.last)
-            op.last = None
+    def _gather(self, values: list) -> None:
+        parts = [v for v in values if v is not None and len(v)]
         self._parts = parts
         self._delta = None
         for p in parts:

@@ -1,0 +1,165 @@
+"""Worker processes: W forked replicas of a circuit, exchanging batches over a socket mesh.
+
+Threads share one interpreter, so only the GIL-free parts of a step (native kernels, Arrow and
+numpy loops) run in parallel. Forked processes run *everything* in parallel, at the price of
+copying each step's input to the workers and their output back (pickle protocol 5 with the
+buffers out of band: one ``memcpy``-speed copy each way). The exchange between workers uses the
+same :class:`~dbsp.runtime.socket_transport.SocketTransport` as replicas on separate hosts.
+
+Protocol on each driver <-> worker control socket (one request, one reply):
+
+* ``("step", {input_node: ZSet | None})`` -> ``("ok", {output_node: value})`` or ``("err", exc)``
+* ``("call", name)`` -> ``("ok", value)``: ``state_rows``, ``profile``
+* ``("stop",)`` -> the worker exits
+
+A worker that dies (killed, crashed) closes its sockets: the driver's next reply read fails and
+the step raises :class:`~dbsp.circuit.circuit.CircuitError`; the other workers see their
+transport aborted.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import sys
+import traceback
+from typing import Any
+
+from . import wire
+from .socket_transport import SocketTransport, socketpair_mesh
+
+
+class WorkerDied(RuntimeError):
+    """A worker process exited or closed its connection in the middle of a step."""
+
+
+def _portable_exception(e: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        r = RuntimeError(f"{type(e).__name__}: {e}")
+        for n in getattr(e, "__notes__", []):
+            r.add_note(n)
+        r.add_note("".join(traceback.format_exception(e)))
+        return r
+
+
+def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx) -> None:
+    from ..circuit.circuit import Replica
+    transport = SocketTransport(w, peers, workers)
+    replica = Replica(nodes, make_ctx(w, workers, transport))
+    out_nodes = [n.id for n in nodes if n.kind == "output"]
+    while True:
+        try:
+            msg = wire.recv(ctrl)
+        except (wire.WireError, OSError):
+            return
+        cmd = msg[0]
+        if cmd == "stop":
+            return
+        try:
+            if cmd == "step":
+                for node, value in msg[1].items():
+                    replica.ops[node].pending = value
+                replica.step()
+                outs = {}
+                for node in out_nodes:
+                    op = replica.ops[node]
+                    outs[node], op.last = op.last, None
+                wire.send(ctrl, ("ok", outs))
+            elif cmd == "call":
+                if msg[1] == "state_rows":
+                    wire.send(ctrl, ("ok", replica.state_rows()))
+                elif msg[1] == "profile":
+                    wire.send(ctrl, ("ok", replica.timing.copy()))
+                else:
+                    wire.send(ctrl, ("err", ValueError(f"unknown call {msg[1]!r}")))
+            else:
+                wire.send(ctrl, ("err", ValueError(f"unknown command {cmd!r}")))
+        except BaseException as e:  # reported to the driver
+            try:
+                transport.abort()
+            except Exception:
+                pass
+            try:
+                wire.send(ctrl, ("err", _portable_exception(e)))
+            except OSError:
+                return
+
+
+class ProcessPool:
+    """The driver's side: forks the workers, sends them steps, collects outputs."""
+
+    def __init__(self, nodes, workers: int, make_ctx):
+        self.workers = workers
+        mesh = socketpair_mesh(workers)
+        self.ctrl: list[socket.socket] = []
+        self.pids: list[int] = []
+        for w in range(workers):
+            parent, child = socket.socketpair()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # worker
+                code = 0
+                try:
+                    parent.close()
+                    for c in self.ctrl:
+                        c.close()
+                    for v, socks in enumerate(mesh):
+                        if v != w:
+                            for s in socks.values():
+                                s.close()
+                    _worker_main(nodes, w, workers, child, mesh[w], make_ctx)
+                except BaseException:
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    os._exit(code)
+            child.close()
+            self.ctrl.append(parent)
+            self.pids.append(pid)
+        for socks in mesh:  # the driver keeps none of the workers' mesh sockets
+            for s in socks.values():
+                s.close()
+
+    def _roundtrip(self, msgs: list[Any]) -> list[Any]:
+        for w, m in enumerate(msgs):
+            try:
+                wire.send(self.ctrl[w], m)
+            except OSError:
+                raise WorkerDied(f"worker process {w} (pid {self.pids[w]}) is gone") from None
+        replies = []
+        for w in range(self.workers):
+            try:
+                replies.append(wire.recv(self.ctrl[w]))
+            except (wire.WireError, OSError):
+                raise WorkerDied(f"worker process {w} (pid {self.pids[w]}) died during the "
+                                 f"step") from None
+        errs = [r[1] for r in replies if r[0] == "err"]
+        if errs:
+            from .exchange import TransportAborted
+            real = [e for e in errs if not isinstance(e, TransportAborted)]
+            raise (real or errs)[0]
+        return [r[1] for r in replies]
+
+    def step(self, inputs: list[dict]) -> list[dict]:
+        return self._roundtrip([("step", inp) for inp in inputs])
+
+    def call(self, name: str) -> list[Any]:
+        return self._roundtrip([("call", name)] * self.workers)
+
+    def close(self) -> None:
+        for c in self.ctrl:
+            try:
+                wire.send(c, ("stop",))
+            except OSError:
+                pass
+            c.close()
+        for pid in self.pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.ctrl, self.pids = [], []

@@ -1,0 +1,73 @@
+"""Worker processes: the same circuits on forked replicas exchanging over sockets, with a
+worker killed mid-run reported as an error instead of a hang."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import dbsp
+from dbsp.runtime.process import WorkerDied
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("s", pa.string())])
+
+
+def _build(c):
+    t = c.add_input("t", SCHEMA)
+    f = t.filter(lambda b: pc.greater_equal(b["k"], 0))
+    sharded = f.index_by(["k"]).shard().flatten()
+    return t, f.output(), sharded.output()
+
+
+def test_processes_match_threads():
+    rows = [(i % 37, f"v{i % 5}") for i in range(500)] + [(-1, "neg")]
+    results = []
+    for runtime in ("threads", "processes"):
+        with dbsp.Circuit(workers=2, runtime=runtime) as c:
+            t, out, sh = _build(c)
+            t.insert(rows)
+            c.step()
+            t.delete(rows[:100])
+            c.step()
+            results.append((out.view_dict(), sh.view_dict(), sh.to_dict()))
+    assert results[0] == results[1]
+    assert (-1, "neg") not in results[0][0]
+
+
+def test_process_worker_error_is_reported():
+    def bad(b):
+        if b.num_rows and pc.max(b["k"]).as_py() > 1000:
+            raise ValueError("user function failed on a big key")
+        return b
+
+    with dbsp.Circuit(workers=2, runtime="processes") as c:
+        t = c.add_input("t", SCHEMA)
+        t.map(bad, SCHEMA).index_by(["k"]).shard().flatten().output()
+        t.insert([(1, "a"), (5000, "b")])
+        with pytest.raises(ValueError, match="big key"):
+            c.step()
+
+
+@pytest.mark.crash
+def test_killed_worker_fails_the_step():
+    with dbsp.Circuit(workers=2, runtime="processes") as c:
+        t, out, sh = _build(c)
+        t.insert([(1, "a")])
+        c.step()
+        os.kill(c._executor.pids[1], signal.SIGKILL)
+        os.waitpid(c._executor.pids[1], 0)
+        t.insert([(2, "b"), (3, "c")])
+        with pytest.raises(WorkerDied, match="worker process 1"):
+            c.step()
+
+
+def test_state_rows_from_processes():
+    with dbsp.Circuit(workers=2, runtime="processes") as c:
+        t = c.add_input("t", SCHEMA)
+        t.integrate().output(view=False)
+        t.insert([(i, "x") for i in range(10)])
+        c.step()
+        assert c.state_rows() == 10
