@@ -1,1 +1,34 @@
+"""Nexmark: the auction-house streaming benchmark, as inputs and expected outputs.
 
+* :mod:`dbsp.nexmark.generator` -- :class:`NexmarkGenerator`, a seeded, vectorised generator of
+  ``person`` / ``auction`` / ``bid`` events as Arrow record batches (chunk-invariant: any split
+  of the event range yields the same events).
+* :mod:`dbsp.nexmark.reference` -- the queries' precise definitions, their from-scratch results
+  computed with DuckDB (:func:`reference_results`, ``pip install dbsp[verify]``) and
+  :func:`compare_results` to check an engine's output against them.
+
+>>> from dbsp.nexmark import NexmarkGenerator
+>>> batch = NexmarkGenerator(seed=0).generate(0, 50)
+>>> batch.person.num_rows, batch.auction.num_rows, batch.bid.num_rows
+(1, 3, 46)
+"""
+
+from .generator import (
+    AUCTION_SCHEMA,
+    BID_SCHEMA,
+    PERSON_SCHEMA,
+    NexmarkBatch,
+    NexmarkConfig,
+    NexmarkGenerator,
+    collect_tables,
+)
+
+__all__ = [
+    "AUCTION_SCHEMA",
+    "BID_SCHEMA",
+    "PERSON_SCHEMA",
+    "NexmarkBatch",
+    "NexmarkConfig",
+    "NexmarkGenerator",
+    "collect_tables",
+]
