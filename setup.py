@@ -28,6 +28,12 @@ EXTENSIONS = {
     "merge": {},        # k-way merge of sorted runs with consolidation
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "hashing": {},      # key hashing for the exchange
+    "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)
+    "block": {},        # storage: layer-file block kernels (crc32c, Bloom filter, var seek)
+    # storage: io_uring reader running nogil, linked with liburing-dev's static library (no
+    # runtime dependency); skipped when the headers are absent (ci/install-system.sh adds them)
+    **({"uring": {"libraries": [":liburing.a"]}} if os.path.exists("/usr/include/liburing.h")
+       else {}),
 }
 
 directives = {
