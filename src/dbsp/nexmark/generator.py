@@ -80,8 +80,8 @@ import pyarrow.compute as pc
 
 __all__ = [
     "AUCTION_SCHEMA",
-    "BID_SCHEMA",
     "BASE_TIME_MS",
+    "BID_SCHEMA",
     "FIRST_AUCTION_ID",
     "FIRST_CATEGORY_ID",
     "FIRST_PERSON_ID",
@@ -117,7 +117,9 @@ US_CITIES = (
 FIRST_NAMES = (
     "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
 )
-LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris")
+LAST_NAMES = (
+    "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
+)
 
 #: Default base time: 2015-07-15T00:00:00Z (a multiple of every window size used by the queries).
 BASE_TIME_MS = 1_436_918_400_000
@@ -294,9 +296,8 @@ class _Pool:
         gather = np.repeat(offsets.astype(np.int64) - ends[:-1], lengths)
         gather += np.arange(ends[-1], dtype=np.int64)
         data = self.chars[gather]
-        return pa.Array.from_buffers(
-            pa.string(), len(offsets), [None, pa.py_buffer(ends.astype(np.int32)), pa.py_buffer(data)]
-        )
+        buffers = [None, pa.py_buffer(ends.astype(np.int32)), pa.py_buffer(data)]
+        return pa.Array.from_buffers(pa.string(), len(offsets), buffers)
 
 
 def _fixed_width_strings(matrix: np.ndarray) -> pa.Array:
@@ -322,10 +323,9 @@ def _int64(values: np.ndarray) -> pa.Array:
 def _reverse_bits32(x: np.ndarray) -> np.ndarray:
     """Bit reversal of 32-bit unsigned integers (``Integer.reverse`` of the reference)."""
     x = x.astype(np.uint32)
-    x = ((x >> np.uint32(1)) & np.uint32(0x55555555)) | ((x & np.uint32(0x55555555)) << np.uint32(1))
-    x = ((x >> np.uint32(2)) & np.uint32(0x33333333)) | ((x & np.uint32(0x33333333)) << np.uint32(2))
-    x = ((x >> np.uint32(4)) & np.uint32(0x0F0F0F0F)) | ((x & np.uint32(0x0F0F0F0F)) << np.uint32(4))
-    x = ((x >> np.uint32(8)) & np.uint32(0x00FF00FF)) | ((x & np.uint32(0x00FF00FF)) << np.uint32(8))
+    for shift, mask in ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF)):
+        s, m = np.uint32(shift), np.uint32(mask)
+        x = ((x >> s) & m) | ((x & m) << s)
     return (x >> np.uint32(16)) | (x << np.uint32(16))
 
 
@@ -432,10 +432,11 @@ class NexmarkGenerator:
         cfg = self.config
         longest = max(cfg.avg_person_byte_size, cfg.avg_auction_byte_size, cfg.avg_bid_byte_size)
         margin = longest + longest // 4 + 128  # > the longest extra and the longest "next string"
-        self._letters = _Pool(_char_pool(int(self._salts[_POOL_LETTERS]), _POOL_SIZE + margin, None))
-        self._spaced = _Pool(_char_pool(int(self._salts[_POOL_SPACED]), _POOL_SIZE + 128, ord(" ")))
+        salt = self._salts
+        self._letters = _Pool(_char_pool(int(salt[_POOL_LETTERS]), _POOL_SIZE + margin, None))
+        self._spaced = _Pool(_char_pool(int(salt[_POOL_SPACED]), _POOL_SIZE + 128, ord(" ")))
         self._underscored = _Pool(
-            _char_pool(int(self._salts[_POOL_UNDERSCORE]), _POOL_SIZE + 128, ord("_"))
+            _char_pool(int(salt[_POOL_UNDERSCORE]), _POOL_SIZE + 128, ord("_"))
         )
         self._build_tables()
 
@@ -445,7 +446,7 @@ class NexmarkGenerator:
     # -- static tables -------------------------------------------------------------------------
 
     def _build_tables(self) -> None:
-        names = [f"{f} {l}" for f in FIRST_NAMES for l in LAST_NAMES]
+        names = [f"{first} {last}" for first in FIRST_NAMES for last in LAST_NAMES]
         self._names = pa.array(names, pa.string())
         self._name_len = np.array([len(s) for s in names], dtype=np.int64)
         self._cities = pa.array(US_CITIES, pa.string())
@@ -529,10 +530,8 @@ class NexmarkGenerator:
     def _person_core(self, n: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
         c = self.config
         epoch, offset = np.divmod(n, c.total_proportion)
-        h = _hashes(
-            n,
-            self._salts[[_P_NAME, _P_EMAIL_LEN, _P_EMAIL_OFF, _P_CARD, _P_CARD2, _P_PLACE, _P_EXTRA]],
-        )
+        fields = [_P_NAME, _P_EMAIL_LEN, _P_EMAIL_OFF, _P_CARD, _P_CARD2, _P_PLACE, _P_EXTRA]
+        h = _hashes(n, self._salts[fields])
         cols = {
             "id": epoch * c.person_proportion + offset + FIRST_PERSON_ID,
             "date_time": self.timestamp_ms(n),
@@ -553,7 +552,8 @@ class NexmarkGenerator:
         )
         initial_bid = _price(h[2])
         ts = self.timestamp_ms(n)
-        events_for_auctions = (c.num_in_flight_auctions * c.total_proportion) // c.auction_proportion
+        # events it takes to create num_in_flight_auctions more auctions (1666 by default)
+        events_for_auctions = c.num_in_flight_auctions * c.total_proportion // c.auction_proportion
         horizon = self.timestamp_ms(n + events_for_auctions) - ts
         cols = {
             "id": epoch * c.auction_proportion + (offset - c.person_proportion) + FIRST_AUCTION_ID,
