@@ -22,13 +22,18 @@ from .generator import (
     NexmarkGenerator,
     collect_tables,
 )
+from .reference import QUERIES, QUERY_SCHEMAS, compare_results, reference_results
 
 __all__ = [
     "AUCTION_SCHEMA",
     "BID_SCHEMA",
     "PERSON_SCHEMA",
+    "QUERIES",
+    "QUERY_SCHEMAS",
     "NexmarkBatch",
     "NexmarkConfig",
     "NexmarkGenerator",
     "collect_tables",
+    "compare_results",
+    "reference_results",
 ]
