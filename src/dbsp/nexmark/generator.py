@@ -729,7 +729,11 @@ class NexmarkGenerator:
     def iter_batches(
         self, total_events: int, chunk: int = 100_000, start_event: int = 0
     ) -> Iterator[NexmarkBatch]:
-        """Events ``[start_event, start_event + total_events)`` in chunks of ``chunk`` events."""
+        """Events ``[start_event, start_event + total_events)`` in chunks of ``chunk`` events.
+
+        Chunks of about 100k events are the fastest (their temporaries stay in cache); the
+        events do not depend on the chunk size.
+        """
         if chunk <= 0:
             raise ValueError(f"chunk must be positive, got {chunk}")
         end = start_event + total_events

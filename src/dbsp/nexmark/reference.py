@@ -107,6 +107,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -538,12 +539,19 @@ def compare_results(
         for row, n, (e, a) in items:
             if shown == max_shown:
                 break
-            problems.append(f"{label} x{n} (expected multiplicity {e}, actual {a}): {row}")
+            problems.append(f"{label} x{n} (expected multiplicity {e}, actual {a}): {_show(row)}")
             shown += 1
     hidden = len(missing) + len(extra) - shown
     if hidden > 0:
         problems.append(f"... and {hidden} more differing row(s)")
     return problems
+
+
+def _show(row: dict[str, Any]) -> str:
+    """A row as ``{column: value}`` with timestamps in ISO form."""
+    shown = {k: v.isoformat(sep=" ", timespec="milliseconds") if isinstance(v, datetime) else v
+             for k, v in row.items()}
+    return repr(shown)
 
 
 def _float_key(value: Any) -> tuple[int, float]:
