@@ -1,1 +1,34 @@
+"""Storage: layer files on disk, the backends that read them, and the slab buffer pool.
 
+Bottom up:
+
+* ``dbsp._native.slab_pool``: the slab buffer pool (fixed 4 KiB-aligned slots, pinning views,
+  S3-FIFO eviction) shared by every reader of the process.
+* :mod:`dbsp.storage.format`: the layer file format (fixed-size checksummed blocks, per-stream
+  B-tree index, Bloom filter, versioned trailer).
+* :mod:`dbsp.storage.backend`: ``mmap``, ``uring`` (Cython + liburing, nogil), ``liburing``
+  (python-liburing) and ``pread`` backends behind one interface; ``make_backend("auto")``.
+* :mod:`dbsp.storage.writer` / :mod:`dbsp.storage.reader`: ``LayerFileWriter`` (streaming, sorted
+  chunks) and ``LayerFile`` (row ranges as zero-copy views, ``lower_bound``, Bloom filter,
+  prefetch) -- what file-backed batches and their cursors are built on.
+* :mod:`dbsp.storage.inspect`: ``inspect_file`` / ``verify_file`` (``dbsp storage inspect|verify``).
+"""
+from .format import (CorruptBlockError, FormatVersionError, StorageError,  # noqa: F401
+                     TruncatedFileError)
+
+
+def __getattr__(name):
+    # lazy: importing dbsp.storage must not need the native modules
+    if name in ("LayerFileWriter", "LayerSpec"):
+        from . import writer
+        return getattr(writer, name)
+    if name in ("LayerFile", "LayerChunk", "read_metadata"):
+        from . import reader
+        return getattr(reader, name)
+    if name in ("make_backend", "available_backends", "default_backend"):
+        from . import backend
+        return getattr(backend, name)
+    if name in ("inspect_file", "verify_file"):
+        from . import inspect as _inspect
+        return getattr(_inspect, name)
+    raise AttributeError(name)
