@@ -145,6 +145,21 @@ class OrdZSet(ZSet):
     def index_by(self, key: Sequence[str]) -> "OrdIndexedZSet":
         return OrdIndexedZSet.from_loose(self, key)
 
+    def slice(self, lo: int, hi: int) -> "OrdZSet":
+        """Rows ``lo:hi`` (still consolidated; zero-copy views of this batch's buffers)."""
+        lo, hi = max(0, lo), min(len(self), hi)
+        hi = max(lo, hi)
+        return OrdZSet(self.data.slice(lo, hi - lo), self.weights[lo:hi],
+                       slice_codes(self.codes, lo, hi), self.codec)
+
+    def filter_rows(self, mask: np.ndarray) -> "OrdZSet":
+        """The rows where ``mask`` (bool, one per row) is true (still consolidated)."""
+        idx = np.flatnonzero(mask)
+        if len(idx) == len(self):
+            return self
+        return OrdZSet(take(self.data, idx), self.weights[idx], K.take(self.codes, idx),
+                       self.codec)
+
 
 class OrdIndexedZSet:
     """``OrderedLayer(key) -> ColumnLayer(value, weight)``, consolidated by ``(key, value)``.
@@ -290,6 +305,36 @@ class OrdIndexedZSet:
                               take(self.vals, rows), K.take(self.vcodes, rows), self.weights[rows],
                               self.kcodec, self.vcodec)
 
+    def slice_keys(self, lo: int, hi: int) -> "OrdIndexedZSet":
+        """Keys ``lo:hi`` and their values (zero-copy views of this batch's buffers)."""
+        lo, hi = max(0, lo), min(self.num_keys, hi)
+        hi = max(lo, hi)
+        r0, r1 = int(self.offsets[lo]), int(self.offsets[hi])
+        return OrdIndexedZSet(self.keys.slice(lo, hi - lo), slice_codes(self.kcodes, lo, hi),
+                              self.offsets[lo:hi + 1] - r0, self.vals.slice(r0, r1 - r0),
+                              slice_codes(self.vcodes, r0, r1), self.weights[r0:r1],
+                              self.kcodec, self.vcodec)
+
+    def filter_rows(self, mask: np.ndarray) -> "OrdIndexedZSet":
+        """The value rows where ``mask`` (bool, one per value row) is true; keys left without
+        values are dropped (still consolidated)."""
+        mask = np.asarray(mask, dtype=bool)
+        if mask.all():
+            return self
+        rows = np.flatnonzero(mask)
+        if len(mask) == 0:
+            return self
+        # kept values per key (every key of a consolidated batch has at least one value)
+        kept = np.add.reduceat(mask.astype(np.int64), self.offsets[:-1])
+        kidx = np.flatnonzero(kept)
+        if len(kidx) == 0:
+            return OrdIndexedZSet.empty(self.key_schema, self.val_schema)
+        offsets = np.zeros(len(kidx) + 1, np.int64)
+        np.cumsum(kept[kidx], out=offsets[1:])
+        return OrdIndexedZSet(take(self.keys, kidx), K.take(self.kcodes, kidx), offsets,
+                              take(self.vals, rows), K.take(self.vcodes, rows), self.weights[rows],
+                              self.kcodec, self.vcodec)
+
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + c)`` for each start/count (vectorised)."""
@@ -306,7 +351,14 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.cumsum(out)
 
 
+def slice_codes(codes: Codes, lo: int, hi: int) -> Codes:
+    """Rows ``lo:hi`` of a code array, without copying (a VarCodes slice keeps absolute offsets)."""
+    if isinstance(codes, np.ndarray):
+        return codes[lo:hi]
+    return VarCodes(codes.offsets[lo:hi + 1], codes.data)
+
+
 ranges = _ranges
 
-__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "ranges"]
+__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "ranges", "slice_codes"]
 _ = Any

@@ -1,86 +1,625 @@
 """Spine: the LSM of batches that holds one piece of operator state (a trace).
 
+A spine is the sum of its batches (:class:`~dbsp.trace.batch.OrdZSet` or
+:class:`~dbsp.trace.batch.OrdIndexedZSet`). Operators insert one consolidated delta per step and
+probe the accumulated state (:meth:`Spine.lookup`, :meth:`Spine.weights_of`, a
+:class:`~dbsp.trace.cursor.SpineCursor`); background threads merge batches so that their number
+stays logarithmic in the state size. :mod:`dbsp.trace.timed` holds the timed batch types.
+
 Goals
 -----
-Inserting a delta costs work proportional to the delta (amortised), not to the history; reading
-the state for a set of keys costs ``O(keys * batches * log(batch size))``; the number of batches
-stays logarithmic in the state size.
+* ``insert`` costs work proportional to the delta and returns at once; merging is amortised and
+  runs on background threads (the native merge releases the GIL).
+* Reading is never blocked by a merge and always sees a consistent state.
+* Memory for the merge backlog is bounded: when the merger falls behind, ``insert`` waits.
+* Watermark GC: rows below a key bound disappear from readers at once and from memory lazily.
 
 Design
 ------
-Batches live in levels by size: a batch of ``n`` rows sits at level ``floor(log_F(n))`` with
-fan-out ``F`` (4 by default). Inserting a batch into a level that already holds one merges the two
-(one native k-way merge, GIL released) and carries the result up, like binary addition. Readers
-get an immutable snapshot (a tuple of batches); merges replace batches but never change one.
+*Levels.* A batch of ``n`` rows sits at level ``floor(log_F(n))`` (``F`` = ``fanout``, 4 by
+default). A level that holds ``F`` or more *loose* batches (batches not being merged) owes a
+merge: the merger takes up to ``max_merge`` of its oldest loose batches, merges them in one
+k-way merge, and files the result at the level of its size (usually one up, lower when
+retractions cancel). At rest every level holds fewer than ``F`` batches, so a spine of ``N`` rows
+holds at most ``(F - 1) * log_F(N)`` batches and every row is merged about ``log_F(N / delta)``
+times. Several merges of one spine (even of one level) may run at once: Z-set addition is
+commutative, so the order in which batches are combined never matters.
+
+*Threads.* One :class:`Merger` per process (:func:`default_merger`) serves every spine; it runs
+``threads`` worker threads (``DBSP_MERGER_THREADS``, default 1). A spine that owes a merge marks
+itself *dirty* with the merger; an idle worker picks, over all dirty spines, the pending merge
+with the fewest input rows (shortest job first: small merges unblock inserts soonest), claims its
+inputs, merges without any lock held, then swaps the output in. ``Spine(merger=Merger(1))`` gives
+a spine its own thread (measured in ``bench/micro/bench_spine.py``); ``background=False`` merges
+in the inserting thread (the synchronous behaviour, for comparisons and after :meth:`close`).
+Lock order: merger lock, then spine lock; a spine never takes the merger lock while holding its
+own.
+
+*Snapshots.* Batches being merged stay visible until the merge output replaces them, in one
+step under the spine lock, so readers see the same sum before and after. :meth:`Spine.batches`
+returns an immutable tuple (cached until the next change); holding it pins those batches.
+
+*Backpressure.* A batch *waits* when it is loose at a level that owes a merge; at rest nothing
+waits. When more than ``max_loose`` batches wait (64 by default), ``insert`` blocks until the
+merger has claimed enough of them. Batches being merged do not count (Feldera learned to count
+loose batches, not all batches, feldera#6866), so the bound never blocks a spine that is merely
+large. Time spent blocked is in :attr:`Spine.stats`.
+
+*GC hooks.* :meth:`Spine.truncate_keys_below` sets a monotone key bound: readers see every batch
+cut to its keys ``>= bound`` (a zero-copy prefix slice, since keys are sorted) and merges drop
+the rows, which frees their memory. :meth:`Spine.retain_values` sets a row filter applied lazily
+by merges (readers may see filtered rows until a merge drops them).
 
 Invariants
 ----------
-* The state is the sum of the batches: merging never changes what :meth:`lookup` returns.
-* Every batch is consolidated; no batch is empty.
+* The state (the sum of the snapshot, above the key bound) changes only by ``insert``,
+  ``clear``, ``truncate_keys_below`` and (lazily) ``retain_values``, never by a merge.
+* Every stored batch is consolidated and non-empty; stored batches are never modified.
+* A merge failure leaves its inputs in place (the state stays right); the error is raised by the
+  next ``insert``/``flush``/``wait_merges`` and the spine stops merging in the background.
 """
 from __future__ import annotations
 
-import math
+import itertools
+import os
 import threading
-from typing import Optional, Sequence, Union
+import time
+import weakref
+from dataclasses import dataclass, fields
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
-import pyarrow as pa
 
 from ..algebra import kernels as K
-from ..algebra.codes import Codes
-from ..algebra.schema import concat_batches, take
-from .batch import OrdIndexedZSet, OrdZSet, ranges
+from ..algebra.codes import Codes, VarCodes
+from .batch import OrdIndexedZSet, OrdZSet
 
 Batch = Union[OrdZSet, OrdIndexedZSet]
+KeyBound = Union[int, bytes]
+RowFilter = Callable[[Batch], np.ndarray]
+
+__all__ = ["Spine", "Batch", "Merger", "MergeStats", "SpineMergeError", "default_merger",
+           "shutdown_default_merger", "merge_batches"]
 
 
-def _merge(batches: Sequence[Batch]) -> Batch:
+class SpineMergeError(RuntimeError):
+    """A background merge of this spine failed (the original exception is the ``__cause__``)."""
+
+
+@dataclass
+class MergeStats:
+    """Merge counters of one spine (for the profile)."""
+
+    merges: int = 0             # merges completed
+    batches_merged: int = 0     # input batches consumed by those merges
+    rows_in: int = 0            # rows read by merges
+    rows_out: int = 0           # rows written by merges
+    merge_seconds: float = 0.0  # wall time inside merges (background or foreground)
+    inserts: int = 0
+    rows_inserted: int = 0
+    blocked_inserts: int = 0    # inserts that waited for the merger (backpressure)
+    blocked_seconds: float = 0.0
+    max_waiting: int = 0        # most batches ever waiting for a merge
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def merge_batches(batches: Sequence[Batch]) -> Batch:
+    """The sum of non-empty consolidated batches of one kind (one native k-way merge)."""
     if isinstance(batches[0], OrdIndexedZSet):
         return OrdIndexedZSet.merge(batches)  # type: ignore[arg-type]
     return OrdZSet.merge(batches)  # type: ignore[arg-type]
 
 
-class Spine:
-    """An LSM trace of :class:`OrdZSet` or :class:`OrdIndexedZSet` batches."""
+def _level(n: int, fanout: int) -> int:
+    lvl = 0
+    while n >= fanout:
+        n //= fanout
+        lvl += 1
+    return lvl
 
-    def __init__(self, fanout: int = 4, name: str = "trace"):
+
+def _bound_codes(bound: KeyBound, like: Codes) -> Codes:
+    if isinstance(like, np.ndarray):
+        return np.asarray([bound], dtype=np.uint64)
+    return VarCodes.from_list([bytes(bound)])  # type: ignore[arg-type]
+
+
+def _key_codes(b: Batch) -> Codes:
+    return b.kcodes if isinstance(b, OrdIndexedZSet) else b.codes
+
+
+def _cut_below(b: Batch, bound: Optional[KeyBound]) -> Batch:
+    """``b`` without its keys below ``bound`` (a zero-copy prefix slice)."""
+    if bound is None:
+        return b
+    kc = _key_codes(b)
+    n = len(kc)
+    if n == 0:
+        return b
+    first = int(kc[0]) if isinstance(kc, np.ndarray) else kc.row(0)
+    if first >= bound:  # type: ignore[operator]
+        return b
+    i = int(K.lower_bound(kc, _bound_codes(bound, kc))[0])
+    if isinstance(b, OrdIndexedZSet):
+        return b.slice_keys(i, n)
+    return b.slice(i, n)
+
+
+class _Job:
+    __slots__ = ("id", "epoch", "inputs", "rows")
+
+    def __init__(self, id_: int, epoch: int, inputs: list):
+        self.id, self.epoch, self.inputs = id_, epoch, inputs
+        self.rows = sum(len(b) for b in inputs)
+
+
+# --- the merger -------------------------------------------------------------------------------
+
+class Merger:
+    """A pool of background threads that run the merges of every spine attached to it.
+
+    Threads start when the first merge is owed and are daemons, so a spine never has to be
+    closed for the process to exit. :meth:`pause` stops new merges from starting (merges in
+    flight finish), e.g. while a checkpoint lists batches; :meth:`resume` restarts them.
+    """
+
+    def __init__(self, threads: int = 1, name: str = "dbsp-merger"):
+        if threads < 1:
+            raise ValueError("a merger needs at least one thread")
+        self.threads = threads
+        self.name = name
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._dirty: dict[int, Spine] = {}
+        self._workers: list[threading.Thread] = []
+        self._stopping = False
+        self._paused = False
+        self._pid = os.getpid()
+        self.busy = 0  # merges running now
+
+    def __repr__(self) -> str:
+        return f"Merger({self.name}, threads={self.threads}, running={len(self._workers)})"
+
+    # -- called by spines ----------------------------------------------------------------
+    def _notify(self, spine: "Spine") -> None:
+        if self._pid != os.getpid():  # forked: the parent's threads do not exist here
+            self._init_state()
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError(f"merger {self.name} is shut down")
+            self._dirty[id(spine)] = spine
+            if not self._workers:
+                for i in range(self.threads):
+                    t = threading.Thread(target=self._run, name=f"{self.name}-{i}", daemon=True)
+                    self._workers.append(t)
+                    t.start()
+            self._cv.notify()
+
+    def _forget(self, spine: "Spine") -> None:
+        with self._cv:
+            self._dirty.pop(id(spine), None)
+
+    # -- control -------------------------------------------------------------------------
+    def pause(self) -> None:
+        with self._cv:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the threads (merges in flight finish first when ``wait``)."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+            workers = list(self._workers)
+        if wait:
+            for t in workers:
+                if t is not threading.current_thread():
+                    t.join()
+
+    # -- the worker loop -----------------------------------------------------------------
+    def _pick(self) -> Optional[tuple["Spine", _Job]]:
+        while True:
+            best: Optional[tuple[int, Spine]] = None
+            for sid, sp in list(self._dirty.items()):
+                cost = sp._peek_cost()
+                if cost is None:
+                    del self._dirty[sid]
+                elif best is None or cost < best[0]:
+                    best = (cost, sp)
+            if best is None:
+                return None
+            job = best[1]._claim()
+            if job is not None:
+                return best[1], job
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self._stopping:
+                        return
+                    task = None if self._paused else self._pick()
+                    if task is not None:
+                        break
+                    self._cv.wait()
+                self.busy += 1
+            spine, job = task
+            try:
+                more = spine._run_job(job)
+            finally:
+                with self._cv:
+                    self.busy -= 1
+            if more:
+                try:
+                    self._notify(spine)
+                except RuntimeError:  # shut down meanwhile
+                    return
+
+
+_default: Optional[Merger] = None
+_default_lock = threading.Lock()
+
+
+def default_merger() -> Merger:
+    """The process-wide merger (``DBSP_MERGER_THREADS`` threads, default 1), created on demand."""
+    global _default
+    with _default_lock:
+        if _default is None or _default._stopping:
+            _default = Merger(int(os.environ.get("DBSP_MERGER_THREADS", "1")))
+        return _default
+
+
+def shutdown_default_merger(wait: bool = True) -> None:
+    global _default
+    with _default_lock:
+        m, _default = _default, None
+    if m is not None:
+        m.shutdown(wait)
+
+
+_spines: "weakref.WeakSet[Spine]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Threads do not survive fork: batches claimed by a parent's merge go back to their levels,
+    # locks are recreated (a parent thread may have held one at the fork).
+    global _default_lock
+    _default_lock = threading.Lock()
+    if _default is not None:
+        _default._init_state()
+    for sp in list(_spines):
+        sp._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# --- the spine --------------------------------------------------------------------------------
+
+class Spine:
+    """An LSM trace of :class:`OrdZSet` or :class:`OrdIndexedZSet` batches (see the module doc).
+
+    ``fanout``: batches per level before a merge (>= 2). ``max_loose``: batches that may wait
+    for a merge before ``insert`` blocks. ``max_merge``: most batches one merge combines.
+    ``background``: merge on the merger's threads (default) or in ``insert``. ``merger``: the
+    :class:`Merger` to use (default: the process-wide one).
+    """
+
+    _job_ids = itertools.count(1)
+
+    def __init__(self, fanout: int = 4, name: str = "trace", *, max_loose: int = 64,
+                 max_merge: int = 64, background: bool = True,
+                 merger: Optional[Merger] = None):
+        if fanout < 2:
+            raise ValueError("fanout must be at least 2")
+        if max_loose < 1:
+            raise ValueError("max_loose must be at least 1")
         self.fanout = fanout
         self.name = name
-        self._levels: dict[int, Batch] = {}
-        self._lock = threading.Lock()
-        self._proto: Optional[Batch] = None  # an empty batch of the right schema
+        self.max_loose = max_loose
+        self.max_merge = max(max_merge, 2)
+        self.background = background
+        self._merger = merger
+        self._own_merger = False
+        self._cv = threading.Condition(threading.Lock())
+        self._levels: dict[int, list[Batch]] = {}   # loose batches per level, oldest first
+        self._inflight: dict[int, _Job] = {}          # claimed by a running merge, still visible
+        self._snapshot: Optional[tuple[Batch, ...]] = None
+        self._consolidated: Optional[tuple[tuple, Optional[Batch]]] = None
+        self._epoch = 0
+        self._key_bound: Optional[KeyBound] = None
+        self._retain: Optional[RowFilter] = None
+        self._error: Optional[BaseException] = None
+        self._proto: Optional[Batch] = None
+        self.stats = MergeStats()
+        _spines.add(self)
+
+    def __repr__(self) -> str:
+        return (f"Spine({self.name!r}, {self.num_batches} batches, {len(self)} rows, "
+                f"fanout={self.fanout})")
 
     # -- writing --------------------------------------------------------------------------
     def insert(self, batch: Batch) -> None:
+        """Add a consolidated batch. Returns once it is filed; merging happens in the background
+        (blocks only while more than ``max_loose`` batches wait for the merger)."""
+        self._raise_error()
         if self._proto is None:
             self._proto = batch
-        if len(batch) == 0:
+        n = len(batch)
+        if n == 0:
             return
-        with self._lock:
-            b = batch
-            while True:
-                lvl = self._level(len(b))
-                other = self._levels.pop(lvl, None)
-                if other is None:
-                    self._levels[lvl] = b
-                    return
-                b = _merge([other, b])
-                if len(b) == 0:
-                    return
-
-    def _level(self, n: int) -> int:
-        return int(math.log(max(n, 1), self.fanout))
+        with self._cv:
+            self._levels.setdefault(_level(n, self.fanout), []).append(batch)
+            self._changed()
+            self.stats.inserts += 1
+            self.stats.rows_inserted += n
+            waiting = self._waiting()
+            self.stats.max_waiting = max(self.stats.max_waiting, waiting)
+        if not waiting:
+            return
+        if not self.background:
+            self._merge_in_foreground()
+            return
+        self._get_merger()._notify(self)
+        with self._cv:
+            if self._waiting() <= self.max_loose or self._error is not None:
+                return
+            t0 = time.perf_counter()
+            while self._waiting() > self.max_loose and self._error is None and self.background:
+                self._cv.wait()
+            self.stats.blocked_inserts += 1
+            self.stats.blocked_seconds += time.perf_counter() - t0
+        self._raise_error()
 
     def clear(self) -> None:
-        with self._lock:
+        """Drop every batch (merges in flight are discarded when they finish)."""
+        with self._cv:
             self._levels.clear()
+            self._inflight.clear()
+            self._epoch += 1
+            self._changed()
+            self._cv.notify_all()
+
+    def truncate_keys_below(self, bound: Union[KeyBound, Codes]) -> None:
+        """Forget every row whose key code is below ``bound`` (an int for u64 codes, bytes for var
+        codes, or a one-row code array). Readers stop seeing them now; merges free them. The bound
+        only rises: a lower bound than the current one is ignored."""
+        if isinstance(bound, np.ndarray):
+            bound = int(bound[0])
+        elif isinstance(bound, VarCodes):
+            bound = bound.row(0)
+        elif isinstance(bound, np.integer):
+            bound = int(bound)
+        with self._cv:
+            if self._key_bound is None or bound > self._key_bound:  # type: ignore[operator]
+                self._key_bound = bound
+                self._changed()
+
+    @property
+    def key_bound(self) -> Optional[KeyBound]:
+        return self._key_bound
+
+    def retain_values(self, keep: Optional[RowFilter]) -> None:
+        """Set the row filter merges apply: ``keep(batch)`` returns a bool mask over the batch's
+        value rows (rows of an :class:`OrdZSet`); rows where it is false are dropped when their
+        batch is next merged (lazily: readers may see them until then). ``None`` removes it."""
+        with self._cv:
+            self._retain = keep
+
+    # -- merging --------------------------------------------------------------------------
+    def _get_merger(self) -> Merger:
+        m = self._merger
+        if m is None or (m._stopping and not self._own_merger):
+            m = self._merger = default_merger()
+        return m
+
+    def _changed(self) -> None:
+        self._snapshot = None
+
+    def _waiting(self) -> int:
+        f = self.fanout
+        return sum(len(bs) for bs in self._levels.values() if len(bs) >= f)
+
+    def _pending_level(self) -> Optional[tuple[int, int]]:
+        """(cost, level) of the cheapest merge owed, under the lock."""
+        best = None
+        for lvl, bs in self._levels.items():
+            if len(bs) >= self.fanout:
+                cost = sum(len(b) for b in bs[:self.max_merge])
+                if best is None or cost < best[0]:
+                    best = (cost, lvl)
+        return best
+
+    def _peek_cost(self) -> Optional[int]:
+        with self._cv:
+            if self._error is not None or not self.background:
+                return None
+            p = self._pending_level()
+            return None if p is None else p[0]
+
+    def _claim(self, background: bool = True) -> Optional[_Job]:
+        with self._cv:
+            if self._error is not None or self.background != background:
+                return None
+            p = self._pending_level()
+            if p is None:
+                return None
+            bs = self._levels[p[1]]
+            inputs, rest = bs[:self.max_merge], bs[self.max_merge:]
+            if rest:
+                self._levels[p[1]] = rest
+            else:
+                del self._levels[p[1]]
+            job = _Job(next(Spine._job_ids), self._epoch, inputs)
+            self._inflight[job.id] = job
+            self._cv.notify_all()  # fewer batches wait: blocked inserts may go on
+            return job
+
+    def _run_job(self, job: _Job) -> bool:
+        """Merge a claimed job and swap its output in. True if the spine owes another merge."""
+        try:
+            with self._cv:
+                bound, keep = self._key_bound, self._retain
+            t0 = time.perf_counter()
+            out = self._merge(job.inputs, bound, keep)
+            dt = time.perf_counter() - t0
+        except BaseException as e:  # noqa: BLE001 - reported to the inserting thread
+            with self._cv:
+                self._error = e  # inputs stay in flight: still visible, the state is right
+                self._cv.notify_all()
+            return False
+        with self._cv:
+            if job.epoch == self._epoch and self._inflight.pop(job.id, None) is not None:
+                if out is not None and len(out):
+                    self._levels.setdefault(_level(len(out), self.fanout), []).append(out)
+                self._changed()
+                s = self.stats
+                s.merges += 1
+                s.batches_merged += len(job.inputs)
+                s.rows_in += job.rows
+                s.rows_out += len(out) if out is not None else 0
+                s.merge_seconds += dt
+            self._cv.notify_all()
+            return self.background and self._pending_level() is not None
+
+    @staticmethod
+    def _merge(inputs: Sequence[Batch], bound: Optional[KeyBound],
+               keep: Optional[RowFilter]) -> Optional[Batch]:
+        parts = []
+        for b in inputs:
+            b = _cut_below(b, bound)
+            if keep is not None and len(b):
+                b = b.filter_rows(keep(b))
+            if len(b):
+                parts.append(b)
+        if not parts:
+            return None
+        return merge_batches(parts) if len(parts) > 1 else parts[0]
+
+    def _merge_in_foreground(self) -> None:
+        while True:
+            job = self._claim(background=False)
+            if job is None:
+                return
+            self._run_job(job)
+            self._raise_error()
+
+    def wait_merges(self, timeout: Optional[float] = None) -> bool:
+        """Wait until no merge is owed or running. False on timeout; raises a merge failure."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while (self._inflight or self._pending_level() is not None) \
+                    and self._error is None and self.background:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cv.wait(left)
+        self._raise_error()
+        return True
+
+    def flush(self) -> tuple[Batch, ...]:
+        """Finish every owed merge (in the background, waiting for it) and return the snapshot."""
+        if not self.background:
+            self._merge_in_foreground()
+        self.wait_merges()
+        return self.batches()
+
+    def compact(self) -> Optional[Batch]:
+        """Merge everything into one batch now (applying the GC hooks); returns it (None if
+        empty). For checkpoints and tests: it costs a full merge."""
+        self.wait_merges()
+        with self._cv:
+            inputs = [b for bs in self._levels.values() for b in bs]
+            epoch, bound, keep = self._epoch, self._key_bound, self._retain
+        t0 = time.perf_counter()
+        out = self._merge(inputs, bound, keep) if inputs else None
+        dt = time.perf_counter() - t0
+        with self._cv:
+            current = [b for bs in self._levels.values() for b in bs]
+            if epoch == self._epoch and not self._inflight and len(current) == len(inputs) \
+                    and all(a is b for a, b in zip(current, inputs)):
+                self._levels.clear()
+                if out is not None and len(out):
+                    self._levels[_level(len(out), self.fanout)] = [out]
+                self._changed()
+                if len(inputs) > 1:
+                    self.stats.merges += 1
+                    self.stats.batches_merged += len(inputs)
+                    self.stats.rows_in += sum(len(b) for b in inputs)
+                    self.stats.rows_out += len(out) if out is not None else 0
+                    self.stats.merge_seconds += dt
+                return out
+        return self.compact()  # changed meanwhile: try again
+
+    def close(self) -> None:
+        """Stop merging in the background: wait for this spine's merges, detach it from the
+        merger (stopping the merger's thread if the spine owns it). The spine stays usable;
+        later inserts merge in the inserting thread."""
+        if self._merger is not None:
+            self._merger._forget(self)
+        with self._cv:
+            while self._inflight and self._error is None:
+                self._cv.wait()
+            self.background = False
+            self._cv.notify_all()
+        if self._merger is not None and self._own_merger:
+            self._merger.shutdown()
+
+    @classmethod
+    def with_own_thread(cls, *args, **kwargs) -> "Spine":
+        """A spine with a private one-thread merger (stopped by :meth:`close`)."""
+        sp = cls(*args, merger=Merger(1, name=f"dbsp-merger:{kwargs.get('name', 'trace')}"),
+                 **kwargs)
+        sp._own_merger = True
+        return sp
+
+    def _raise_error(self) -> None:
+        e = self._error
+        if e is not None:
+            raise SpineMergeError(f"a merge of spine {self.name!r} failed: {e!r}") from e
+
+    def _reset_after_fork(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        for job in self._inflight.values():
+            for b in job.inputs:
+                self._levels.setdefault(_level(len(b), self.fanout), []).append(b)
+        self._inflight.clear()
+        self._epoch += 1
 
     # -- reading --------------------------------------------------------------------------
     def batches(self) -> tuple[Batch, ...]:
-        """An immutable snapshot, largest (oldest) batch first."""
-        with self._lock:
-            return tuple(self._levels[k] for k in sorted(self._levels, reverse=True))
+        """An immutable snapshot of the state: the batches, largest first, cut to the key bound.
+        Merges finishing later do not change it."""
+        snap = self._snapshot
+        if snap is not None:
+            return snap
+        with self._cv:
+            return self._batches_locked()
+
+    def _batches_locked(self) -> tuple[Batch, ...]:
+        if self._snapshot is None:
+            raw = [b for bs in self._levels.values() for b in bs]
+            for job in self._inflight.values():
+                raw.extend(job.inputs)
+            raw.sort(key=len, reverse=True)
+            if self._key_bound is not None:
+                raw = [c for c in (_cut_below(b, self._key_bound) for b in raw) if len(c)]
+            self._snapshot = tuple(raw)
+        return self._snapshot
+
+    def cursor(self):
+        """A merging :class:`~dbsp.trace.cursor.SpineCursor` over the current snapshot."""
+        from .cursor import SpineCursor
+        return SpineCursor(self.batches())
 
     def __len__(self) -> int:
         """Rows stored, summed over batches (an upper bound on the consolidated size)."""
@@ -88,14 +627,60 @@ class Spine:
 
     @property
     def num_batches(self) -> int:
-        return len(self._levels)
+        return len(self.batches())
+
+    @property
+    def num_waiting(self) -> int:
+        """Batches waiting for a merge (the backpressure count)."""
+        with self._cv:
+            return self._waiting()
+
+    @property
+    def num_merging(self) -> int:
+        """Merges running now."""
+        with self._cv:
+            return len(self._inflight)
+
+    def level_sizes(self) -> dict[int, list[int]]:
+        """Rows of the loose batches per level (for inspection and the profile)."""
+        with self._cv:
+            return {lvl: [len(b) for b in bs] for lvl, bs in sorted(self._levels.items())}
 
     def consolidated(self) -> Optional[Batch]:
-        """All the state as one batch (None when empty)."""
+        """All the state as one batch (None when empty).
+
+        The merged result replaces the spine's batches when no merge is running, so calling this
+        every step (as ``integrate`` does) merges the new batches into one, not the whole state.
+        """
         bs = self.batches()
         if not bs:
             return None
-        return _merge(bs) if len(bs) > 1 else bs[0]
+        cached = self._consolidated
+        if cached is not None and cached[0] is bs:
+            return cached[1]
+        if len(bs) == 1:
+            out: Optional[Batch] = bs[0]
+        else:
+            t0 = time.perf_counter()
+            m = merge_batches(bs)
+            out = m if len(m) else None
+            dt = time.perf_counter() - t0
+            with self._cv:
+                if self._snapshot is bs and not self._inflight:
+                    self._levels.clear()
+                    if out is not None:
+                        self._levels[_level(len(out), self.fanout)] = [out]
+                    self._changed()
+                    s = self.stats
+                    s.merges += 1
+                    s.batches_merged += len(bs)
+                    s.rows_in += sum(len(b) for b in bs)
+                    s.rows_out += len(out) if out is not None else 0
+                    s.merge_seconds += dt
+                    self._consolidated = (self._batches_locked(), out)
+                    return out
+        self._consolidated = (bs, out)
+        return out
 
     def lookup(self, probe: Codes) -> Optional[OrdIndexedZSet]:
         """The consolidated rows of the sorted distinct key codes ``probe`` (indexed traces only).
@@ -103,10 +688,13 @@ class Spine:
         Keys absent from the trace (or whose rows cancel out) are missing from the result.
         Returns None when nothing matches.
         """
+        if len(probe) == 0:
+            return None
         parts = []
         for b in self.batches():
-            assert isinstance(b, OrdIndexedZSet)
-            ai, bi = K.intersect(probe, b.kcodes)
+            if not isinstance(b, OrdIndexedZSet):
+                raise TypeError("lookup needs an indexed trace (OrdIndexedZSet batches)")
+            _, bi = K.intersect(probe, b.kcodes)
             if len(bi):
                 parts.append(b.select_keys(bi))
         if not parts:
@@ -119,13 +707,12 @@ class Spine:
     def weights_of(self, codes: Codes) -> np.ndarray:
         """The total weight of each of the sorted distinct row codes (Z-set traces only)."""
         out = np.zeros(len(codes), np.int64)
+        if len(codes) == 0:
+            return out
         for b in self.batches():
-            assert isinstance(b, OrdZSet)
+            if not isinstance(b, OrdZSet):
+                raise TypeError("weights_of needs a Z-set trace (OrdZSet batches)")
             ai, bi = K.intersect(codes, b.codes)
             if len(ai):
                 out[ai] += b.weights[bi]
         return out
-
-
-__all__ = ["Spine", "Batch"]
-_ = (pa, take, concat_batches, ranges)
