@@ -494,11 +494,13 @@ def compare_results(
         et, at = exp_rows.schema.field(name).type, act_rows.schema.field(name).type
         if et != at:
             problems.append(f"column {name!r} has type {at}, expected {et}")
-    if problems:
-        try:
-            act_rows = act_rows.cast(exp_rows.schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            return problems + [f"cannot compare values: {exc}"]
+    # nullability is not part of the comparison: compare under one all-nullable schema
+    common = pa.schema([exp_rows.schema.field(n).with_nullable(True) for n in names])
+    exp_rows = exp_rows.select(names).cast(common)
+    try:
+        act_rows = act_rows.select(names).cast(common)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        return problems + [f"cannot compare values: {exc}"]
 
     zeros_e = pa.array(np.zeros(exp_rows.num_rows, dtype=np.int64))
     zeros_a = pa.array(np.zeros(act_rows.num_rows, dtype=np.int64))
