@@ -325,25 +325,40 @@ class LayerFile:
                              f"{s.name!r} in {self.path}")
 
     def _pieces(self, s: StreamInfo, i: int, j: int):
+        """Yield (buf, header, lo, hi) for the data blocks of rows [i, j), reading them in
+        groups small enough for the pool: a caller that copies each piece before taking the
+        next never holds more than one group of pins."""
         blocks = self._data_blocks(s, i, j)
-        bufs = self._read([(b[2], b[3]) for b in blocks])
-        out = []
-        for blk, buf in zip(blocks, bufs):
-            h = self._check_data(buf, s, blk)
-            lo = max(i, blk[0]) - blk[0]
-            hi = min(j, blk[0] + blk[1]) - blk[0]
-            out.append((buf, h, lo, hi))
-        return out
+        pool = getattr(self.backend, "pool", None)
+        group = max(1, min(64, pool.nslots // 4)) if pool is not None else 256
+        for g in range(0, len(blocks), group):
+            part = blocks[g:g + group]
+            bufs = self._read([(b[2], b[3]) for b in part])
+            for k, blk in enumerate(part):
+                buf = bufs[k]
+                bufs[k] = None
+                h = self._check_data(buf, s, blk)
+                lo = max(i, blk[0]) - blk[0]
+                hi = min(j, blk[0] + blk[1]) - blk[0]
+                yield buf, h, lo, hi
+                del buf
 
     def _fixed(self, s: StreamInfo, i: int, j: int, dtype) -> np.ndarray:
         self._check_range(s, i, j)
         if i == j:
             return np.empty(0, dtype=dtype)
-        parts = []
+        out = None
+        pos = 0
         for buf, h, lo, hi in self._pieces(s, i, j):
             a = np.frombuffer(buf, dtype=dtype, count=h.n, offset=HEADER_SIZE + h.bufs[2])
-            parts.append(a[lo:hi])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            if out is None and hi - lo == j - i:
+                return a[lo:hi]                   # one block: a view
+            if out is None:
+                out = np.empty(j - i, dtype=dtype)
+            out[pos:pos + hi - lo] = a[lo:hi]
+            pos += hi - lo
+            del a
+        return out
 
     def codes(self, i: int, j: int, layer: int = 0) -> Union[np.ndarray, VarCodes]:
         """Codes of rows [i, j): uint64 array or VarCodes (views when in one block)."""
@@ -357,17 +372,17 @@ class LayerFile:
         for buf, h, lo, hi in self._pieces(s, i, j):
             o = np.frombuffer(buf, dtype="<i8", count=h.n + 1, offset=HEADER_SIZE + h.bufs[1])
             d = np.frombuffer(buf, dtype=np.uint8, count=h.aux, offset=HEADER_SIZE + h.bufs[2])
-            parts.append((o[lo:hi + 1], d))
-        if len(parts) == 1:
-            return VarCodes(parts[0][0], parts[0][1])
+            if not parts and hi - lo == j - i:
+                return VarCodes(o[lo:hi + 1], d)          # one block: views
+            o = o[lo:hi + 1]
+            parts.append((o - o[0], d[o[0]:o[-1]].copy()))
+            del d
         offs = [np.zeros(1, dtype=np.int64)]
-        datas = []
         base = 0
         for o, d in parts:
-            datas.append(d[o[0]:o[-1]])
-            offs.append(o[1:] - o[0] + base)
-            base += int(o[-1] - o[0])
-        return VarCodes(np.concatenate(offs), np.concatenate(datas))
+            offs.append(o[1:] + base)
+            base += len(d)
+        return VarCodes(np.concatenate(offs), np.concatenate([d for _, d in parts]))
 
     def weights(self, i: int, j: int, layer: int = 0) -> np.ndarray:
         """int64 weights of rows [i, j)."""
@@ -381,7 +396,8 @@ class LayerFile:
     def column(self, col: Union[int, str], i: int, j: int, layer: int = 0,
                chunked: bool = False) -> Union[pa.Array, pa.ChunkedArray]:
         """Column ``col`` (index or name) of rows [i, j) as an Arrow array: zero-copy when the
-        range is in one block; ``chunked=True`` gives a zero-copy ChunkedArray in every case."""
+        range is in one block; ``chunked=True`` gives a zero-copy ChunkedArray in every case
+        (it pins every block of the range: keep such ranges well under the pool size)."""
         s = self._stream(layer, "column", col)
         self._check_range(s, i, j)
         t = s.arrow_type
@@ -400,7 +416,10 @@ class LayerFile:
             else:
                 vb = pb.slice(HEADER_SIZE + h.bufs[2], h.aux)
                 a = pa.Array.from_buffers(t, hi - lo, [validity, vb], offset=lo)
+            if not chunked and not (not arrs and hi - lo == j - i):
+                a = pa.concat_arrays([a])             # spans blocks: copy, unpin at once
             arrs.append(a)
+            del pb, buf, validity
         if chunked:
             return pa.chunked_array(arrs, type=t)
         return arrs[0] if len(arrs) == 1 else pa.concat_arrays(arrs)

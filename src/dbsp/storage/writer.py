@@ -537,6 +537,7 @@ class LayerFileWriter:
             raise ValueError("writer already finished")
         spec = self.layers[layer]
         st = self._layer_streams[layer]
+        new_last = None
         # codes
         if spec.code == "u64":
             c = np.ascontiguousarray(codes, dtype=np.uint64)
@@ -548,7 +549,7 @@ class LayerFileWriter:
                 if self._last_code[0] is not None and int(c[0]) < self._last_code[0]:
                     raise ValueError(f"layer 0 codes are not sorted across chunks: row "
                                      f"{st['codes'].rows}")
-                self._last_code[0] = int(c[-1])
+                new_last = int(c[-1])
         else:
             co, cd = (codes.offsets, codes.data) if hasattr(codes, "offsets") else codes
             co = np.ascontiguousarray(co, dtype=np.int64)
@@ -559,7 +560,7 @@ class LayerFileWriter:
                 if self._last_code[0] is not None and first < self._last_code[0]:
                     raise ValueError(f"layer 0 codes are not sorted across chunks: row "
                                      f"{st['codes'].rows}")
-                self._last_code[0] = cd[co[n - 1]:co[n]].tobytes()
+                new_last = cd[co[n - 1]:co[n]].tobytes()
         # validate the other parts before writing anything
         cols = []
         if spec.schema is not None:
@@ -602,9 +603,11 @@ class LayerFileWriter:
             if n and (o[0] < self._last_offset[layer] or
                       (n > 1 and not bool(np.all(o[1:] >= o[:-1])))):
                 raise ValueError(f"layer {layer} offsets decrease")
-            if n:
-                self._last_offset[layer] = int(o[-1])
-        # write
+        # everything is valid: now change state
+        if o is not None and n:
+            self._last_offset[layer] = int(o[-1])
+        if new_last is not None:
+            self._last_code[0] = new_last
         if spec.code == "u64":
             st["codes"].append_fixed(c.view("V8"), None)
             if layer == 0 and self.bloom_fpr is not None and n:

@@ -1,0 +1,73 @@
+"""Fixtures shared by the storage tests: every backend, small pools, layer-file builders."""
+from __future__ import annotations
+
+import decimal
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dbsp.storage.backend import available_backends, make_backend
+
+BACKENDS = ["mmap", "pread", "liburing", "uring"]
+
+
+def backend_or_skip(kind: str, **kw):
+    why = available_backends().get(kind)
+    if why:
+        pytest.skip(f"{kind} backend unavailable: {why}")
+    if kind == "mmap":
+        return make_backend("mmap")
+    kw.setdefault("budget", 4 << 20)
+    kw.setdefault("slot_size", 16384)
+    return make_backend(kind, **kw)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    be = backend_or_skip(request.param)
+    yield be
+    be.shutdown()
+
+
+ALL_TYPES = [
+    ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),
+    ("u8", pa.uint8()), ("u16", pa.uint16()), ("u32", pa.uint32()), ("u64", pa.uint64()),
+    ("f64", pa.float64()), ("b", pa.bool_()), ("d32", pa.date32()),
+    ("ts", pa.timestamp("us", tz="UTC")), ("dec", pa.decimal128(20, 3)),
+    ("s", pa.string()), ("bin", pa.binary()), ("ls", pa.large_string()),
+]
+
+
+def make_column(t: pa.DataType, n: int, rng: np.random.Generator, null_frac: float = 0.1):
+    """A random Arrow column of type t with about null_frac nulls."""
+    mask = rng.random(n) < null_frac if null_frac else np.zeros(n, dtype=bool)
+    if pa.types.is_boolean(t):
+        vals = rng.random(n) < 0.5
+        return pa.array(vals, type=t, mask=mask)
+    if pa.types.is_decimal(t):
+        v = rng.integers(-10**9, 10**9, n)
+        return pa.array([None if m else decimal.Decimal(int(x)).scaleb(-t.scale)
+                         for x, m in zip(v, mask)], type=t)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        lens = rng.integers(0, 40, n)
+        return pa.array([None if m else "é" * int(k % 3) + "x" * int(k)
+                         for k, m in zip(lens, mask)], type=t)
+    if pa.types.is_binary(t):
+        lens = rng.integers(0, 40, n)
+        return pa.array([None if m else bytes(rng.integers(0, 256, int(k), dtype=np.uint8))
+                         for k, m in zip(lens, mask)], type=t)
+    if pa.types.is_floating(t):
+        return pa.array(rng.standard_normal(n), type=t, mask=mask)
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        base = pa.int32() if pa.types.is_date32(t) else pa.int64()
+        return pa.array(rng.integers(0, 10**6, n), type=base, mask=mask).cast(t)
+    info = np.iinfo(t.to_pandas_dtype())
+    v = rng.integers(info.min, info.max, n, dtype=t.to_pandas_dtype(), endpoint=True)
+    return pa.array(v, type=t, mask=mask)
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    return str(tmp_path)

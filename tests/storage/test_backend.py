@@ -1,0 +1,90 @@
+"""Backend selection and behaviour (``src/dbsp/storage/backend.py``)."""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from dbsp.storage.backend import available_backends, make_backend
+from dbsp.storage.reader import LayerFile
+from dbsp.storage.writer import LayerFileWriter, LayerSpec
+
+from storage_helpers import backend_or_skip
+
+
+def test_auto_picks_the_best_available():
+    av = available_backends()
+    be = make_backend("auto", budget=1 << 20)
+    expected = next(k for k in ("uring", "liburing", "pread") if av[k] is None)
+    assert be.name == expected
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("floppy")
+
+
+@pytest.fixture
+def file_u64(tmp_path):
+    p = str(tmp_path / "f.layer")
+    n = 300_000
+    with LayerFileWriter(p, LayerSpec("u64", None, True), durable=False) as w:
+        w.append(np.arange(n, dtype=np.uint64), weights=np.arange(n, dtype=np.int64))
+    return p, n
+
+
+@pytest.mark.parametrize("kind", ["pread", "liburing", "uring"])
+def test_direct_io_and_duplicate_extents(kind, file_u64):
+    p, n = file_u64
+    be = backend_or_skip(kind, direct=True, slot_size=65536, budget=4 << 20)
+    with LayerFile(p, be) as f:
+        assert np.array_equal(f.codes(0, n), np.arange(n, dtype=np.uint64))
+        ext = [(0, 65536), (65536, 65536), (0, 65536)]
+        bufs = f._fh.read(ext)
+        assert bytes(memoryview(bufs[0])) == bytes(memoryview(bufs[2]))
+        del bufs
+        assert be.pool.stats()["pinned"] == 0
+    be.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["pread", "uring", "liburing", "mmap"])
+def test_threads_read_concurrently(kind, file_u64):
+    p, n = file_u64
+    be = backend_or_skip(kind, slot_size=65536, budget=1 << 20)   # 16 slots: lots of eviction
+    f = LayerFile(p, be)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(60):
+                i = int(rng.integers(0, n - 1000))
+                assert np.array_equal(f.weights(i, i + 1000), np.arange(i, i + 1000))
+                assert f.lower_bound(i + 0.5 if False else i) == i
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+    ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    f.close()
+    be.shutdown()
+    assert not errors, errors[0]
+
+
+def test_small_pool_reads_large_ranges_and_names_itself_when_pinned(file_u64):
+    from dbsp._native.slab_pool import PoolExhaustedError
+    p, n = file_u64
+    be = backend_or_skip("pread", slot_size=65536, budget=2 * 65536)
+    with LayerFile(p, be) as f:
+        # a range far larger than the pool is read group by group (copied)
+        assert np.array_equal(f.codes(0, n), np.arange(n, dtype=np.uint64))
+        assert be.pool.stats()["pinned"] == 0
+        # zero-copy views pin their blocks: with both slots pinned, the next read fails
+        j = f.boundary(0)
+        v1 = f.codes(0, j)
+        v2 = f.codes(j, f.boundary(j))
+        with pytest.raises(PoolExhaustedError, match="2 slots"):
+            f.codes(n - 10, n)
+        del v1, v2
+        assert np.array_equal(f.codes(n - 10, n), np.arange(n - 10, n, dtype=np.uint64))

@@ -1,0 +1,60 @@
+"""Native block kernels: CRC-32C against the crc32c package, Bloom filter, var seek.
+
+Mirrors ``src/_native/block.pyx`` (and the CRC in ``src/_native/storage_types.pxd``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dbsp._native import block
+
+crc32c = pytest.importorskip("crc32c")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=30000), st.integers(0, 2**32 - 1))
+def test_crc32c_matches_the_package(data, start):
+    assert block.crc32c(data) == crc32c.crc32c(data)
+    assert block.crc32c(data, start) == crc32c.crc32c(data, start)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 767, 768, 24575, 24576, 24577, 65536 - 8, 1 << 20])
+def test_crc32c_block_sizes_and_misalignment(n):
+    b = np.random.default_rng(n).integers(0, 256, n + 3, dtype=np.uint8).tobytes()
+    for off in range(3):
+        assert block.crc32c(b[off:off + n]) == crc32c.crc32c(b[off:off + n])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=500, unique=True), st.integers(1, 16))
+def test_bloom_has_no_false_negatives(keys, k):
+    words = np.zeros(8 * max(1, len(keys) // 20 + 1), dtype=np.uint64)
+    h = block.hash_u64(np.array(keys, dtype=np.uint64), 12345)
+    block.bloom_add(words, k, h)
+    assert block.bloom_query(words, k, h).all()
+    assert all(block.bloom_query_one(words, k, int(x)) for x in h)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=12), max_size=60), st.binary(max_size=12), st.data())
+def test_var_lower_bound(rows, probe, data):
+    rows = sorted(rows)
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    offs = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    d = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    lo = data.draw(st.integers(0, len(rows)))
+    hi = data.draw(st.integers(lo, len(rows)))
+    exp = lo + sum(1 for r in rows[lo:hi] if r < probe)
+    assert block.var_lower_bound(offs, d, lo, hi, probe) == exp
+
+
+def test_hash_var_matches_single():
+    rows = [b"", b"a", b"abcdefgh", b"abcdefghi" * 3]
+    offs = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+    d = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    h = block.hash_var(offs, d, 7)
+    assert [block.hash_one_bytes(r, 7) for r in rows] == list(h)
+    assert len(set(h.tolist())) == 4

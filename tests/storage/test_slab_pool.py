@@ -1,0 +1,299 @@
+"""Slab pool: pinning, exhaustion, statistics against reference models of each policy.
+
+Mirrors ``src/_native/slab_pool.pyx``."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dbsp._native.slab_pool import HIT, LOADING, RESERVED, PoolExhaustedError, SlabPool
+
+SLOT = 4096
+
+
+class S3FifoModel:
+    """S3-FIFO exactly as the pool runs it (Yang et al. SOSP'23, freq > 1 to promote)."""
+
+    def __init__(self, n, small_fraction=0.1):
+        self.n = n
+        self.small_target = max(1, int(n * small_fraction))
+        self.gcap = max(1, n - self.small_target)
+        self.S: OrderedDict = OrderedDict()   # last item = head (newest)
+        self.M: OrderedDict = OrderedDict()
+        self.freq: dict = {}
+        self.ring = [None] * self.gcap
+        self.gpos = 0
+        self.ghost: dict = {}
+        self.hits = self.misses = self.evictions = 0
+
+    def _ghost_add(self, k):
+        old = self.ring[self.gpos]
+        if old is not None:
+            del self.ghost[old]
+        self.ring[self.gpos] = k
+        self.ghost[k] = self.gpos
+        self.gpos = (self.gpos + 1) % self.gcap
+
+    def _evict(self):
+        while True:
+            if self.S and (len(self.S) >= self.small_target or not self.M):
+                t, _ = self.S.popitem(last=False)
+                if self.freq[t] > 1:
+                    self.M[t] = None
+                    self.freq[t] = 0
+                    continue
+                self._ghost_add(t)
+            else:
+                t = next(iter(self.M))
+                if self.freq[t] > 0:
+                    self.freq[t] -= 1
+                    self.M.move_to_end(t)
+                    continue
+                del self.M[t]
+            del self.freq[t]
+            self.evictions += 1
+            return
+
+    def access(self, k):
+        if k in self.freq:
+            self.freq[k] = min(self.freq[k] + 1, 3)
+            self.hits += 1
+            return
+        self.misses += 1
+        if len(self.freq) >= self.n:
+            self._evict()
+        self.freq[k] = 0
+        if k in self.ghost:
+            g = self.ghost.pop(k)
+            self.ring[g] = None
+            self.M[k] = None
+        else:
+            self.S[k] = None
+
+    def resident(self):
+        return sorted(self.freq)
+
+
+class LruModel:
+    def __init__(self, n):
+        self.n, self.d = n, OrderedDict()
+        self.hits = self.misses = self.evictions = 0
+
+    def access(self, k):
+        if k in self.d:
+            self.d.move_to_end(k)
+            self.hits += 1
+            return
+        self.misses += 1
+        if len(self.d) >= self.n:
+            self.d.popitem(last=False)
+            self.evictions += 1
+        self.d[k] = None
+
+    def resident(self):
+        return sorted(self.d)
+
+
+class ClockModel:
+    """CLOCK over slot numbers: free slots are handed out from the highest number down (the
+    pool's free list), the hand starts at slot 0."""
+
+    def __init__(self, n):
+        self.n = n
+        self.slot_of: dict = {}
+        self.key = [None] * n
+        self.ref = [0] * n
+        self.free = list(range(n))        # pop() -> n-1 first
+        self.hand = 0
+        self.hits = self.misses = self.evictions = 0
+
+    def access(self, k):
+        if k in self.slot_of:
+            self.ref[self.slot_of[k]] = 1
+            self.hits += 1
+            return
+        self.misses += 1
+        if self.free:
+            s = self.free.pop()
+        else:
+            while True:
+                s = self.hand
+                self.hand = (self.hand + 1) % self.n
+                if self.ref[s]:
+                    self.ref[s] = 0
+                    continue
+                break
+            del self.slot_of[self.key[s]]
+            self.evictions += 1
+        self.key[s] = k
+        self.ref[s] = 0
+        self.slot_of[k] = s
+
+    def resident(self):
+        return sorted(self.slot_of)
+
+
+MODELS = {"s3fifo": S3FifoModel, "lru": LruModel, "clock": ClockModel}
+
+
+@pytest.mark.parametrize("policy", sorted(MODELS))
+@settings(max_examples=40, deadline=None)
+@given(nslots=st.integers(1, 40), trace=st.lists(st.integers(0, 60), max_size=400),
+       file_split=st.booleans())
+def test_statistics_match_the_model(policy, nslots, trace, file_split):
+    pool = SlabPool(nslots * SLOT, SLOT, policy)
+    model = MODELS[policy](nslots)
+    files = np.array([1 + (k % 2 if file_split else 0) for k in trace], dtype=np.uint64)
+    blocks = np.array(trace, dtype=np.uint64)
+    hits = pool.simulate(files, blocks)
+    for f, b in zip(files, blocks):
+        model.access((int(f), int(b)))
+    s = pool.stats()
+    assert (hits, s["hits"], s["misses"], s["evictions"]) == \
+        (model.hits, model.hits, model.misses, model.evictions)
+    assert pool.resident() == model.resident()
+    assert s["used"] == len(model.resident())
+
+
+@pytest.mark.parametrize("policy", ["s3fifo", "clock", "lru"])
+def test_pinned_blocks_are_never_evicted(policy):
+    pool = SlabPool(8 * SLOT, SLOT, policy)
+    f = pool.register_file()
+    held = []
+    for b in range(5):
+        st_, slot = pool.acquire(f, b)
+        assert st_ == RESERVED
+        mv = pool.slot_view(slot)
+        mv[:8] = b.to_bytes(8, "little")
+        mv.release()
+        held.append(pool.complete(slot, SLOT))
+    rng = np.random.default_rng(0)
+    for b in rng.integers(100, 10_000, 5000):
+        st_, x = pool.acquire(f, int(b))
+        if st_ == RESERVED:
+            pool.complete(x, SLOT)      # dropped at once: unpinned
+        del x                           # a hit's BlockRef: unpin
+        assert pool.stats()["pinned"] == 5
+    for b, ref in enumerate(held):
+        assert pool.contains(f, b)
+        assert int.from_bytes(bytes(memoryview(ref)[:8]), "little") == b
+    # views made from a ref keep the pin after the ref object itself is gone
+    arr = np.frombuffer(held[0], dtype=np.uint8)
+    del held, ref
+    assert pool.pinned() == [(f, 0)]
+    del arr
+    assert pool.pinned() == []
+
+
+def test_all_pinned_raises_naming_the_pool_size():
+    pool = SlabPool(3 * SLOT, SLOT)
+    f = pool.register_file()
+    refs = [pool.complete(pool.acquire(f, b)[1], SLOT) for b in range(3)]
+    with pytest.raises(PoolExhaustedError, match=r"all 3 slots of 4 KiB"):
+        pool.acquire(f, 99)
+    with pytest.raises(PoolExhaustedError):
+        pool.acquire_many(f, np.array([7, 8], dtype=np.uint64))
+    assert pool.stats()["pinned"] == 3      # a failed acquire_many undoes its pins
+    del refs[0]
+    st_, slot = pool.acquire(f, 99)
+    assert st_ == RESERVED
+
+
+def test_acquire_many_wait_and_fail():
+    pool = SlabPool(16 * SLOT, SLOT)
+    f = pool.register_file()
+    refs, status, slots = pool.acquire_many(f, np.array([1, 2, 1], dtype=np.uint64))
+    assert list(status) == [RESERVED, RESERVED, LOADING]
+    done = []
+
+    def waiter():
+        done.append(pool.wait(f, 1, int(slots[2])))
+    t = threading.Thread(target=waiter)
+    t.start()
+    r1 = pool.complete(int(slots[0]), 100)
+    t.join(5)
+    assert done and done[0] is not None and len(done[0]) == 100
+    pool.fail(int(slots[1]))
+    assert not pool.contains(f, 2)
+    assert pool.stats()["failed"] == 1
+    st_, ref = pool.acquire(f, 1)
+    assert st_ == HIT and ref.slot == r1.slot
+
+
+def test_release_and_exports():
+    pool = SlabPool(4 * SLOT, SLOT)
+    f = pool.register_file()
+    ref = pool.complete(pool.acquire(f, 0)[1], 10)
+    mv = memoryview(ref)
+    with pytest.raises(BufferError):
+        ref.release()
+    mv.release()
+    ref.release()
+    assert pool.stats()["pinned"] == 0
+    with pytest.raises(BufferError):
+        memoryview(ref)
+    a = np.frombuffer(pool.lookup(f, 0), np.uint8)      # views are read-only
+    with pytest.raises(ValueError, match="read-only"):
+        a[0] = 1
+
+
+def test_drop_file_frees_unpinned_and_orphans_pinned():
+    pool = SlabPool(8 * SLOT, SLOT)
+    f, g = pool.register_file(), pool.register_file()
+    keep = pool.complete(pool.acquire(f, 1)[1], SLOT)
+    pool.complete(pool.acquire(f, 2)[1], SLOT)
+    pool.complete(pool.acquire(g, 2)[1], SLOT)
+    assert pool.drop_file(f) == 2
+    assert pool.resident() == [(g, 2)]
+    assert pool.stats()["used"] == 2        # the pinned orphan still holds its slot
+    del keep
+    assert pool.stats()["used"] == 1
+
+
+def test_threads_share_the_pool():
+    pool = SlabPool(64 * SLOT, SLOT)
+    f = pool.register_file()
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for b in rng.integers(0, 200, 3000):
+                st_, x = pool.acquire(f, int(b))
+                if st_ == RESERVED:
+                    mv = pool.slot_view(x)
+                    mv[:8] = int(b).to_bytes(8, "little")
+                    mv.release()
+                    x = pool.complete(x, SLOT)
+                elif st_ == LOADING:
+                    x = pool.wait(f, int(b), x)
+                    if x is None:
+                        continue
+                assert int.from_bytes(bytes(memoryview(x)[:8]), "little") == b
+        except Exception as e:   # pragma: no cover - reported below
+            errors.append(e)
+    ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    s = pool.stats()
+    assert s["pinned"] == 0 and s["hits"] + s["misses"] >= 12000 - s["waits"]
+
+
+def test_budget_and_validation():
+    p = SlabPool(10 * 65536 + 5, 65536)
+    assert len(p) == 10 and p.budget == 10 * 65536
+    with pytest.raises(ValueError, match="smaller than one slot"):
+        SlabPool(100, 4096)
+    with pytest.raises(ValueError, match="multiple of 4096"):
+        SlabPool(1 << 20, 1000)
+    with pytest.raises(ValueError, match="policy"):
+        SlabPool(1 << 20, 4096, "random")
+    assert p.address(0) % 4096 == 0 and p.address(1) - p.address(0) == 65536
