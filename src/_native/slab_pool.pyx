@@ -135,6 +135,10 @@ cdef class SlabPool:
         Eviction policy.
     small_fraction : float
         s3fifo only: the share of slots for the small FIFO (0.1 in the paper).
+    hugepages : bool
+        ``madvise(MADV_HUGEPAGE)`` on the slab (best effort).
+    populate : bool
+        Touch the whole slab now (commits the budget; first reads run at full speed).
     """
 
     cdef readonly Py_ssize_t slot_size
@@ -182,7 +186,7 @@ cdef class SlabPool:
     cdef bint ready
 
     def __cinit__(self, Py_ssize_t budget, Py_ssize_t slot_size=65536, str policy="s3fifo",
-                  double small_fraction=0.1, bint hugepages=True):
+                  double small_fraction=0.1, bint hugepages=True, bint populate=False):
         cdef Py_ssize_t n, i
         self.ready = False
         if slot_size <= 0 or slot_size % 4096:
@@ -209,6 +213,10 @@ cdef class SlabPool:
         self.base = <char *>p
         if hugepages:
             madvise(p, self.map_len, MADV_HUGEPAGE)   # best effort
+        if populate:
+            # fault every page in now (commits the whole budget): the first reads into a
+            # fresh slab otherwise pay the page faults (~2.5x slower cold reads, measured)
+            memset(p, 0, self.map_len)
         self.sfile = <uint64_t *>calloc(n, sizeof(uint64_t))
         self.sblock = <uint64_t *>calloc(n, sizeof(uint64_t))
         self.shash = <uint64_t *>calloc(n, sizeof(uint64_t))

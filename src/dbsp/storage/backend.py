@@ -215,26 +215,23 @@ class MmapBackend(Backend):
 
 # --------------------------------------------------------------------------- pooled backends
 
-class _Miss:
-    __slots__ = ("i", "offset", "extent", "slot")
-
-    def __init__(self, i, offset, extent, slot):
-        self.i, self.offset, self.extent, self.slot = i, offset, extent, slot
-
-
 class _PooledBackend(Backend):
     """Shared logic of the backends that read into slab pool slots."""
 
     def __init__(self, pool=None, *, budget: int = 256 << 20, slot_size: int = 65536,
-                 policy: str = "s3fifo", direct: bool = False, queue_depth: Optional[int] = None):
+                 policy: str = "s3fifo", direct: bool = False, queue_depth: Optional[int] = None,
+                 populate: bool = False):
         from dbsp._native.slab_pool import SlabPool
-        self.pool = pool if pool is not None else SlabPool(budget, slot_size, policy)
+        self.pool = pool if pool is not None else SlabPool(budget, slot_size, policy,
+                                                           populate=populate)
         self.slot_size = self.pool.slot_size
         self.direct = direct
         self.queue_depth = queue_depth
         self._prefetch_q: Optional[queue.Queue] = None
         self._prefetch_thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+        self._slab = memoryview(self.pool)      # the whole slab, writable (for loaders)
+        self._slab_np = np.frombuffer(self.pool, dtype=np.uint8)
         self.big_reads = 0
 
     def _qd(self, extent: int) -> int:
@@ -261,9 +258,10 @@ class _PooledBackend(Backend):
         self.pool.drop_file(fh.file_id)
         os.close(fh.fd)
 
-    # subclasses: read each miss into its slot; return one result per miss (bytes read, or
-    # -errno, or uring.VERIFY_FAILED - reason), verifying in native code when they can
-    def _load(self, fh, misses: list) -> tuple[list, bool]:
+    # subclasses: read block k (file offset offs[k], lens[k] bytes) into slot slots[k]; return
+    # (results, verified): bytes read, -errno, or uring.VERIFY_FAILED - reason per block, and
+    # whether the checksums were already checked (natively)
+    def _load(self, fh, offs, lens, slots) -> tuple:
         raise NotImplementedError
 
     def _read_big(self, fh, off: int, ln: int):
@@ -286,49 +284,52 @@ class _PooledBackend(Backend):
         return buf
 
     def read_blocks(self, fh, extents):
-        extents = list(extents)
-        n = len(extents)
+        ext = np.asarray(extents, dtype=np.int64).reshape(-1, 2)
+        n = len(ext)
         out: list = [None] * n
-        small = []
-        for i, (off, ln) in enumerate(extents):
-            if off % 4096 or ln % 4096 or ln <= 0:
-                raise ValueError(f"block extent ({off}, {ln}) is not 4 KiB aligned")
-            if off + ln > fh.size:
-                raise CorruptBlockError(fh.path, off, f"block [{off}, {off + ln}) lies beyond "
-                                        f"the end of the file ({fh.size} B)")
-            if ln > self.slot_size:
-                out[i] = self._read_big(fh, off, ln)
-            else:
-                small.append(i)
-        if small:
-            self._read_pooled(fh, extents, small, out)
+        if n == 0:
+            return out
+        offs, lens = ext[:, 0], ext[:, 1]
+        if bool(np.any((offs % 4096) | (lens % 4096))) or bool(np.any(lens <= 0)):
+            k = int(np.flatnonzero((offs % 4096) | (lens % 4096) | (lens <= 0))[0])
+            raise ValueError(f"block extent ({offs[k]}, {lens[k]}) is not 4 KiB aligned")
+        past = offs + lens > fh.size
+        if bool(past.any()):
+            k = int(np.flatnonzero(past)[0])
+            raise CorruptBlockError(fh.path, int(offs[k]), f"block [{offs[k]}, "
+                                    f"{offs[k] + lens[k]}) lies beyond the end of the file "
+                                    f"({fh.size} B)")
+        big = lens > self.slot_size
+        if bool(big.any()):
+            for k in np.flatnonzero(big):
+                out[k] = self._read_big(fh, int(offs[k]), int(lens[k]))
+            small = np.flatnonzero(~big)
+        else:
+            small = np.arange(n)
+        if len(small):
+            self._read_pooled(fh, offs, lens, small, out)
         return out
 
-    def _read_pooled(self, fh, extents, idx: list, out: list):
+    def _read_pooled(self, fh, offs, lens, idx, out: list):
         pool = self.pool
         todo = idx
         error = None
         for _attempt in range(8):
-            blocks = np.fromiter((extents[i][0] >> 12 for i in todo), dtype=np.uint64,
-                                 count=len(todo))
-            refs, status, slots = pool.acquire_many(fh.file_id, blocks)
-            misses = []
-            waits = []
-            for k, i in enumerate(todo):
-                st = status[k]
-                if st == 0:
-                    out[i] = refs[k]
-                elif st == 1:
-                    misses.append(_Miss(i, extents[i][0], extents[i][1], int(slots[k])))
-                else:
-                    waits.append((i, int(slots[k])))
-            if misses:
-                err = self._finish_misses(fh, misses, out)
+            t_offs = offs[todo]
+            refs, status, slots = pool.acquire_many(fh.file_id, (t_offs >> 12).astype(np.uint64))
+            hit = np.flatnonzero(status == 0)
+            for k in hit.tolist():
+                out[todo[k]] = refs[k]
+            miss = np.flatnonzero(status == 1)
+            if len(miss):
+                err = self._finish_misses(fh, t_offs[miss], lens[todo[miss]], slots[miss],
+                                          todo[miss], out)
                 if err is not None and error is None:
                     error = err
             retry = []
-            for i, slot in waits:
-                r = pool.wait(fh.file_id, extents[i][0] >> 12, slot)
+            for k in np.flatnonzero(status == 2).tolist():
+                i = int(todo[k])
+                r = pool.wait(fh.file_id, int(offs[i]) >> 12, int(slots[k]))
                 if r is None:
                     retry.append(i)
                 else:
@@ -337,52 +338,68 @@ class _PooledBackend(Backend):
                 raise error
             if not retry:
                 return
-            todo = retry
-        raise OSError(f"{fh.path}: could not load blocks {[extents[i] for i in todo]}")
+            todo = np.array(retry, dtype=np.int64)
+        raise OSError(f"{fh.path}: could not load blocks at offsets {offs[todo].tolist()}")
 
-    def _finish_misses(self, fh, misses, out):
-        """Read, verify, decompress and publish the misses; returns the first error."""
+    def _finish_misses(self, fh, m_offs, m_lens, m_slots, m_idx, out):
+        """Read, verify, decompress and publish reserved slots; returns the first error."""
         pool = self.pool
         try:
-            results, verified = self._load(fh, misses)
+            results, verified = self._load(fh, m_offs, m_lens, m_slots)
         except BaseException:
-            for m in misses:
-                pool.fail(m.slot)
+            for s_ in m_slots.tolist():
+                pool.fail(s_)
             raise
+        results = np.asarray(results, dtype=np.int64)
+        ss = self.slot_size
+        good = results >= m_lens
+        lengths = m_lens.copy()
+        if not verified:
+            slow = np.arange(len(results))
+        else:
+            # the slow path: failures and lz4 blocks (flag byte 9 of the header)
+            flag = self._slab_np[m_slots.astype(np.int64) * ss + 9] & F.FLAG_LZ4
+            slow = np.flatnonzero(~good | (flag != 0))
         error = None
-        for m, res in zip(misses, results):
+        failed = np.zeros(len(results), dtype=bool)
+        for k in slow.tolist():
+            off, ext, slot, res = int(m_offs[k]), int(m_lens[k]), int(m_slots[k]), int(results[k])
             err = None
             if res < 0:
                 if res <= -1000:
-                    err = CorruptBlockError(fh.path, m.offset, F.verify_reason(-1000 - res))
+                    err = CorruptBlockError(fh.path, off, F.verify_reason(-1000 - res))
                 else:
-                    err = OSError(-res, f"{fh.path}: read of block at offset {m.offset} "
-                                        f"failed: {os.strerror(-res)}")
-            elif res < m.extent:
-                err = CorruptBlockError(fh.path, m.offset, "short read: file truncated?")
-            length = m.extent
-            if err is None:
-                view = pool.slot_view(m.slot)
+                    err = OSError(-res, f"{fh.path}: read of block at offset {off} failed: "
+                                        f"{os.strerror(-res)}")
+            elif res < ext:
+                err = CorruptBlockError(fh.path, off, "short read: file truncated?")
+            else:
+                view = self._slab[slot * ss:(slot + 1) * ss]
                 try:
                     if not verified:
-                        F.verify_block(view[:m.extent], m.extent, fh.path, m.offset)
+                        F.verify_block(view[:ext], ext, fh.path, off)
                     if view[9] & F.FLAG_LZ4:
-                        h, raw = _decompress(view[:m.extent], fh.path, m.offset)
-                        if HEADER_SIZE + h.raw > self.slot_size:
-                            raise CorruptBlockError(fh.path, m.offset,
+                        h, raw = _decompress(view[:ext], fh.path, off)
+                        if HEADER_SIZE + h.raw > ss:
+                            raise CorruptBlockError(fh.path, off,
                                                     "decompressed block exceeds the slot size")
                         view[HEADER_SIZE:HEADER_SIZE + h.raw] = raw
-                        length = HEADER_SIZE + h.raw
+                        lengths[k] = HEADER_SIZE + h.raw
                 except CorruptBlockError as e:
                     err = e
                 finally:
                     view.release()
-            if err is None:
-                out[m.i] = pool.complete(m.slot, length)
-            else:
-                pool.fail(m.slot)
+            if err is not None:
+                failed[k] = True
+                pool.fail(slot)
                 if error is None:
                     error = err
+        ok = np.flatnonzero(~failed)
+        if len(ok):
+            refs = pool.complete_many(m_slots[ok].astype(np.int32),
+                                      lengths[ok].astype(np.uint32))
+            for i, r in zip(m_idx[ok].tolist(), refs):
+                out[i] = r
         return error
 
     # -- prefetch: a background thread loads blocks into the pool ----------------------------
@@ -444,20 +461,19 @@ class PreadBackend(_PooledBackend):
         super().__init__(pool, **kw)
         self.threads = threads
         self._exec: Optional[ThreadPoolExecutor] = None
-        self._slab = memoryview(self.pool)
 
-    def _read_some(self, fd: int, misses: list) -> list:
+    def _read_some(self, fd: int, jobs: list) -> list:
         from dbsp._native import block as _nb
         slab = self._slab
         ss = self.slot_size
         res = []
-        for m in misses:
-            base = m.slot * ss
+        for off, ext, slot in jobs:
+            base = slot * ss
             got = 0
             r = 0
-            while got < m.extent:
+            while got < ext:
                 try:
-                    n = os.preadv(fd, [slab[base + got:base + m.extent]], m.offset + got)
+                    n = os.preadv(fd, [slab[base + got:base + ext]], off + got)
                 except InterruptedError:
                     continue
                 except OSError as e:
@@ -468,27 +484,26 @@ class PreadBackend(_PooledBackend):
                 got += n
             if r == 0:
                 r = got
-                if got == m.extent:
-                    code = _nb.verify_block(slab[base:base + m.extent], m.extent)
+                if got == ext:
+                    code = _nb.verify_block(slab[base:base + ext], ext)
                     if code:
                         r = -1000 - code
             res.append(r)
         return res
 
-    def _load(self, fh, misses):
-        if len(misses) <= 2 or self.threads <= 1:
-            return self._read_some(fh.fd, misses), True
+    def _load(self, fh, offs, lens, slots):
+        jobs = list(zip(offs.tolist(), lens.tolist(), slots.tolist()))
+        if len(jobs) <= 2 or self.threads <= 1:
+            return self._read_some(fh.fd, jobs), True
         if self._exec is None:
             with self._lock:
                 if self._exec is None:
                     self._exec = ThreadPoolExecutor(self.threads, thread_name_prefix="dbsp-pread")
-        t = min(self.threads, len(misses))
-        parts = [misses[k::t] for k in range(t)]
-        futs = [self._exec.submit(self._read_some, fh.fd, p) for p in parts]
-        res = [0] * len(misses)
+        t = min(self.threads, len(jobs))
+        futs = [self._exec.submit(self._read_some, fh.fd, jobs[k::t]) for k in range(t)]
+        res = [0] * len(jobs)
         for k, f in enumerate(futs):
-            for j, r in enumerate(f.result()):
-                res[k + j * t] = r
+            res[k::t] = f.result()
         return res, True
 
     def shutdown(self):
@@ -510,7 +525,6 @@ class LiburingBackend(_PooledBackend):
         self._tls = threading.local()
         self._iov: dict = {}
         self._iov_lock = threading.Lock()
-        self._slab = memoryview(self.pool)
 
     def _ring(self):
         r = getattr(self._tls, "ring", None)
@@ -536,11 +550,12 @@ class LiburingBackend(_PooledBackend):
                     iov = self._iov[slot] = liburing.Iovec([self._slab[slot * ss:(slot + 1) * ss]])
         return iov
 
-    def _load(self, fh, misses):
+    def _load(self, fh, offs, lens, slots):
         import liburing
         ring, efd, cqe = self._ring()
-        res = [0] * len(misses)
-        n = len(misses)
+        offs_l, lens_l, slots_l = offs.tolist(), lens.tolist(), slots.tolist()
+        n = len(offs_l)
+        res = [0] * n
         nxt = 0
         inflight = 0
         done = 0
@@ -549,8 +564,7 @@ class LiburingBackend(_PooledBackend):
                 sqe = liburing.io_uring_get_sqe(ring)
                 if sqe is None:
                     break
-                m = misses[nxt]
-                liburing.io_uring_prep_readv(sqe, fh.fd, self._iovec(m.slot), m.offset)
+                liburing.io_uring_prep_readv(sqe, fh.fd, self._iovec(slots_l[nxt]), offs_l[nxt])
                 sqe.user_data = nxt
                 nxt += 1
                 inflight += 1
@@ -579,10 +593,9 @@ class LiburingBackend(_PooledBackend):
                     r = -(e.errno or 5)
                 liburing.io_uring_cqe_seen(ring, c)
                 inflight -= 1
-                m = misses[k]
-                if 0 <= r < m.extent and r > 0:
-                    # short read (end of file inside the slot is fine past the extent)
-                    r = self._finish_short(fh, m, r)
+                if 0 < r < lens_l[k]:
+                    # short read (reading the whole slot may stop at the end of the file)
+                    r = self._finish_short(fh, offs_l[k], lens_l[k], slots_l[k], r)
                 res[k] = r
                 done += 1
                 try:
@@ -591,11 +604,10 @@ class LiburingBackend(_PooledBackend):
                     break
         return res, False
 
-    def _finish_short(self, fh, m, got):
-        ss = self.slot_size
-        base = m.slot * ss
-        while got < m.extent:
-            n = os.preadv(fh.fd, [self._slab[base + got:base + m.extent]], m.offset + got)
+    def _finish_short(self, fh, off, ext, slot, got):
+        base = slot * self.slot_size
+        while got < ext:
+            n = os.preadv(fh.fd, [self._slab[base + got:base + ext]], off + got)
             if n <= 0:
                 return got
             got += n
@@ -621,16 +633,14 @@ class UringBackend(_PooledBackend):
             r = self._tls.ring = self._u.Ring(self.ring_entries)
         return r
 
-    def _load(self, fh, misses):
-        n = len(misses)
+    def _load(self, fh, offs, lens, slots):
+        n = len(offs)
         fds = np.full(n, fh.fd, dtype=np.int32)
-        offs = np.fromiter((m.offset for m in misses), dtype=np.int64, count=n)
-        lens = np.fromiter((m.extent for m in misses), dtype=np.uint32, count=n)
-        slots = np.fromiter((m.slot for m in misses), dtype=np.uint64, count=n)
-        addrs = slots * np.uint64(self.slot_size) + np.uint64(self._base)
+        addrs = slots.astype(np.uint64) * np.uint64(self.slot_size) + np.uint64(self._base)
         results = np.empty(n, dtype=np.int32)
-        self._ring().read(fds, offs, lens, addrs, results, self._qd(int(lens.max())), True)
-        return results.tolist(), True
+        self._ring().read(fds, np.ascontiguousarray(offs, dtype=np.int64),
+                          lens.astype(np.uint32), addrs, results, self._qd(int(lens.max())), True)
+        return results, True
 
 
 # --------------------------------------------------------------------------- choosing
