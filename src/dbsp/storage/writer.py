@@ -101,35 +101,35 @@ def _as_bytes(p) -> memoryview:
 
 def _make_block(kind: int, flags: int, stream: int, first_row: int, n: int, level: int,
                 parts: Sequence[Optional[Any]], aux: int, compress: bool) -> bytearray:
-    """Lay out up to 4 buffers (64-aligned), compress if it saves a 4 KiB page, checksum."""
+    """Lay out up to 4 buffers (64-aligned) after the header, compress if that saves a 4 KiB
+    page, checksum. The payload is copied once, straight into the block's extent."""
     from dbsp._native import block as _nb
     bufs = [NO_BUF] * 4
+    views = [None] * 4
     pos = 0
     for i, p in enumerate(parts):
         if p is None:
             continue
         pos = _a64(pos)
         bufs[i] = pos
-        pos += _as_bytes(p).nbytes
+        views[i] = _as_bytes(p)
+        pos += views[i].nbytes
     raw = pos
-    payload = bytearray(raw)
-    for i, p in enumerate(parts):
-        if p is not None:
-            mv = _as_bytes(p)
-            payload[bufs[i]:bufs[i] + len(mv)] = mv
-    stored_bytes = payload
+    ext = bytearray(align(HEADER_SIZE + raw))
+    for i, mv in enumerate(views):
+        if mv is not None and mv.nbytes:
+            ext[HEADER_SIZE + bufs[i]:HEADER_SIZE + bufs[i] + mv.nbytes] = mv
+    stored = raw
     if compress and raw >= 2 * BLOCK_ALIGN:
         import lz4.block
-        c = lz4.block.compress(bytes(payload), store_size=False)
-        if align(HEADER_SIZE + len(c)) < align(HEADER_SIZE + raw):
-            stored_bytes = c
+        c = lz4.block.compress(memoryview(ext)[HEADER_SIZE:HEADER_SIZE + raw], store_size=False)
+        if align(HEADER_SIZE + len(c)) < len(ext):
             flags |= F.FLAG_LZ4
-    stored = len(stored_bytes)
-    extent = align(HEADER_SIZE + stored)
-    ext = bytearray(extent)
-    BlockHeader(kind, flags, stream, extent, stored, raw, first_row, n, level, tuple(bufs),
+            stored = len(c)
+            ext = bytearray(align(HEADER_SIZE + stored))
+            ext[HEADER_SIZE:HEADER_SIZE + stored] = c
+    BlockHeader(kind, flags, stream, len(ext), stored, raw, first_row, n, level, tuple(bufs),
                 aux).pack_into(ext, 0)
-    ext[HEADER_SIZE:HEADER_SIZE + stored] = stored_bytes
     ck = _nb.crc32c(memoryview(ext)[8:])
     ext[4:8] = int(ck).to_bytes(4, "little")
     return ext
@@ -196,6 +196,8 @@ class _StreamWriter:
             return
         n_old = 0 if self._vals is None else len(self._vals)
         self._valid = self._cat_valid(n_old, valid, n)
+        # no copy when nothing is pending: blocks are cut from the caller's array directly
+        # (only read; the remainder is copied in _emit_fixed)
         self._vals = vals if self._vals is None else np.concatenate([self._vals, vals])
         self.rows += n
         self._emit_fixed(final=False)
@@ -304,7 +306,7 @@ class _StreamWriter:
         self.e_off.append(off)
         self.e_ext.append(len(ext))
         self.e_key.append(key)
-        self.bytes_raw += HEADER_SIZE + BlockHeader.parse(ext).raw
+        self.bytes_raw += HEADER_SIZE + int.from_bytes(ext[20:24], "little")
         self.bytes_stored += len(ext)
         self.emitted += m
 
