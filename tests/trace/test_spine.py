@@ -1,0 +1,392 @@
+"""The spine against a dict model while merges run in the background: insert sequences with
+retractions, lookup, weights_of, consolidated, cursors, key truncation and retain_values, the
+merge policy's level invariant, backpressure (blocks and releases), close, clear, merge failures
+and fork."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from dbsp.trace import spine as spine_mod
+from dbsp.trace.batch import OrdIndexedZSet, OrdZSet
+from dbsp.trace.spine import Merger, Spine, SpineMergeError, _level
+from test_cursor import walk
+from trace_model import (add_into, code, examples, indexed, indexed_rows, rows, schemas, state_of,
+                         values, zset)
+
+SETTINGS = settings(max_examples=examples(30), deadline=None)
+pytestmark = pytest.mark.timeout(120)  # a merger that stops merging hangs flush(): fail instead
+KS = pa.schema([pa.field("k", pa.int64(), nullable=False)])
+VS = pa.schema([pa.field("v", pa.string())])
+
+
+def ikv(pairs) -> OrdIndexedZSet:
+    """An indexed batch from ``(k, v, w)`` triples over (int64 key, string value)."""
+    return indexed(KS, VS, [((k,), (v,), w) for k, v, w in pairs])
+
+
+def model_of_ikv(pairs) -> dict:
+    return add_into({}, ((((k,), (v,)), w) for k, v, w in pairs))
+
+
+def probe_codes(batch_like, keys: list):
+    """Sorted distinct codes of ``keys`` in the codec of ``batch_like``."""
+    cs = sorted({code(batch_like.kcodec, k) for k in keys})
+    if batch_like.kcodec.u64:
+        return np.asarray(cs, dtype=np.uint64)
+    from dbsp.algebra.codes import VarCodes
+    return VarCodes.from_list(cs)
+
+
+def check_levels(sp: Spine) -> None:
+    """At rest, every level holds fewer than ``fanout`` batches, each at the level of its size."""
+    for lvl, sizes in sp.level_sizes().items():
+        assert len(sizes) < sp.fanout, sp.level_sizes()
+        assert all(_level(n, sp.fanout) == lvl for n in sizes)
+
+
+# --- model-based insert sequences ---------------------------------------------------------------
+
+@SETTINGS
+@given(st.data(), st.sampled_from([2, 3, 4]), st.booleans())
+def test_indexed_spine_matches_model(data, fanout, background):
+    ks, vs = data.draw(schemas(1, 2, "k")), data.draw(schemas(0, 1, "v"))
+    sp = Spine(fanout=fanout, name="t", max_loose=4, background=background)
+    model: dict = {}
+    steps = data.draw(st.lists(indexed_rows(ks, vs, 8), min_size=1, max_size=12))
+    history = []
+    for step in steps:
+        rws = step
+        if history and data.draw(st.booleans()):  # retract an earlier batch: it cancels
+            rws = [(k, v, -w) for k, v, w in data.draw(st.sampled_from(history))]
+        history.append(rws)
+        b = indexed(ks, vs, rws)
+        sp.insert(b)
+        add_into(model, (((k, v), w) for k, v, w in rws))
+        assert state_of(sp.batches()) == model  # merges may be running right now
+        probe = data.draw(st.lists(values(ks), max_size=4))
+        if probe:
+            got = sp.lookup(probe_codes(b, probe))
+            want = {kv: w for kv, w in model.items() if kv[0] in set(probe)}
+            assert (state_of([got]) if got is not None else {}) == want
+    sp.flush()
+    check_levels(sp)
+    assert state_of(sp.batches()) == model
+    c = sp.cursor()
+    assert {(k, v): w for k, v, w in walk(c)} == model
+    whole = sp.consolidated()
+    assert (state_of([whole]) if whole is not None else {}) == model
+    assert sp.num_batches <= 1
+    sp.close()
+
+
+@SETTINGS
+@given(st.data())
+def test_zset_spine_weights_of(data):
+    s = data.draw(schemas(1, 2))
+    sp = Spine(fanout=2, name="z", max_loose=3)
+    model: dict = {}
+    for rws in data.draw(st.lists(rows(s, 8), min_size=1, max_size=10)):
+        z = zset(s, rws)
+        sp.insert(z)
+        add_into(model, rws)
+        assert state_of(sp.batches()) == model
+        probe = sorted({r for r, _ in rws} | set(data.draw(st.lists(values(s), max_size=3))),
+                       key=lambda r: code(z.codec, r))
+        probe = list({code(z.codec, r): r for r in probe}.values())  # -0.0 == 0.0
+        cs = [code(z.codec, r) for r in probe]
+        arr = (np.asarray(cs, np.uint64) if z.codec.u64 else
+               __import__("dbsp.algebra.codes", fromlist=["VarCodes"]).VarCodes.from_list(cs))
+        assert sp.weights_of(arr).tolist() == [model.get(r, 0) for r in probe]
+    sp.wait_merges()
+    check_levels(sp)
+
+
+def test_readers_always_see_a_consistent_state():
+    """A reader thread snapshotting all the time only ever sees states the model went through."""
+    sp = Spine(fanout=2, name="consistent", max_loose=8)
+    rng = np.random.default_rng(7)
+    states = [frozenset()]
+    model: dict = {}
+    seen = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            seen.append(frozenset(state_of(sp.batches()).items()))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for _ in range(60):
+        pairs = [(int(k), "x" if k % 2 else "y", int(w))
+                 for k, w in zip(rng.integers(0, 30, 12), rng.choice([-1, 1], 12))]
+        sp.insert(ikv(pairs))
+        add_into(model, model_of_ikv(pairs).items())
+        states.append(frozenset(model.items()))
+    stop.set()
+    t.join()
+    sp.flush()
+    assert sp.stats.merges > 0 and len(seen) > 0
+    valid = set(states)
+    assert all(s in valid for s in seen)
+    assert state_of(sp.batches()) == model
+
+
+# --- merge policy --------------------------------------------------------------------------------
+
+def test_levels_and_batch_count_stay_logarithmic():
+    sp = Spine(fanout=4, name="levels")
+    for i in range(200):
+        sp.insert(ikv([(i * 10 + j, "v", 1) for j in range(10)]))
+    sp.flush()
+    check_levels(sp)
+    # 2000 rows, 10-row inserts: levels 1..5, fewer than 4 batches each
+    assert sp.num_batches <= 3 * 5
+    assert len(sp) == 2000
+    st_ = sp.stats
+    assert st_.inserts == 200 and st_.rows_inserted == 2000
+    assert st_.merges > 0 and st_.rows_in >= st_.rows_out > 0 and st_.merge_seconds > 0
+    assert set(st_.as_dict()) >= {"merges", "rows_in", "rows_out", "merge_seconds"}
+
+
+def test_level_function():
+    assert [_level(n, 4) for n in (0, 1, 3, 4, 15, 16, 63, 64)] == [0, 0, 0, 1, 1, 2, 2, 3]
+    assert _level(10_000, 10) == 4
+
+
+def test_retractions_cancel_to_an_empty_spine():
+    sp = Spine(fanout=2, name="cancel")
+    pairs = [(k, "a", 1) for k in range(20)]
+    for _ in range(3):
+        sp.insert(ikv(pairs))
+    for _ in range(3):
+        sp.insert(ikv([(k, v, -w) for k, v, w in pairs]))
+    sp.flush()
+    assert state_of(sp.batches()) == {}
+    assert sp.consolidated() is None
+    assert sp.lookup(np.arange(20, dtype=np.uint64)) is None
+
+
+def test_foreground_spine_merges_in_insert():
+    sp = Spine(fanout=2, name="fg", background=False)
+    for i in range(16):
+        sp.insert(ikv([(i, "a", 1)]))
+        check_levels(sp)  # no merge is ever owed after insert returns
+    assert sp.stats.merges == 15 and sp.num_batches == 1
+
+
+# --- GC hooks ------------------------------------------------------------------------------------
+
+@SETTINGS
+@example(keys=[0, 5, 9], bound=5, later=[1, 7])
+@given(st.lists(st.integers(0, 20), max_size=30), st.integers(0, 21),
+       st.lists(st.integers(0, 20), max_size=10))
+def test_truncate_keys_below(keys, bound, later):
+    sp = Spine(fanout=2, name="trunc", max_loose=2)
+    model: dict = {}
+    for k in keys:
+        sp.insert(ikv([(k, "v", 1)]))
+        add_into(model, [(((k,), ("v",)), 1)])
+    sp.truncate_keys_below(int(code(ikv([(0, "v", 1)]).kcodec, (bound,))))
+    cut = {kv: w for kv, w in model.items() if kv[0][0] >= bound}
+    assert state_of(sp.batches()) == cut  # readers see the cut at once
+    for k in later:  # rows inserted below the bound stay invisible
+        sp.insert(ikv([(k, "v", 1)]))
+        if k >= bound:
+            add_into(cut, [(((k,), ("v",)), 1)])
+        assert state_of(sp.batches()) == cut
+    sp.truncate_keys_below(0)  # the bound never goes down
+    assert state_of(sp.batches()) == cut
+    sp.flush()
+    out = sp.compact()
+    assert (state_of([out]) if out is not None else {}) == cut
+    # the rows are gone from memory, not just hidden
+    assert state_of([b for bs in sp._levels.values() for b in bs]) == cut
+
+
+def test_truncate_var_codes_and_zsets():
+    s = pa.schema([("name", pa.string())])
+    sp = Spine(fanout=2, name="trunc-var")
+    for n in ["apple", "banana", "cherry", "apricot"]:
+        sp.insert(zset(s, [((n,), 1)]))
+    sp.truncate_keys_below(code(sp.batches()[0].codec, ("b",)))
+    assert state_of(sp.batches()) == {("banana",): 1, ("cherry",): 1}
+    c = sp.cursor()
+    assert [k for k, _, _ in walk(c)] == [("banana",), ("cherry",)]
+
+
+def test_retain_values_applies_lazily_during_merges():
+    sp = Spine(fanout=2, name="retain", background=False)
+    sp.insert(ikv([(1, "keep", 1), (1, "drop", 1), (2, "drop", 1)]))
+    sp.retain_values(lambda b: np.asarray(b.vals.column(0).to_pylist()) != "drop")
+    # not merged yet: still visible
+    assert state_of(sp.batches()) == model_of_ikv([(1, "keep", 1), (1, "drop", 1), (2, "drop", 1)])
+    # same level (3 rows each, fanout 2): this insert merges both batches, dropping rows
+    sp.insert(ikv([(3, "drop", 1), (3, "keep", 1), (4, "drop", 1)]))
+    assert state_of(sp.batches()) == model_of_ikv([(1, "keep", 1), (3, "keep", 1)])
+    sp.retain_values(None)
+    sp.insert(ikv([(4, "drop", 1), (5, "drop", 1)]))
+    assert state_of(sp.batches()) == model_of_ikv([(1, "keep", 1), (3, "keep", 1),
+                                                   (4, "drop", 1), (5, "drop", 1)])
+
+
+# --- backpressure, threads, lifecycle ----------------------------------------------------------
+
+def test_backpressure_blocks_and_releases():
+    m = Merger(1, name="paused")
+    m.pause()
+    sp = Spine(fanout=2, name="bp", max_loose=3, merger=m)
+    for i in range(3):  # levels 0: 3 waiting batches, at the bound
+        sp.insert(ikv([(i, "a", 1)]))
+    assert sp.num_waiting == 3
+    done = threading.Event()
+
+    def writer():
+        sp.insert(ikv([(99, "a", 1)]))  # 4 waiting > 3: blocks
+        done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert not done.wait(0.3), "insert should block while the merger is paused"
+    assert t.is_alive()
+    # readers are not blocked meanwhile, and already see the blocked batch
+    assert state_of(sp.batches()) == model_of_ikv([(i, "a", 1) for i in (0, 1, 2, 99)])
+    m.resume()
+    assert done.wait(5), "insert should resume once the merger catches up"
+    t.join()
+    sp.flush()
+    assert sp.stats.blocked_inserts == 1 and sp.stats.blocked_seconds >= 0.25
+    assert sp.stats.max_waiting == 4
+    assert state_of(sp.batches()) == model_of_ikv([(i, "a", 1) for i in (0, 1, 2, 99)])
+    sp.close()
+    m.shutdown()
+
+
+def test_large_spine_is_not_throttled():
+    # many settled levels do not count as waiting: only batches a merge is owed for do
+    sp = Spine(fanout=2, name="big", max_loose=2)
+    for i in range(300):
+        sp.insert(ikv([(i, "a", 1)]))
+        assert sp.num_waiting <= 3
+    sp.flush()
+    assert sp.num_waiting == 0
+
+
+def test_close_stops_own_thread_and_keeps_working():
+    sp = Spine.with_own_thread(fanout=2, name="own")
+    for i in range(8):
+        sp.insert(ikv([(i, "a", 1)]))
+    sp.flush()
+    threads = list(sp._merger._workers)
+    assert threads and all(t.is_alive() for t in threads)
+    sp.close()
+    for t in threads:
+        t.join(5)
+        assert not t.is_alive()
+    for i in range(8, 16):  # merges now run in insert
+        sp.insert(ikv([(i, "a", 1)]))
+    check_levels(sp)
+    assert state_of(sp.batches()) == model_of_ikv([(i, "a", 1) for i in range(16)])
+
+
+def test_shared_merger_serves_many_spines():
+    m = Merger(2, name="shared")
+    spines = [Spine(fanout=2, name=f"s{i}", merger=m) for i in range(5)]
+    for r in range(20):
+        for j, sp in enumerate(spines):
+            sp.insert(ikv([(r, str(j), 1)]))
+    for j, sp in enumerate(spines):
+        sp.flush()
+        check_levels(sp)
+        assert state_of(sp.batches()) == model_of_ikv([(r, str(j), 1) for r in range(20)])
+    assert len(m._workers) == 2
+    m.shutdown()
+
+
+def test_clear_during_merges():
+    sp = Spine(fanout=2, name="clear")
+    for i in range(50):
+        sp.insert(ikv([(i, "a", 1)]))
+        if i == 25:
+            sp.clear()
+    sp.flush()
+    assert state_of(sp.batches()) == model_of_ikv([(i, "a", 1) for i in range(26, 50)])
+
+
+def test_merge_failure_is_reported_and_state_kept(monkeypatch):
+    def boom(batches):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(spine_mod, "merge_batches", boom)
+    m = Merger(1, name="failing")
+    sp = Spine(fanout=2, name="fail", merger=m)
+    sp.insert(ikv([(1, "a", 1)]))
+    sp.insert(ikv([(2, "a", 1)]))  # owes a merge, which fails in the background
+    with pytest.raises(SpineMergeError) as e:
+        sp.flush()
+    assert isinstance(e.value.__cause__, MemoryError)
+    assert state_of(sp.batches()) == model_of_ikv([(1, "a", 1), (2, "a", 1)])
+    with pytest.raises(SpineMergeError):
+        sp.insert(ikv([(3, "a", 1)]))
+    m.shutdown()
+
+
+def test_consolidated_compacts_and_caches():
+    sp = Spine(fanout=4, name="integrate-like")
+    for i in range(10):
+        sp.insert(ikv([(i, "a", 1)]))
+        v = sp.consolidated()
+        assert state_of([v]) == model_of_ikv([(j, "a", 1) for j in range(i + 1)])
+    sp.wait_merges()
+    assert sp.consolidated() is sp.consolidated()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_while_merging(monkeypatch):
+    """A child forked while a merge runs gets the claimed batches back and merges them itself."""
+    gate = threading.Event()
+    real = spine_mod.merge_batches
+
+    def slow(batches):
+        gate.wait(5)
+        return real(batches)
+
+    monkeypatch.setattr(spine_mod, "merge_batches", slow)
+    m = Merger(1, name="forky")
+    sp = Spine(fanout=2, name="fork", merger=m)
+    sp.insert(ikv([(1, "a", 1)]))
+    sp.insert(ikv([(2, "a", 1)]))
+    deadline = time.monotonic() + 5
+    while sp.num_merging == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sp.num_merging == 1
+    pid = os.fork()
+    if pid == 0:  # child
+        ok = False
+        try:
+            gate.set()
+            sp.insert(ikv([(3, "a", 1)]))
+            ok = (sp.wait_merges(5) and sp.num_merging == 0 and state_of(sp.batches())
+                  == model_of_ikv([(1, "a", 1), (2, "a", 1), (3, "a", 1)]))
+        finally:
+            os._exit(0 if ok else 1)
+    gate.set()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    sp.flush()
+    assert state_of(sp.batches()) == model_of_ikv([(1, "a", 1), (2, "a", 1)])
+    m.shutdown()
+
+
+def test_ord_zset_spine_rejects_lookup():
+    sp = Spine(name="z")
+    sp.insert(OrdZSet.from_arrow(pa.record_batch({"a": [1, 2]})))
+    with pytest.raises(TypeError):
+        sp.lookup(np.asarray([1], np.uint64))
