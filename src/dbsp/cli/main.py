@@ -21,8 +21,12 @@ def _info(_args) -> int:
     missing = [k for k, v in native.items() if not v]
     print("native kernels: " + ("all" if not missing else f"missing {missing}"))
     try:
-        from dbsp.storage import backends  # type: ignore
-        print("storage backends: " + ", ".join(backends.available()))
+        from dbsp.storage import backend
+        avail = backend.available_backends()
+        ok = [k for k, why in avail.items() if why is None]
+        print("storage backends: " + ", ".join(ok)
+              + "".join(f"; {k} unavailable ({why})" for k, why in avail.items() if why))
+        print(f"default backend: {backend.default_backend().name}")
     except Exception as e:  # storage is optional at this level
         print(f"storage backends: unavailable ({e})")
     return 0
