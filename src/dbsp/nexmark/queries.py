@@ -179,7 +179,9 @@ def q7(c, inp):
     bids = inp["bid"].map(lambda b: pa.RecordBatch.from_arrays(
         [_window_start(b["date_time"], WINDOW_MS), b["auction"], b["price"], b["bidder"],
          b["date_time"], b["extra"]], schema=wschema), wschema)
-    maxes = bids.index_by(["window"]).aggregate({"price": ("max", "price")})
+    pschema = pa.schema([_f("window", _TS), _f("price", _I)])
+    maxes = bids.map(lambda b: b.select(["window", "price"]), pschema) \
+        .index_by(["window"]).aggregate({"price": ("max", "price")})
     best = bids.index_by(["window", "price"]).semijoin(maxes.index_by(["window", "price"]))
     schema = QUERY_SCHEMAS["q7"]
     return _out(best.map(lambda b: b.select(schema.names), schema), "q7")
