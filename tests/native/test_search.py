@@ -1,0 +1,160 @@
+"""dbsp._native.search against kernels_ref: group_bounds, lower/upper_bound, intersect,
+expand_pairs, take and concat on u64 and var codes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from dbsp._native import search as native
+from dbsp.algebra import kernels_ref as ref
+from dbsp.algebra.codes import VarCodes
+
+from ._strategies import codes_of, u64_codes, var_codes
+
+KINDS = st.sampled_from(["u64", "var"])
+
+
+def same(a, b) -> None:
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    elif isinstance(b, VarCodes):
+        assert isinstance(a, VarCodes)
+        assert a.to_list() == b.to_list()
+        assert a.offsets.dtype == np.int64 and a.data.dtype == np.uint8 and a.offsets[0] == 0
+    else:
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+
+@st.composite
+def sorted_codes(draw, kind=None, distinct=False, max_size=80, high=None):
+    kind = kind or draw(KINDS)
+    hi = high if high is not None else draw(st.sampled_from([3, 50, 2 ** 64 - 1]))
+    vals = sorted(draw(st.lists(st.integers(0, hi), max_size=max_size)))
+    if distinct:
+        vals = sorted(set(vals))
+    return codes_of(kind, vals)
+
+
+@given(sorted_codes())
+def test_group_bounds(k):
+    same(native.group_bounds(k), ref.group_bounds(k))
+
+
+@given(st.data())
+def test_group_bounds_var_rows(data):
+    rows = sorted(data.draw(var_codes()).to_list())
+    k = VarCodes.from_list(rows)
+    same(native.group_bounds(k), ref.group_bounds(k))
+
+
+@given(st.data(), st.sampled_from(["lower_bound", "upper_bound"]), st.booleans())
+def test_bounds(data, fn, sorted_probes):
+    kind = data.draw(KINDS)
+    s = data.draw(sorted_codes(kind))
+    probes = data.draw(st.lists(st.integers(0, 2 ** 64 - 1) | st.integers(0, 60), max_size=40))
+    if sorted_probes:
+        probes.sort()
+    p = codes_of(kind, probes)
+    same(getattr(native, fn)(s, p), getattr(ref, fn)(s, p))
+
+
+@given(st.data(), st.sampled_from(["lower_bound", "upper_bound"]))
+def test_bounds_var_rows(data, fn):
+    s = VarCodes.from_list(sorted(data.draw(var_codes()).to_list()))
+    p = data.draw(var_codes(max_size=20))
+    same(getattr(native, fn)(s, p), getattr(ref, fn)(s, p))
+    p = VarCodes.from_list(sorted(p.to_list()))
+    same(getattr(native, fn)(s, p), getattr(ref, fn)(s, p))
+
+
+@given(st.data())
+def test_intersect(data):
+    kind = data.draw(KINDS)
+    a = data.draw(sorted_codes(kind, distinct=True, high=200))
+    # a long side forces the galloping path (more than 16 times longer)
+    b = data.draw(sorted_codes(kind, distinct=True, high=200,
+                               max_size=data.draw(st.sampled_from([3, 80, 400]))))
+    same(native.intersect(a, b), ref.intersect(a, b))
+    same(native.intersect(b, a), ref.intersect(b, a))
+
+
+def test_intersect_galloping_edges():
+    big = np.arange(0, 10_000, 3, dtype=np.uint64)
+    for small in ([0], [9999], [3, 4, 5, 9996, 12000], [], [20_000]):
+        s = np.asarray(small, dtype=np.uint64)
+        same(native.intersect(big, s), ref.intersect(big, s))
+        same(native.intersect(s, big), ref.intersect(s, big))
+
+
+@st.composite
+def offsets(draw, keys):
+    lens = draw(st.lists(st.integers(0, 3), min_size=keys, max_size=keys))
+    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+
+
+@given(st.data())
+def test_expand_pairs(data):
+    na, nb = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 8))
+    ao, bo = data.draw(offsets(na)), data.draw(offsets(nb))
+    m = data.draw(st.integers(0, 10))
+    ai = np.asarray(data.draw(st.lists(st.integers(0, na - 1), min_size=m, max_size=m)), np.int64)
+    bi = np.asarray(data.draw(st.lists(st.integers(0, nb - 1), min_size=m, max_size=m)), np.int64)
+    same(native.expand_pairs(ao, ai, bo, bi), ref.expand_pairs(ao, ai, bo, bi))
+
+
+def test_expand_pairs_checks_indices():
+    o = np.array([0, 1, 2], np.int64)
+    with pytest.raises(IndexError):
+        native.expand_pairs(o, np.array([2]), o, np.array([0]))
+
+
+@given(st.data())
+def test_take(data):
+    k = data.draw(u64_codes() | var_codes())
+    n = len(k)
+    idx = data.draw(st.lists(st.integers(-n, n - 1), max_size=50)) if n else []
+    idx = np.asarray(idx, dtype=np.int64)
+    same(native.take(k, idx), ref.take(k, idx))
+
+
+def test_take_out_of_range():
+    for k in (np.arange(3, dtype=np.uint64), codes_of("var", [1, 2, 3])):
+        with pytest.raises(IndexError):
+            native.take(k, np.array([3]))
+        with pytest.raises(IndexError):
+            native.take(k, np.array([-4]))
+
+
+@given(st.data())
+def test_concat(data):
+    if data.draw(st.booleans()):
+        parts = data.draw(st.lists(u64_codes(max_size=20), min_size=1, max_size=4))
+    else:
+        parts = data.draw(st.lists(var_codes(max_size=10), min_size=1, max_size=4))
+        # slices of a VarCodes share its data and start at offsets[0] > 0
+        parts = [VarCodes(p.offsets[i:], p.data) if len(p) and (i := data.draw(
+            st.integers(0, len(p)))) else p for p in parts]
+    same(native.concat(parts), ref.concat(parts))
+
+
+def test_concat_errors():
+    with pytest.raises(ValueError):
+        native.concat([])
+    with pytest.raises(TypeError):
+        native.concat([np.zeros(1, np.uint64), codes_of("var", [1])])
+
+
+@pytest.mark.parametrize("kind", ["u64", "var"])
+def test_large_sorted_probes_gallop(kind):
+    rng = np.random.default_rng(3)
+    s = np.sort(rng.integers(0, 2 ** 40, 100_000, dtype=np.uint64))
+    p = np.sort(rng.integers(0, 2 ** 40, 5_000, dtype=np.uint64))
+    for fn, side in (("lower_bound", "left"), ("upper_bound", "right")):
+        expect = np.searchsorted(s, p, side=side).astype(np.int64)
+        same(getattr(native, fn)(codes_of(kind, s.tolist()), codes_of(kind, p.tolist())), expect)
+        same(getattr(native, fn)(codes_of(kind, s.tolist()), codes_of(kind, p[::-1].tolist())),
+             expect[::-1])
