@@ -1,0 +1,253 @@
+"""StreamContext: the entry point of the fluent API (the design note's ``StreamEnvironment``).
+
+A context owns a :class:`~dbsp.circuit.circuit.Circuit` and its configuration - workers, runtime
+(threads or processes), the storage directory (kept for the storage layer), the default input
+batching - and the sources and sinks of the pipeline. Build the pipeline from
+:meth:`StreamContext.stream`; run it with :meth:`step` (one step) or :meth:`execute` (until every
+replayed source is drained).
+
+>>> import pyarrow as pa
+>>> from dbsp.api import StreamContext, col, sum_
+>>> ctx = StreamContext()
+>>> bids = ctx.stream(pa.table({"auction": [1, 1, 2], "price": [10, 20, 5]}), name="bids")
+>>> out = (bids.filter(col("price") > 6)
+...            .group_by("auction").agg(total=sum_(col("price") * 2))
+...            .collect())
+>>> ctx.execute().steps
+1
+>>> out.rows()
+[(1, 60)]
+
+A step feeds every replayed source's next chunk (and what was pushed into push sources), runs the
+circuit once - every output then holds the change this step caused - reads the per-input
+statistics (late rows, watermarks) and calls the ``for_each`` sinks.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+import pyarrow as pa
+
+from ..circuit.circuit import Circuit
+from .sink import ForEach
+from .source import DEFAULT_BATCHING, AdaptiveBatching, FixedBatching, PushSource, Source, \
+    make_source
+from .stream import DataStream, TimeInfo
+
+
+class SourceStream(DataStream):
+    """A stream made by :meth:`StreamContext.stream`; also the handle to push rows into it."""
+
+    def __init__(self, ctx, core, time, name, source: Source, input_stream):
+        super().__init__(ctx, core, time, name)
+        self.source = source
+        self.input = input_stream
+
+    def push(self, data: Any, weights: Any = None) -> int:
+        """Add rows (weights default to 1) for the next step; see
+        :meth:`dbsp.operators.input.InputStream.push`."""
+        return self._counted(self.input.push(data, weights))
+
+    def insert(self, data: Any) -> int:
+        return self._counted(self.input.insert(data))
+
+    def delete(self, data: Any) -> int:
+        """Retract rows inserted before (weight -1)."""
+        return self._counted(self.input.delete(data))
+
+    def _counted(self, n: int) -> int:
+        self.source.rows_in += n
+        return n
+
+    @property
+    def late_rows(self) -> int:
+        """Rows dropped so far because they arrived behind the watermark."""
+        return self.ctx.late_rows.get(self.name, 0)
+
+    @property
+    def watermark(self) -> Any:
+        """The current watermark (a value of the time column's type), or None."""
+        return self.ctx.watermarks.get(self.name)
+
+    def late(self) -> DataStream:
+        """The rows dropped as late, as a stream (a dead-letter queue to collect if wanted)."""
+        w = self.ctx._wm.get(self.name)
+        if w is None:
+            raise ValueError(f"stream '{self.name}' has no event time (give time= and lateness=)")
+        return DataStream(self.ctx, w.late)
+
+
+class StreamContext:
+    """Builds and runs a pipeline (see the module doc).
+
+    ``workers``: replicas stepping in lockstep (keys are sharded among them). ``runtime``:
+    ``"threads"`` or ``"processes"``. ``storage``: a directory for state and checkpoints, passed
+    to the storage layer (created if missing; ``None`` keeps everything in memory).
+    ``batching``: the default :class:`FixedBatching` / :class:`AdaptiveBatching` of replayed
+    sources.
+    """
+
+    def __init__(self, workers: int = 1, *, storage: Optional[str] = None,
+                 batching: Any = None, runtime: str = "threads", name: str = "pipeline"):
+        self.circuit = Circuit(workers=workers, name=name, runtime=runtime)
+        self.workers = workers
+        self.storage = os.fspath(storage) if storage is not None else None
+        if self.storage is not None:
+            os.makedirs(self.storage, exist_ok=True)
+        self.batching = _check_batching(batching) if batching is not None else DEFAULT_BATCHING
+        self.sources: dict[str, Source] = {}
+        self._streams: dict[str, SourceStream] = {}
+        self._sinks: list[ForEach] = []
+        self._wm: dict[str, Any] = {}        # name -> Watermarked
+        self._stats: dict[str, Any] = {}     # name -> stats output handle
+        self.late_rows: dict[str, int] = {}  # name -> rows dropped as late
+        self._wm_raw: dict[str, Optional[int]] = {}
+        self.steps = 0
+        self.seconds = 0.0
+
+    def __repr__(self) -> str:
+        return (f"<StreamContext {self.circuit.name!r} workers={self.workers} "
+                f"sources={list(self.sources)} steps={self.steps}>")
+
+    # -- building -------------------------------------------------------------------------
+    def stream(self, source: Any = None, name: Optional[str] = None, *, schema: Any = None,
+               time: Optional[str] = None, lateness: Any = None,
+               batching: Any = None) -> SourceStream:
+        """A new input stream.
+
+        ``source``: a schema (a ``pa.Schema``, dict or list of ``(name, type)``: push rows through
+        the returned stream), or data replayed in steps - a pyarrow Table / RecordBatch, a list or
+        iterator of RecordBatches, a pandas DataFrame. ``time`` names the event-time column and
+        ``lateness`` how late a row may be (a ``timedelta`` for timestamps, an int for integer
+        times; default 0): rows behind the watermark are dropped and counted
+        (:attr:`late_rows`). ``batching`` overrides the context's batching for this source.
+        """
+        if self.circuit.running:
+            raise RuntimeError("the pipeline is running; streams cannot be added now")
+        name = name or f"input{len(self.sources)}"
+        if name in self.sources:
+            raise ValueError(f"a stream named {name!r} exists already")
+        bt = _check_batching(batching) if batching is not None else self.batching
+        src = make_source(name, source, schema, bt)
+        inp = self.circuit.add_input(name, src.schema)
+        src.input = inp
+        self.sources[name] = src
+        if lateness is not None and time is None:
+            raise TypeError("lateness= needs time= (the event-time column)")
+        core, tinfo = inp, None
+        if time is not None:
+            w = self._add_watermark(inp, time, 0 if lateness is None else lateness, name)
+            core, tinfo = w.data, TimeInfo(time, w.watermark, name)
+        s = SourceStream(self, core, tinfo, name, src, inp)
+        self._streams[name] = s
+        return s
+
+    def _add_watermark(self, core, time: str, lateness: Any, name: str):
+        from ..operators.watermark import watermark
+        w = watermark(core, time, lateness)
+        self._wm[name] = w
+        self._stats[name] = w.stats.output(name=f"__stats:{name}", view=False)
+        self.late_rows[name] = 0
+        self._wm_raw[name] = None
+        return w
+
+    def _watermark(self, stream: DataStream, time: str, lateness: Any, name: str) -> DataStream:
+        if name in self._wm or name in self.sources:
+            raise ValueError(f"a stream named {name!r} has a watermark already; pass name=")
+        w = self._add_watermark(stream._s, time, lateness, name)
+        return DataStream(self, w.data, TimeInfo(time, w.watermark, name), name)
+
+    # -- running --------------------------------------------------------------------------
+    @property
+    def drained(self) -> bool:
+        """Whether every replayed source has fed all its rows."""
+        return all(s.exhausted for s in self.sources.values())
+
+    def step(self) -> bool:
+        """Run one step. Returns whether some replayed source still has rows."""
+        t0 = time.perf_counter()
+        for s in self.sources.values():
+            s.feed()
+        self.circuit.step()
+        self.steps += 1
+        for name, h in self._stats.items():
+            z = h.delta_loose()
+            if len(z):
+                late = z.data.column(0).to_numpy(zero_copy_only=False)
+                wms = z.data.column(1)
+                self.late_rows[name] += int((late * z.weights).sum())
+                if wms.null_count < len(wms):
+                    import pyarrow.compute as pc
+                    self._wm_raw[name] = pc.max(wms).as_py()
+        for sink in self._sinks:
+            sink.fire()
+        self.seconds += time.perf_counter() - t0
+        return not self.drained
+
+    def execute(self, max_steps: Optional[int] = None) -> "StreamContext":
+        """Step until every replayed source is drained (at least once when something was
+        pushed, or when there are no replayed sources). Returns the context."""
+        n = 0
+        pending = any(getattr(s.input, "pending_rows", 0) for s in self.sources.values())
+        if self.drained and not pending and any(s.finite for s in self.sources.values()):
+            return self
+        while True:
+            more = self.step()
+            n += 1
+            if not more or (max_steps is not None and n >= max_steps):
+                return self
+
+    # -- reports --------------------------------------------------------------------------
+    @property
+    def watermarks(self) -> dict[str, Any]:
+        """The current watermark of every stream with an event time, as a value of its time
+        column's type (None before any row)."""
+        from .expr import from_physical
+        out = {}
+        for name, raw in self._wm_raw.items():
+            w = self._wm[name]
+            out[name] = None if raw is None else \
+                from_physical(pa.array([raw], pa.int64()), w.time_type)[0].as_py()
+        return out
+
+    def state_rows(self) -> int:
+        """Rows of operator state over all workers (traces of joins, aggregates, windows...)."""
+        return self.circuit.state_rows()
+
+    def report(self) -> dict:
+        """Steps, time, and per input: rows in, late rows dropped, watermark; state rows."""
+        wms = self.watermarks
+        inputs = {}
+        for name, s in self.sources.items():
+            inputs[name] = {"rows": s.rows_in, "late_rows": self.late_rows.get(name, 0),
+                            "watermark": wms.get(name)}
+        for name in self._wm:
+            if name not in inputs:
+                inputs[name] = {"late_rows": self.late_rows[name], "watermark": wms.get(name)}
+        return {"steps": self.steps, "seconds": self.seconds, "workers": self.workers,
+                "inputs": inputs, "state_rows": self.state_rows()}
+
+    def close(self) -> None:
+        for s in self.sources.values():
+            s.close()
+        self.circuit.close()
+
+    def __enter__(self) -> "StreamContext":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_batching(b: Any):
+    if isinstance(b, (FixedBatching, AdaptiveBatching)):
+        return b
+    if isinstance(b, int):
+        return FixedBatching(b)
+    raise TypeError(f"batching must be FixedBatching(rows), AdaptiveBatching(max_rows, "
+                    f"max_delay) or an int (rows per step), got {b!r}")
+
+
+__all__ = ["StreamContext", "SourceStream", "PushSource"]

@@ -1,0 +1,298 @@
+"""Sources of the fluent API and the input batching modes (how many rows go into one step).
+
+A source is either *pushed* (``ctx.stream(schema)``: the user calls ``push`` / ``insert`` /
+``delete`` between steps) or *replayed* (a pyarrow Table, a list or iterator of RecordBatches, a
+pandas DataFrame): the context takes the next chunk of every replayed source at each step, as
+its batching mode says:
+
+* :class:`FixedBatching` ``(rows)``: exactly ``rows`` rows per step (the last chunk may be short);
+  ``no_batching()`` is ``FixedBatching(1)``;
+* :class:`AdaptiveBatching` ``(max_rows, max_delay)``: as many rows as are available, up to
+  ``max_rows``, waiting at most ``max_delay`` for more - whichever comes first. Rows in memory
+  (a table) are always available, so this takes ``max_rows`` at a time; an iterator (which may
+  block, like a socket or a generator reading a file) is read by a background thread into a
+  bounded queue, and a step takes what has arrived by the deadline.
+
+The default is ``AdaptiveBatching(max_rows=65536, max_delay=0.1 s)``. Chunks are validated by
+the input (:func:`dbsp.algebra.schema.conform`): a bad value raises an
+:class:`~dbsp.algebra.schema.InputError` naming the input, the column and the row of the source.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import pyarrow as pa
+
+from ..algebra.schema import InputError, as_schema
+
+
+@dataclass(frozen=True)
+class FixedBatching:
+    """A fixed number of rows per step."""
+
+    rows: int
+
+    def __post_init__(self):
+        if not isinstance(self.rows, int) or self.rows < 1:
+            raise ValueError(f"FixedBatching needs rows >= 1, got {self.rows!r}")
+
+
+@dataclass(frozen=True)
+class AdaptiveBatching:
+    """At most ``max_rows`` per step, waiting at most ``max_delay`` (seconds or a timedelta)."""
+
+    max_rows: int = 65536
+    max_delay: Any = 0.1
+
+    def __post_init__(self):
+        if not isinstance(self.max_rows, int) or self.max_rows < 1:
+            raise ValueError(f"AdaptiveBatching needs max_rows >= 1, got {self.max_rows!r}")
+        if self.delay_seconds < 0:
+            raise ValueError("AdaptiveBatching needs max_delay >= 0")
+
+    @property
+    def delay_seconds(self) -> float:
+        d = self.max_delay
+        return d.total_seconds() if isinstance(d, _dt.timedelta) else float(d)
+
+
+def no_batching() -> FixedBatching:
+    """One row per step (the note's ``NoBatching``)."""
+    return FixedBatching(1)
+
+
+DEFAULT_BATCHING = AdaptiveBatching()
+
+_END = object()
+
+
+def _is_pandas(x: Any) -> bool:
+    return type(x).__module__.startswith("pandas") and type(x).__name__ == "DataFrame"
+
+
+def _looks_like_schema(x: Any) -> bool:
+    if isinstance(x, (pa.Schema, dict)):
+        return True
+    if isinstance(x, (list, tuple)) and x and all(
+            isinstance(f, pa.Field) or (isinstance(f, tuple) and len(f) == 2
+                                        and isinstance(f[0], str)) for f in x):
+        return True
+    return False
+
+
+class Source:
+    """A source bound to a circuit input."""
+
+    finite = False
+    schema: pa.Schema
+
+    def __init__(self, name: str, schema: pa.Schema):
+        self.name, self.schema = name, schema
+        self.input: Any = None  # the core InputStream, set by the context
+        self.rows_in = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return True
+
+    def feed(self) -> int:
+        """Push this step's chunk into the input; the rows pushed."""
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class PushSource(Source):
+    """``ctx.stream(schema)``: data comes from ``push``/``insert``/``delete``."""
+
+
+class ReplaySource(Source):
+    """A finite (or not) sequence of record batches replayed in steps."""
+
+    finite = True
+
+    def __init__(self, name: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+                 batching: Any, in_memory: bool):
+        super().__init__(name, schema)
+        self.batching = batching
+        self._it = batches
+        self._buf: list[pa.RecordBatch] = []  # rows taken from the iterator, not yet fed
+        self._buf_rows = 0
+        self._done = False
+        self._offset = 0  # source rows fed so far (for error messages)
+        self._thread: Optional[threading.Thread] = None
+        self._q: Optional[queue.Queue] = None
+        self._error: Optional[BaseException] = None
+        if isinstance(batching, AdaptiveBatching) and not in_memory:
+            self._q = queue.Queue(maxsize=64)
+            self._thread = threading.Thread(target=self._reader, name=f"dbsp-source-{name}",
+                                            daemon=True)
+            self._stop = False
+            self._thread.start()
+
+    # -- background reader (adaptive batching over an iterator) -------------------------------
+    def _reader(self) -> None:
+        assert self._q is not None
+        try:
+            for b in self._it:
+                while True:
+                    if self._stop:
+                        return
+                    try:
+                        self._q.put(b, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as e:  # reported by the next step
+            self._error = e
+        self._q.put(_END)
+
+    def _take_queue(self, want: int, deadline: float) -> None:
+        assert self._q is not None
+        while self._buf_rows < want and not self._done:
+            timeout = deadline - time.monotonic()
+            try:
+                b = self._q.get(timeout=max(timeout, 0)) if timeout > 0 else self._q.get_nowait()
+            except queue.Empty:
+                return
+            if b is _END:
+                self._done = True
+                if self._error is not None:
+                    raise self._error
+                return
+            self._add(b)
+
+    def _take_iter(self, want: int) -> None:
+        while self._buf_rows < want and not self._done:
+            try:
+                b = next(self._it)
+            except StopIteration:
+                self._done = True
+                return
+            self._add(b)
+
+    def _add(self, b: Any) -> None:
+        if isinstance(b, pa.Table):
+            for rb in b.to_batches():
+                self._add(rb)
+            return
+        if _is_pandas(b):
+            b = pa.RecordBatch.from_pandas(b, preserve_index=False)
+        if not isinstance(b, pa.RecordBatch):
+            raise TypeError(f"source '{self.name}' yielded {type(b).__name__}; a source yields "
+                            f"pyarrow RecordBatches / Tables or pandas DataFrames")
+        if b.num_rows:
+            self._buf.append(b)
+            self._buf_rows += b.num_rows
+
+    @property
+    def exhausted(self) -> bool:
+        return self._done and self._buf_rows == 0
+
+    def _chunk(self, n: int) -> Optional[pa.Table]:
+        if self._buf_rows == 0:
+            return None
+        taken, got = [], 0
+        while self._buf and got < n:
+            b = self._buf[0]
+            k = min(b.num_rows, n - got)
+            taken.append(b.slice(0, k))
+            got += k
+            if k == b.num_rows:
+                self._buf.pop(0)
+            else:
+                self._buf[0] = b.slice(k)
+        self._buf_rows -= got
+        return pa.Table.from_batches(taken)
+
+    def feed(self) -> int:
+        bt = self.batching
+        if isinstance(bt, FixedBatching):
+            want = bt.rows
+            if self._q is not None:
+                self._take_queue(want, float("inf"))
+            else:
+                self._take_iter(want)
+        else:
+            want = bt.max_rows
+            if self._q is not None:
+                self._take_queue(want, time.monotonic() + bt.delay_seconds)
+            else:
+                self._take_iter(want)
+        chunk = self._chunk(want)
+        if chunk is None:
+            return 0
+        try:
+            n = self.input.push(chunk)
+        except InputError as e:
+            if e.row is not None:
+                e.add_note(f"(row {e.row} of the step's chunk = row {self._offset + e.row} of "
+                           f"source '{self.name}')")
+            raise
+        self._offset += n
+        self.rows_in += n
+        if self._buf_rows == 0 and self._q is None:
+            self._take_iter(1)  # learn now whether the source is drained (no empty last step)
+        return n
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop = True
+
+
+def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
+    """A :class:`Source` for what ``ctx.stream`` was given (see the module doc)."""
+    if _looks_like_schema(data):
+        if schema is not None:
+            raise TypeError("ctx.stream: give a schema as the source or as schema=, not both")
+        return PushSource(name, as_schema(data))
+    if data is None:
+        if schema is None:
+            raise TypeError("ctx.stream needs a source (a schema, table, batches, iterator or "
+                            "DataFrame)")
+        return PushSource(name, as_schema(schema))
+    if _is_pandas(data):
+        data = pa.Table.from_pandas(data, preserve_index=False)
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        s = as_schema(schema) if schema is not None else as_schema(data.schema)
+        return ReplaySource(name, s, iter(data.to_batches()), batching, in_memory=True)
+    if isinstance(data, (list, tuple)):
+        if data and not all(isinstance(b, (pa.RecordBatch, pa.Table)) for b in data):
+            raise TypeError("ctx.stream: a list source must hold RecordBatches or Tables "
+                            "(to push rows, create the stream from a schema and insert them)")
+        if not data and schema is None:
+            raise TypeError("ctx.stream: an empty list needs schema=")
+        s = as_schema(schema) if schema is not None else as_schema(data[0].schema)
+        return ReplaySource(name, s, iter(data), batching, in_memory=True)
+    if hasattr(data, "__iter__") or hasattr(data, "__next__"):
+        it = iter(data)
+        if schema is not None:
+            return ReplaySource(name, as_schema(schema), it, batching, in_memory=False)
+        try:
+            first = next(it)
+        except StopIteration:
+            raise TypeError("ctx.stream: an empty iterator needs schema=") from None
+        if _is_pandas(first):
+            first = pa.RecordBatch.from_pandas(first, preserve_index=False)
+        if not isinstance(first, (pa.RecordBatch, pa.Table)):
+            raise TypeError(f"ctx.stream: an iterator source must yield RecordBatches, Tables "
+                            f"or DataFrames, got {type(first).__name__}")
+
+        def chain(first=first, it=it):
+            yield first
+            yield from it
+        return ReplaySource(name, as_schema(first.schema), chain(), batching, in_memory=False)
+    raise TypeError(f"ctx.stream: unsupported source {type(data).__name__} (a schema, pyarrow "
+                    f"Table / RecordBatches, an iterator of batches, or a pandas DataFrame)")
+
+
+__all__ = ["FixedBatching", "AdaptiveBatching", "no_batching", "DEFAULT_BATCHING", "Source",
+           "PushSource", "ReplaySource", "make_source"]
