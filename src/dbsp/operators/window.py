@@ -6,13 +6,15 @@ Window kinds (sizes are ``timedelta`` for timestamp / date columns, ints for int
   every row falls in exactly one.
 * :func:`hopping` ``(size, every, offset)``: windows of length ``size`` starting every ``every``
   (``offset + i*every``); a row falls in ``ceil(size / every)`` of them (fewer when ``every``
-  does not divide ``size``); ``every == size`` is tumbling.
+  does not divide ``size``; none when it falls in a gap, ``every > size``); ``every == size`` is
+  tumbling.
 * :func:`session` ``(gap)``: per key, rows whose event times are closer than ``gap`` belong to one
   session (two rows at ``t1 <= t2`` with ``t2 - t1 < gap`` are in the same session, transitively);
   the session is ``[first time, last time + gap)``.
 
 Output: one row per (key, window) holding at least one row, ``keys ++ (window_start,
-window_end) ++ aggregates``; ``window_end`` is exclusive. Aggregates are those of
+window_end) ++ aggregates``; ``window_end`` is exclusive. Rows whose event time is null fall in
+no window (with a declared event time they are already dropped, and counted, as late). Aggregates are those of
 :mod:`dbsp.operators.aggregate` (same null and type rules).
 
 Semantics (DBSP's): a window's row appears at the first step that puts a row in it and is
@@ -143,7 +145,7 @@ class _Assign:
         idx = np.flatnonzero(valid)
         tv = t[idx]
         first = tv - np.mod(tv - self.offset, self.every)  # latest window start <= t
-        if self.copies == 1:
+        if self.copies == 1 and self.every == self.size:  # tumbling
             parent, ws = idx, first
         else:
             k = np.arange(self.copies, dtype=np.int64)
