@@ -6,7 +6,8 @@ Design
 * ``lower_bound`` / ``upper_bound`` check in one pass whether the probes are sorted. Sorted
   probes (a cursor seeking forward, a merge join) gallop from the previous answer: cost
   ``O(log gap)`` per probe instead of ``O(log n)``, and memory is touched in order. Unsorted probes
-  use a branchless binary search (u64) or a ``memcmp`` binary search (var codes).
+  use a branchless binary search (u64; 32 probes descend together so that their cache misses
+  overlap) or a ``memcmp`` binary search (var codes).
 * ``intersect`` walks both sorted arrays branchlessly when their sizes are alike; when one side is
   much longer it gallops through the longer side for each code of the shorter one.
 * ``expand_pairs`` makes two passes: count the output, then fill it.
@@ -97,6 +98,69 @@ cdef inline int64_t bsearch_u64(const uint64_t* k, int64_t n, uint64_t x, bint u
     return base + (k[base] < x)
 
 
+cdef enum:
+    LANES = 32           # unsorted probes searched together, level by level (their loads overlap)
+
+
+cdef void bsearch_u64_many(const uint64_t* k, int64_t n, const uint64_t* x, int64_t m,
+                           int64_t* out, bint upper) noexcept nogil:
+    """Branchless binary search of m probes, LANES at a time.
+
+    One probe's search is a chain of dependent cache misses (about log2(n) of them); the probes
+    of a group descend the same number of levels together, so the loads of a level are
+    independent of each other and the memory system serves them in parallel.
+    """
+    cdef int64_t base[LANES]
+    cdef int64_t lo, g, cnt, ln, half
+    lo = 0
+    while lo < m:
+        cnt = m - lo if m - lo < LANES else LANES
+        if n == 0:
+            for g in range(cnt):
+                out[lo + g] = 0
+            lo += cnt
+            continue
+        for g in range(cnt):
+            base[g] = 0
+        ln = n
+        while ln > 1:
+            half = ln >> 1
+            if upper:
+                for g in range(cnt):
+                    base[g] = base[g] + half if k[base[g] + half - 1] <= x[lo + g] else base[g]
+            else:
+                for g in range(cnt):
+                    base[g] = base[g] + half if k[base[g] + half - 1] < x[lo + g] else base[g]
+            ln -= half
+        for g in range(cnt):
+            if upper:
+                out[lo + g] = base[g] + (k[base[g]] <= x[lo + g])
+            else:
+                out[lo + g] = base[g] + (k[base[g]] < x[lo + g])
+        lo += cnt
+
+
+cdef inline int64_t gallop_u64(const uint64_t* k, int64_t lo, int64_t n, uint64_t x,
+                               bint upper) noexcept nogil:
+    """First i in [lo, n) with k[i] >= x (> x when upper), searching outwards from lo."""
+    cdef int64_t step = 1, a = lo, b
+    if upper:
+        if a >= n or k[a] > x:
+            return a
+        while a + step < n and k[a + step] <= x:
+            a += step
+            step <<= 1
+    else:
+        if a >= n or k[a] >= x:
+            return a
+        while a + step < n and k[a + step] < x:
+            a += step
+            step <<= 1
+    b = a + step if a + step < n else n
+    # k[a] is before x; the answer is in (a, b]
+    return a + 1 + bsearch_u64(k + a + 1, b - a - 1, x, upper)
+
+
 cdef inline int64_t bsearch(const codes_t* s, int64_t lo, int64_t hi, const codes_t* p,
                             int64_t j, bint upper) noexcept nogil:
     """First i in [lo, hi) not before probe j (hi if none)."""
@@ -149,12 +213,16 @@ cdef object bounds(object sorted_codes, object probes, bint upper):
     cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
     with nogil:
         if probes_sorted(&p):
-            for j in range(m):
-                pos = gallop(&s, pos, n, &p, j, upper)
-                r[j] = pos
+            if s.u64 != NULL:
+                for j in range(m):
+                    pos = gallop_u64(s.u64, pos, n, p.u64[j], upper)
+                    r[j] = pos
+            else:
+                for j in range(m):
+                    pos = gallop(&s, pos, n, &p, j, upper)
+                    r[j] = pos
         elif s.u64 != NULL:
-            for j in range(m):
-                r[j] = bsearch_u64(s.u64, n, p.u64[j], upper)
+            bsearch_u64_many(s.u64, n, p.u64, m, r, upper)
         else:
             for j in range(m):
                 r[j] = bsearch(&s, 0, n, &p, j, upper)
