@@ -308,6 +308,76 @@ cdef void merge_tree(run_t* runs, int64_t k, int64_t* tree, out_t* out) noexcept
     close_group(out)
 
 
+# --- loser tree specialised to u64 keys -------------------------------------------------------
+
+ctypedef struct head_t:
+    uint64_t key      # the run's current code (UINT64_MAX once exhausted)
+    int64_t tag       # run number, + k once exhausted: ties (and exhausted runs) order by it
+
+
+cdef inline bint head_lt(const head_t* h, int64_t x, int64_t y) noexcept nogil:
+    return h[x].key < h[y].key or (h[x].key == h[y].key and h[x].tag < h[y].tag)
+
+
+cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
+                         out_t* out) noexcept nogil:
+    """k-way merge of u64 runs through a loser tree over (code, run) heads kept in one small
+    array, so a replay step is two L1 loads and a compare."""
+    cdef int64_t r, node, t, other, total = 0, step, g, wv
+    cdef uint64_t c
+    cdef bint same
+    cdef run_t* rr
+    for r in range(k):
+        total += runs[r].n
+        h[r].key = runs[r].k.u64[0]      # every run here is non-empty
+        h[r].tag = r
+    # build: the same recursion as the generic tree, on the heads
+    r = build_u64(h, tree, k, 1)
+    for step in range(total):
+        rr = &runs[r]
+        t = rr.pos
+        c = h[r].key
+        g = rr.base + t
+        wv = rr.w[t]
+        same = out.open and c == out.key
+        if same:
+            out.s += wv
+        else:
+            close_group(out)
+            out.key = c
+            out.first = g
+            out.s = wv
+            out.open = True
+        t += 1
+        rr.pos = t
+        if t < rr.n:
+            h[r].key = rr.k.u64[t]
+        else:
+            h[r].key = <uint64_t>-1
+            h[r].tag = r + k
+        node = (r + k) >> 1
+        while node >= 1:
+            other = tree[node]
+            if head_lt(h, other, r):
+                tree[node] = r
+                r = other
+            node >>= 1
+    close_group(out)
+
+
+cdef int64_t build_u64(const head_t* h, int64_t* tree, int64_t k, int64_t node) noexcept nogil:
+    cdef int64_t l, r
+    if node >= k:
+        return node - k
+    l = build_u64(h, tree, k, 2 * node)
+    r = build_u64(h, tree, k, 2 * node + 1)
+    if head_lt(h, l, r):
+        tree[node] = r
+        return l
+    tree[node] = l
+    return r
+
+
 # --- entry point --------------------------------------------------------------------------------
 
 def merge_consolidate(runs):
@@ -327,10 +397,12 @@ def merge_consolidate(runs):
     cdef run_t* rs = <run_t*>malloc(k * sizeof(run_t))
     cdef int64_t* tree = <int64_t*>malloc((k + 1) * sizeof(int64_t))
     cdef int64_t* live = <int64_t*>malloc((k + 1) * sizeof(int64_t))
-    if rs == NULL or tree == NULL or live == NULL:
+    cdef head_t* heads = <head_t*>malloc((k + 1) * sizeof(head_t))
+    if rs == NULL or tree == NULL or live == NULL or heads == NULL:
         free(rs)
         free(tree)
         free(live)
+        free(heads)
         raise MemoryError()
     cdef out_t out
     cdef cnp.ndarray gidx, wout
@@ -387,10 +459,14 @@ def merge_consolidate(runs):
                 # the tree holds only the non-empty runs
                 for i in range(nz):
                     rs[i] = rs[live[i]]
-                merge_tree(rs, nz, tree, &out)
+                if u64 and not has_v:
+                    merge_tree_u64(rs, nz, tree, heads, &out)
+                else:
+                    merge_tree(rs, nz, tree, &out)
     finally:
         free(rs)
         free(tree)
         free(live)
+        free(heads)
     return shrink(gidx, out.o), shrink(wout, out.o)
 
