@@ -10,11 +10,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# ``workers`` is a plain int, so sharing it between the examples of a @given test is safe
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 settings.register_profile(
     "ci", derandomize=True, deadline=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile(
-    "dev", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+    suppress_health_check=_SUPPRESS + [HealthCheck.data_too_large])
+settings.register_profile("dev", deadline=None, print_blob=True, suppress_health_check=_SUPPRESS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
