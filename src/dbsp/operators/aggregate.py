@@ -1,0 +1,610 @@
+"""aggregate: per-key aggregates of an indexed stream, maintained incrementally.
+
+Maths
+-----
+For a grouping ``a: key -> values`` and an aggregate ``f`` the output is
+``agg(a) = {(k, f(a[k])) : k with Σ a[k] != 0}``. Incrementally, only the keys ``T`` touched by
+``Δa`` can change::
+
+    Δagg = Σ_{k in T} ( {(k, f(I(a)[k]))} - {(k, f(z^-1(I(a))[k]))} )
+
+* **Linear aggregates** (count, sum, avg) are sums over the rows, so ``f(I(a)[k])`` is a function
+  of running *partials* (row count, non-null counts, weighted sums) with
+  ``P(I(a)[k]) = P(z^-1(I(a))[k]) + P(Δa[k])``. The state is one partial row per key (an indexed
+  spine); the input history is never read. Float sums accumulate rounding from retractions
+  (as in every incremental engine); a partial row is dropped only when all of it is exactly zero.
+* **General aggregates** (min, max, count_distinct, user :class:`Aggregator`\\ s, and any mix with
+  them) keep the input trace and recompute ``f`` for the touched keys only: a trace
+  :meth:`~dbsp.trace.spine.Spine.lookup` gives their old groups, merged with ``Δa`` that gives the
+  new ones (cost: the size of the touched groups). The previous outputs come from an output trace.
+
+Both emit ``-old +new`` for the keys whose result changed. The state rows (partials, previous
+outputs) are stored one per key in a spine whose value codes are *version numbers* drawn from a
+per-operator counter (never reused, so a version names one content for the spine's lifetime):
+replacing a row inserts ``(old, v, -1)`` and ``(new, v', +1)`` with ``v' > v``, which the spine's
+merges cancel without encoding any value.
+
+SQL semantics: ``count(None)`` is the weighted row count; ``count(col)`` counts non-null values;
+``sum`` / ``avg`` / ``min`` / ``max`` ignore nulls and are null when a group has no non-null value;
+``min`` / ``max`` / ``count_distinct`` consider the values of positive weight. A group exists while
+its total weight is non-zero. Types: count and count_distinct int64; sum int64 for integers,
+float64 for floats, decimal128(38, s) for decimals; avg float64; min / max keep the input type.
+The input is sharded by key first, so every group lives on one worker.
+
+>>> import pyarrow as pa, dbsp
+>>> c = dbsp.Circuit()
+>>> t = c.add_input("t", [("k", pa.string()), ("x", pa.int64())])
+>>> out = t.index_by(["k"]).aggregate({"n": ("count", None), "s": ("sum", "x"),
+...                                    "hi": ("max", "x")}).output()
+>>> _ = t.insert([("a", 1), ("a", 5), ("b", 2)]); c.step(); sorted(out.to_dict().items())
+[(('a', 2, 6, 5), 1), (('b', 1, 2, 2), 1)]
+>>> _ = t.delete([("a", 5)]); c.step(); sorted(out.to_dict().items())
+[(('a', 1, 1, 1), 1), (('a', 2, 6, 5), -1)]
+
+A user-defined aggregate is vectorised over the consolidated groups of the touched keys:
+
+>>> import numpy as np
+>>> from dbsp.operators.aggregate import Aggregator
+>>> class SumSquares(Aggregator):
+...     output_type = pa.int64()
+...     def compute(self, vals, weights, offsets):
+...         x = vals.column(0).to_numpy()
+...         return pa.array(np.add.reduceat(x * x * weights, offsets[:-1]))
+>>> c = dbsp.Circuit()
+>>> t = c.add_input("t", [("k", pa.string()), ("x", pa.int64())])
+>>> out = t.index_by(["k"]).aggregate({"ss": (SumSquares(), "x")}).output()
+>>> _ = t.insert([("a", 1), ("a", 3)]); c.step(); out.to_dict()
+{('a', 10): 1}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..algebra import kernels as K
+from ..algebra.codes import KeyCodec
+from ..algebra.schema import take
+from ..circuit.operator import Operator
+from ..circuit.types import IndexedType, ZSetType
+from ..trace.batch import OrdIndexedZSet, ZSet
+from ..trace.spine import Spine
+
+KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
+LINEAR = ("count", "sum", "avg")
+
+
+class Aggregator:
+    """A user-defined aggregate, vectorised over groups.
+
+    Subclass it and implement :meth:`compute`; set :attr:`output_type` (or override
+    :meth:`result_type`). ``aggregate({"out": (MyAgg(), "col")})`` passes only column ``col``;
+    ``aggregate({"out": MyAgg()})`` passes all value columns.
+
+    :meth:`compute` gets the *consolidated* groups of the keys touched by a step, all at once:
+    ``vals`` (a record batch: each distinct value row of a group once, ascending in value order),
+    ``weights`` (int64 numpy array, one non-zero multiplicity per row; positive = present) and
+    ``offsets`` (int64, ``groups + 1``: group ``g`` is rows ``offsets[g]:offsets[g+1]``, never
+    empty). It returns a ``pa.Array`` (or anything ``pa.array`` accepts) with one value per group.
+    Groups whose total weight is zero are dropped from the output afterwards.
+    """
+
+    output_type: Optional[pa.DataType] = None
+
+    def result_type(self, val_schema: pa.Schema) -> pa.DataType:
+        if self.output_type is None:
+            raise TypeError(f"{type(self).__name__} must set output_type or override result_type")
+        return self.output_type
+
+    def compute(self, vals: pa.RecordBatch, weights: np.ndarray,
+                offsets: np.ndarray) -> pa.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    name: str
+    kind: Any  # one of KINDS or an Aggregator
+    column: Optional[str]
+    in_type: Optional[pa.DataType]
+    out_type: pa.DataType
+
+
+def _num_kind(t: pa.DataType) -> Optional[str]:
+    if pa.types.is_integer(t):
+        return "i"
+    if pa.types.is_floating(t):
+        return "f"
+    if pa.types.is_decimal(t):
+        return "d"
+    return None
+
+
+def parse_aggs(aggs: dict, key_schema: pa.Schema, val_schema: pa.Schema) -> list[AggSpec]:
+    """Validate ``{"out": (kind, column) | Aggregator}`` against the schemas (build time)."""
+    if not isinstance(aggs, dict) or not aggs:
+        raise TypeError("aggregate needs a non-empty dict {output name: (kind, column)}")
+    specs = []
+    for name, spec in aggs.items():
+        if not isinstance(name, str):
+            raise TypeError(f"aggregate output names must be strings, got {name!r}")
+        if name in key_schema.names:
+            raise ValueError(f"aggregate output '{name}' clashes with a key column "
+                             f"(keys: {key_schema.names})")
+        if isinstance(spec, Aggregator):
+            spec = (spec, None)
+        if not (isinstance(spec, tuple) and len(spec) == 2):
+            raise TypeError(f"aggregate '{name}': expected (kind, column) or an Aggregator, "
+                            f"got {spec!r}")
+        kind, col = spec
+        in_type = None
+        if col is not None:
+            if col not in val_schema.names:
+                raise KeyError(f"aggregate '{name}': no value column '{col}' (value columns: "
+                               f"{val_schema.names}; key columns {key_schema.names} cannot be "
+                               f"aggregated)")
+            in_type = val_schema.field(col).type
+        if isinstance(kind, Aggregator):
+            vs = val_schema if col is None else pa.schema([val_schema.field(col)])
+            specs.append(AggSpec(name, kind, col, in_type, kind.result_type(vs)))
+            continue
+        if kind not in KINDS:
+            raise ValueError(f"aggregate '{name}': unknown kind {kind!r} (known: {KINDS} or an "
+                             f"Aggregator)")
+        if col is None and kind != "count":
+            raise ValueError(f"aggregate '{name}': {kind} needs a column")
+        if kind in ("count", "count_distinct"):
+            out = pa.int64()
+        elif kind in ("sum", "avg"):
+            nk = _num_kind(in_type)
+            if nk is None:
+                raise TypeError(f"aggregate '{name}': {kind} needs a numeric column, "
+                                f"'{col}' is {in_type}")
+            if kind == "avg":
+                out = pa.float64()
+            else:
+                out = {"i": pa.int64(), "f": pa.float64()}.get(nk) or pa.decimal128(38, in_type.scale)
+        else:
+            out = in_type
+        specs.append(AggSpec(name, kind, col, in_type, out))
+    return specs
+
+
+def output_schema(key_schema: pa.Schema, specs: list[AggSpec]) -> pa.Schema:
+    fields = list(key_schema)
+    for s in specs:
+        nullable = not (isinstance(s.kind, str) and s.kind in ("count", "count_distinct"))
+        fields.append(pa.field(s.name, s.out_type, nullable=nullable))
+    return pa.schema(fields)
+
+
+# -- vectorised group arithmetic --------------------------------------------------------------
+
+def _reduce(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    if len(starts) == 0:
+        return np.zeros(0, dtype=x.dtype)
+    return np.add.reduceat(x, starts)
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _dec_t(scale: int) -> pa.DataType:
+    return pa.decimal128(38, scale)
+
+
+def _dec_zero(n: int, scale: int) -> pa.Array:
+    return pa.array([Decimal(0)] * 1, _dec_t(scale)).take(np.zeros(n, np.int64))
+
+
+def _dec_add(a: pa.Array, b: pa.Array, scale: int) -> pa.Array:
+    w = pa.decimal256(38, scale)
+    return pc.add(a.cast(w), b.cast(w)).cast(_dec_t(scale))
+
+
+def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np.ndarray):
+    """``(Σ w*x over non-null x, Σ w over non-null x)`` per group. Sums are int64 / float64 numpy
+    arrays, or decimal128(38, s) Arrow arrays."""
+    valid = _valid(arr)
+    n = _reduce(w * valid, starts)
+    t = arr.type
+    nk = _num_kind(t)
+    if nk == "d":
+        prod = pc.multiply(arr.cast(pa.decimal256(40, t.scale)),
+                           pa.array(w).cast(pa.decimal256(19, 0)))
+        tab = pa.table({"g": key_index, "v": prod}).group_by("g", use_threads=False)
+        res = tab.aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
+        return res.fill_null(Decimal(0)).cast(_dec_t(t.scale)), n
+    x = arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else \
+        arr.to_numpy(zero_copy_only=False)
+    dt = np.int64 if nk == "i" else np.float64
+    x = np.asarray(x, dtype=dt)
+    return _reduce(x * w.astype(dt), starts), n
+
+
+def _masked(values, valid: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """Arrow array of ``values`` with nulls where ``valid`` is false."""
+    if isinstance(values, pa.Array):
+        if valid.all():
+            return values.cast(type_)
+        return pc.if_else(pa.array(valid), values, pa.nulls(len(values), values.type)).cast(type_)
+    return pa.array(values, type=type_, mask=~valid)
+
+
+def _positive_groups(arr: pa.Array, w: np.ndarray, key_index: np.ndarray, G: int, how: str,
+                     out_type: pa.DataType) -> pa.Array:
+    """``how`` (min / max / count_distinct) over the non-null values of positive weight."""
+    keep = (w > 0) & _valid(arr)
+    tab = pa.table({"g": key_index[keep], "v": arr.filter(pa.array(keep))})
+    res = tab.group_by("g", use_threads=False).aggregate([("v", how)])
+    g = res.column("g").to_numpy()
+    vals = res.column(f"v_{how}").combine_chunks()
+    idx = np.full(G, -1, dtype=np.int64)
+    idx[g] = np.arange(len(g), dtype=np.int64)
+    out = vals.take(pa.array(idx, mask=idx < 0))
+    if how == "count_distinct":
+        out = out.fill_null(0)
+    return out.cast(out_type)
+
+
+def compute_groups(specs: list[AggSpec], vals: pa.RecordBatch, w: np.ndarray,
+                   offsets: np.ndarray) -> tuple[np.ndarray, list[pa.Array]]:
+    """Every aggregate over consolidated groups: ``(total weight per group, output columns)``."""
+    starts = offsets[:-1]
+    G = len(starts)
+    key_index = np.repeat(np.arange(G, dtype=np.int64), np.diff(offsets))
+    rows = _reduce(w, starts)
+    cols = []
+    for s in specs:
+        arr = vals.column(s.column) if s.column is not None else None
+        if isinstance(s.kind, Aggregator):
+            v = vals if s.column is None else vals.select([s.column])
+            res = s.kind.compute(v, w, offsets)
+            res = res if isinstance(res, pa.Array) else pa.array(res)
+            if isinstance(res, pa.ChunkedArray):
+                res = res.combine_chunks()
+            if len(res) != G:
+                raise ValueError(f"aggregate '{s.name}': {s.kind!r}.compute returned {len(res)} "
+                                 f"values for {G} groups")
+            cols.append(res if res.type == s.out_type else res.cast(s.out_type))
+        elif s.kind == "count":
+            cnt = rows if arr is None else _reduce(w * _valid(arr), starts)
+            cols.append(pa.array(cnt, pa.int64()))
+        elif s.kind in ("sum", "avg"):
+            total, n = weighted_sum(arr, w, starts, key_index)
+            cols.append(finish_sum(s, total, n))
+        else:
+            cols.append(_positive_groups(arr, w, key_index, G, s.kind, s.out_type))
+    return rows, cols
+
+
+def decimal_to_float(arr: pa.Array) -> np.ndarray:
+    """float64 of decimal128 values, correctly rounded (``unscaled / 10**scale`` when the unscaled
+    value fits in 53 bits; Arrow's own cast multiplies by ``10**-scale`` and can be 1 ulp off)."""
+    arr = arr.fill_null(Decimal(0))
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset:2 * (arr.offset + len(arr))]
+    lo, hi = raw[0::2], raw[1::2]
+    exact = (hi == (lo >> 63)) & (np.abs(lo) < (1 << 53))
+    out = lo.astype(np.float64) / float(10 ** arr.type.scale)
+    if not exact.all():
+        slow = np.asarray(pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False))
+        out = np.where(exact, out, slow)
+    return out
+
+
+def finish_sum(s: AggSpec, total, n: np.ndarray) -> pa.Array:
+    """sum / avg from the weighted sum and the non-null count (null where the count is 0)."""
+    valid = n != 0
+    if s.kind == "sum":
+        return _masked(total, valid, s.out_type)
+    if isinstance(total, pa.Array):
+        num = decimal_to_float(total)
+    else:
+        num = total.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        avg = num / np.where(valid, n, 1)
+    return pa.array(avg, pa.float64(), mask=~valid)
+
+
+# -- one versioned state row per key ------------------------------------------------------------
+
+def rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
+    """Row-wise equality of two aligned batches (null equals null)."""
+    eq = np.ones(a.num_rows, dtype=bool)
+    for x, y in zip(a.columns, b.columns):
+        e = pc.equal(x, y)
+        both_null = pc.and_(x.is_null(), y.is_null())
+        e = pc.or_(pc.fill_null(e, False), both_null)
+        eq &= np.asarray(e.to_numpy(zero_copy_only=False), dtype=bool)
+    return eq
+
+
+class VersionedRows:
+    """A spine holding at most one row per key; its value code is the row's version number.
+
+    Replacing row ``(k, v)`` inserts ``(k, old row, v, -1)`` and ``(k, new row, v', +1)`` in one
+    consolidated batch, so the merge cancels the old row without encoding any value. Versions
+    come from a counter that only grows (a version, once used, names one content for the life of
+    the spine: reusing one after a deletion would let a merge pair a retraction with the wrong
+    row); after a restore the counter restarts above the largest version stored.
+    """
+
+    def __init__(self, name: str, val_schema: pa.Schema):
+        self.trace = Spine(name=name)
+        self.val_schema = val_schema
+        self.vcodec = KeyCodec([])  # carried along, never used to encode
+        self._next: Optional[int] = None
+
+    def _versions(self, n: int) -> np.ndarray:
+        if self._next is None:
+            top = [int(np.max(b.vcodes)) for b in self.trace.batches() if len(b)]
+            self._next = max(top) + 1 if top else 0
+        v = np.arange(self._next, self._next + n, dtype=np.uint64)
+        self._next += n
+        return v
+
+    def get(self, kcodes, G: int):
+        """Rows of the sorted distinct keys ``kcodes``: ``(has, vals aligned to G, version)``."""
+        has = np.zeros(G, dtype=bool)
+        ver = np.zeros(G, dtype=np.uint64)
+        idx = np.full(G, -1, dtype=np.int64)
+        old = self.trace.lookup(kcodes) if G else None
+        if old is not None:
+            ai, bi = K.intersect(kcodes, old.kcodes)
+            rows = old.offsets[bi]
+            has[ai] = True
+            idx[ai] = rows
+            ver[ai] = np.asarray(old.vcodes)[rows]
+            vals = old.vals.take(pa.array(idx, mask=idx < 0))
+        else:
+            vals = pa.RecordBatch.from_arrays([pa.nulls(G, f.type) for f in self.val_schema],
+                                              schema=self.val_schema)
+        return has, vals, ver
+
+    def put(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec, has_old: np.ndarray,
+            old_vals: pa.RecordBatch, old_ver: np.ndarray, keep_new: np.ndarray,
+            new_vals: pa.RecordBatch, changed: np.ndarray) -> None:
+        """Retract the old row and insert the new one for every ``changed`` key."""
+        rm = has_old & changed
+        add = keep_new & changed
+        counts = rm.astype(np.int64) + add.astype(np.int64)
+        if not counts.any():
+            return
+        kk = np.flatnonzero(counts)
+        c = counts[kk]
+        offsets = np.zeros(len(kk) + 1, np.int64)
+        np.cumsum(c, out=offsets[1:])
+        g = np.repeat(kk, c)  # key position of each entry
+        first = np.zeros(len(g), dtype=bool)
+        first[offsets[:-1]] = True
+        is_old = first & rm[g]  # the old row comes first (its version is the smaller)
+        w = np.where(is_old, -1, 1).astype(np.int64)
+        new_ver = np.zeros(len(kk), dtype=np.uint64)
+        new_ver[add[kk]] = self._versions(int(add.sum()))
+        vcodes = np.where(is_old, old_ver[g], new_ver[np.repeat(np.arange(len(kk)), c)])
+        cols = []
+        mask = pa.array(is_old)
+        for o, n in zip(old_vals.columns, new_vals.columns):
+            gi = pa.array(g)
+            cols.append(pc.if_else(mask, o.take(gi), n.take(gi)))
+        vals = pa.RecordBatch.from_arrays(cols, schema=self.val_schema)
+        self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
+                                         vcodes, w, kcodec, self.vcodec))
+
+    def clear(self) -> None:
+        self.trace.clear()
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.trace)
+
+
+def _emit(out_schema: pa.Schema, keys: pa.RecordBatch, old_out: pa.RecordBatch,
+          new_out: pa.RecordBatch, rm: np.ndarray, add: np.ndarray) -> ZSet:
+    """``-old`` rows where ``rm``, ``+new`` rows where ``add`` (key ++ aggregate columns)."""
+    io, ia = np.flatnonzero(rm), np.flatnonzero(add)
+    if len(io) == 0 and len(ia) == 0:
+        return ZSet.empty(out_schema)
+    kidx = pa.array(np.concatenate([io, ia]))
+    cols = [k.take(kidx) for k in keys.columns]
+    for o, n in zip(old_out.columns, new_out.columns):
+        cols.append(pa.concat_arrays([o.take(pa.array(io)), n.take(pa.array(ia))]))
+    w = np.concatenate([-np.ones(len(io), np.int64), np.ones(len(ia), np.int64)])
+    return ZSet(pa.RecordBatch.from_arrays(cols, schema=out_schema), w)
+
+
+# -- the operators ----------------------------------------------------------------------------
+
+class _Partials:
+    """Layout of the running partials of linear aggregates: ``__rows`` then per aggregate a
+    non-null count and (sum / avg) a weighted sum."""
+
+    def __init__(self, specs: list[AggSpec]):
+        self.specs = specs
+        fields = [pa.field("__rows", pa.int64())]
+        self.plan = []  # per spec: (count column index or None, sum column index or None, kind)
+        for i, s in enumerate(specs):
+            ci = si = None
+            nk = None
+            if not (s.kind == "count" and s.column is None):
+                ci = len(fields)
+                fields.append(pa.field(f"n{i}", pa.int64()))
+            if s.kind in ("sum", "avg"):
+                nk = _num_kind(s.in_type)
+                si = len(fields)
+                t = {"i": pa.int64(), "f": pa.float64()}.get(nk) or _dec_t(s.in_type.scale)
+                fields.append(pa.field(f"s{i}", t))
+            self.plan.append((ci, si, nk))
+        self.schema = pa.schema(fields)
+
+    def of_delta(self, d: OrdIndexedZSet) -> list:
+        """Partials of a consolidated delta, one entry per key (numpy or decimal Arrow)."""
+        starts = d.offsets[:-1]
+        key_index = None
+        cols: list = [None] * len(self.schema)
+        cols[0] = _reduce(d.weights, starts)
+        for s, (ci, si, nk) in zip(self.specs, self.plan):
+            arr = d.vals.column(s.column) if s.column is not None else None
+            if si is not None:
+                if key_index is None:
+                    key_index = np.repeat(np.arange(d.num_keys, dtype=np.int64), np.diff(d.offsets))
+                cols[si], cols[ci] = weighted_sum(arr, d.weights, starts, key_index)
+            elif ci is not None:
+                cols[ci] = _reduce(d.weights * _valid(arr), starts)
+        return cols
+
+    def from_arrow(self, batch: pa.RecordBatch, has: np.ndarray) -> list:
+        """Aligned old partials (zero where a key had none)."""
+        out = []
+        for f, col in zip(self.schema, batch.columns):
+            if pa.types.is_decimal(f.type):
+                out.append(pc.if_else(pa.array(has), col, _dec_zero(len(has), f.type.scale)))
+            else:
+                dt = np.float64 if pa.types.is_floating(f.type) else np.int64
+                out.append(np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=dt))
+        return out
+
+    def add(self, a: list, b: list) -> list:
+        return [_dec_add(x, y, f.type.scale) if pa.types.is_decimal(f.type) else x + y
+                for f, x, y in zip(self.schema, a, b)]
+
+    def to_arrow(self, cols: list) -> pa.RecordBatch:
+        arrs = [c if isinstance(c, pa.Array) else pa.array(c, f.type)
+                for f, c in zip(self.schema, cols)]
+        return pa.RecordBatch.from_arrays(arrs, schema=self.schema)
+
+    def all_zero(self, cols: list) -> np.ndarray:
+        """Partials that can be dropped: every count and sum exactly zero. (A zero row count
+        alone is not enough: in a Z-set ``+1·(x=5) - 1·(x=3)`` has no rows but a sum of 2.)"""
+        z = cols[0] == 0
+        for f, c in zip(list(self.schema)[1:], cols[1:]):
+            if pa.types.is_decimal(f.type):
+                z &= np.asarray(pc.equal(c, _dec_zero(len(c), f.type.scale))
+                                .to_numpy(zero_copy_only=False), dtype=bool)
+            else:
+                z &= c == 0
+        return z
+
+    def finish(self, cols: list) -> list[pa.Array]:
+        out = []
+        for s, (ci, si, nk) in zip(self.specs, self.plan):
+            if s.kind == "count":
+                out.append(pa.array(cols[0] if ci is None else cols[ci], pa.int64()))
+            else:
+                out.append(finish_sum(s, cols[si], cols[ci]))
+        return out
+
+
+class LinearAggregateOperator(Operator):
+    """count / sum / avg from running partials per key (never reads the input history)."""
+
+    name = "aggregate(linear)"
+
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema):
+        super().__init__(ctx)
+        self.specs, self.out_schema = specs, out_schema
+        self.partials = _Partials(specs)
+        self.state = VersionedRows("aggregate.partials", self.partials.schema)
+        self.agg_schema = pa.schema(list(out_schema)[len(out_schema) - len(specs):])
+
+    def eval(self, d: OrdIndexedZSet) -> ZSet:
+        if len(d) == 0:
+            return ZSet.empty(self.out_schema)
+        P = self.partials
+        G = d.num_keys
+        delta = P.of_delta(d)
+        has_old, old_batch, old_ver = self.state.get(d.kcodes, G)
+        old = P.from_arrow(old_batch, has_old)
+        new = P.add(old, delta)
+        new_batch = P.to_arrow(new)
+        changed = ~has_old | ~rows_equal(P.to_arrow(old), new_batch)
+        keep = ~P.all_zero(new)
+        self.state.put(d.keys, d.kcodes, d.kcodec, has_old, old_batch, old_ver, keep, new_batch,
+                       changed)
+        old_present = has_old & (old[0] != 0)
+        new_present = new[0] != 0
+        old_out = pa.RecordBatch.from_arrays(P.finish(old), schema=self.agg_schema)
+        new_out = pa.RecordBatch.from_arrays(P.finish(new), schema=self.agg_schema)
+        return _emit(self.out_schema, d.keys, old_out, new_out, old_present & changed,
+                     new_present & changed)
+
+    def clock_start(self) -> None:
+        self.state.clear()
+
+    def state_rows(self) -> int:
+        return len(self.state)
+
+
+class GroupAggregateOperator(Operator):
+    """Any aggregates, recomputed over the whole groups of the touched keys."""
+
+    name = "aggregate(general)"
+
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema):
+        super().__init__(ctx)
+        self.specs, self.out_schema = specs, out_schema
+        self.agg_schema = pa.schema(list(out_schema)[len(out_schema) - len(specs):])
+        self.input = Spine(name="aggregate.input")
+        self.outputs = VersionedRows("aggregate.output", self.agg_schema)
+
+    def eval(self, d: OrdIndexedZSet) -> ZSet:
+        if len(d) == 0:
+            return ZSet.empty(self.out_schema)
+        G = d.num_keys
+        old_groups = self.input.lookup(d.kcodes)
+        groups = d if old_groups is None else OrdIndexedZSet.merge([old_groups, d])
+        self.input.insert(d)
+        has_new = np.zeros(G, dtype=bool)
+        idx = np.full(G, -1, dtype=np.int64)
+        if len(groups):
+            rows, cols = compute_groups(self.specs, groups.vals, groups.weights, groups.offsets)
+            ai, bi = K.intersect(d.kcodes, groups.kcodes)
+            has_new[ai] = rows[bi] != 0
+            idx[ai] = bi
+            new_out = pa.RecordBatch.from_arrays(cols, schema=self.agg_schema).take(
+                pa.array(idx, mask=idx < 0))
+        else:
+            new_out = pa.RecordBatch.from_arrays([pa.nulls(G, f.type) for f in self.agg_schema],
+                                                 schema=self.agg_schema)
+        has_old, old_out, old_ver = self.outputs.get(d.kcodes, G)
+        changed = (has_old != has_new) | (has_old & has_new & ~rows_equal(old_out, new_out))
+        self.outputs.put(d.keys, d.kcodes, d.kcodec, has_old, old_out, old_ver, has_new, new_out,
+                         changed)
+        return _emit(self.out_schema, d.keys, old_out, new_out, has_old & changed,
+                     has_new & changed)
+
+    def clock_start(self) -> None:
+        self.input.clear()
+        self.outputs.clear()
+
+    def state_rows(self) -> int:
+        return len(self.input) + len(self.outputs)
+
+
+def aggregate(stream, aggs: dict):
+    """Group an indexed stream by its key and aggregate its values (see the module doc)."""
+    from .join import sharded
+    if not isinstance(stream.type, IndexedType):
+        raise TypeError(f"aggregate needs an indexed stream (use .index_by([...]) first), got "
+                        f"{stream.type.describe()}")
+    specs = parse_aggs(aggs, stream.key_schema, stream.val_schema)
+    out = output_schema(stream.key_schema, specs)
+    s = sharded(stream)
+    linear = all(isinstance(x.kind, str) and x.kind in LINEAR for x in specs)
+    cls = LinearAggregateOperator if linear else GroupAggregateOperator
+    return stream.circuit.add_node(cls.name, lambda ctx: cls(ctx, specs, out), [s],
+                                   ZSetType(out))
+
+
+__all__ = ["aggregate", "Aggregator", "AggSpec", "KINDS", "compute_groups", "parse_aggs",
+           "LinearAggregateOperator", "GroupAggregateOperator", "VersionedRows", "rows_equal"]

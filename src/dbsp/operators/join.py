@@ -1,0 +1,435 @@
+"""join, left_join, semijoin, antijoin: incremental equi-joins of indexed streams on their key.
+
+Maths
+-----
+The inner join is bilinear, so its incremental form joins each delta with the integral of the
+other side (DBSP, Thm. 3.4)::
+
+    Δ(a ⋈ b) = Δa ⋈ I(b) + z^-1(I(a)) ⋈ Δb          where I(b) already includes Δb
+
+The other joins are built from it, distinct and linear operators, so they are incremental too::
+
+    semijoin(a, b)  = a ⋈ distinct(keys(b))          (left rows, weights of a)
+    antijoin(a, b)  = a - semijoin(a, b)
+    left_join(a, b) = a ⋈ b + pad_null(antijoin(a, b))
+
+When right rows of a key appear, ``distinct(keys(b))`` turns +1, the semijoin gains the left rows
+and the null-padded rows are retracted; when the last right row disappears the reverse happens.
+
+Design
+------
+Both inputs are sharded by key hash (:func:`dbsp.operators.exchange.shard`; a pass-through with one
+worker), so every key's rows meet on one worker. Each side keeps a
+:class:`~dbsp.trace.spine.Spine` of :class:`OrdIndexedZSet` batches; a delta is joined with every
+batch of the other spine by :func:`~dbsp.algebra.kernels.intersect` (matching keys) and
+:func:`~dbsp.algebra.kernels.expand_pairs` (the cross product of their values); the payload
+columns follow through Arrow ``take`` and weights multiply. Work per step is proportional to the
+delta, the number of matches, and the (logarithmic) number of batches.
+
+Keys follow SQL: a key with a null in any column matches nothing (such left rows are unmatched in
+``left_join`` and kept by ``antijoin``). Both sides must have the same key column types (names may
+differ; the output uses the left names); nullability may differ.
+
+Output rows are ``key ++ left values ++ right values`` (right columns whose names clash get the
+suffix ``_right``), or what ``fn(keys, left_vals, right_vals)`` returns: a record batch of
+``schema`` computed once per step, vectorised over all matched pairs.
+
+>>> import pyarrow as pa, dbsp
+>>> c = dbsp.Circuit()
+>>> emp = c.add_input("emp", [("dept", pa.int64()), ("name", pa.string())])
+>>> dept = c.add_input("dept", [("id", pa.int64()), ("title", pa.string())])
+>>> j = emp.index_by(["dept"]).join(dept.index_by(["id"])).output()
+>>> _ = emp.insert([(1, "ann"), (2, "bob")]); _ = dept.insert([(1, "sales")]); c.step()
+>>> j.to_dict()
+{(1, 'ann', 'sales'): 1}
+>>> _ = dept.insert([(2, "ops")]); c.step(); j.to_dict()
+{(2, 'bob', 'ops'): 1}
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..algebra import kernels as K
+from ..algebra.codes import KeyCodec
+from ..algebra.schema import as_schema, concat_batches, empty_batch, take
+from ..circuit.operator import Operator
+from ..circuit.types import IndexedType, ZSetType
+from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.spine import Spine
+from ._util import to_record_batch
+from .distinct import sign_changes
+
+EMPTY_SCHEMA = pa.schema([])
+
+
+# -- helpers shared by the operators that need keys together --------------------------------
+
+def sharded(stream):
+    """``stream`` sharded by key (indexed) or row (Z-set) hash, unless it already comes straight
+    out of an exchange (so chained operators do not re-shard)."""
+    from .exchange import shard
+    if stream.circuit.nodes[stream.node].name == "exchange":
+        return stream
+    return shard(stream)
+
+
+def null_key_mask(keys: pa.RecordBatch) -> Optional[np.ndarray]:
+    """Boolean mask of keys with a null in some column, or None when there are none."""
+    mask = None
+    for col in keys.columns:
+        if col.null_count:
+            m = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            mask = m if mask is None else (mask | m)
+    return mask
+
+
+def drop_null_keys(ix: OrdIndexedZSet) -> OrdIndexedZSet:
+    """``ix`` without the keys that have a null column (SQL: they match nothing)."""
+    if ix.num_keys == 0:
+        return ix
+    m = null_key_mask(ix.keys)
+    if m is None or not m.any():
+        return ix
+    return ix.select_keys(np.flatnonzero(~m))
+
+
+def zero_column_batch(n: int) -> pa.RecordBatch:
+    """A record batch with no columns and ``n`` rows."""
+    return pa.RecordBatch.from_arrays([pa.nulls(n)], names=["_"]).select([])
+
+
+def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
+    """Matched value pairs of two consolidated indexed batches: ``(key_idx, xs, ys, weights)``
+    (``key_idx`` indexes ``x.keys``; ``xs`` / ``ys`` index ``x.vals`` / ``y.vals``), or None."""
+    if x.num_keys == 0 or y.num_keys == 0:
+        return None
+    ai, bi = K.intersect(x.kcodes, y.kcodes)
+    if len(ai) == 0:
+        return None
+    xs, ys = K.expand_pairs(x.offsets, ai, y.offsets, bi)
+    counts = np.diff(x.offsets)[ai] * np.diff(y.offsets)[bi]
+    kidx = np.repeat(ai, counts)
+    return kidx, xs, ys, x.weights[xs] * y.weights[ys]
+
+
+def _describe(s: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name}: {f.type}{'' if f.nullable else ' not null'}"
+                           for f in s) + ")"
+
+
+def _check_indexed(stream, what: str, side: str) -> None:
+    if not isinstance(stream.type, IndexedType):
+        raise TypeError(f"{what}: the {side} input must be an indexed stream (use "
+                        f".index_by([...]) first), got {stream.type.describe()}")
+
+
+def check_keys(left, right, what: str) -> None:
+    """Same number and types of key columns (names and nullability may differ)."""
+    _check_indexed(left, what, "left")
+    _check_indexed(right, what, "right")
+    lk, rk = left.key_schema, right.key_schema
+    if len(lk) != len(rk) or any(a.type != b.type for a, b in zip(lk, rk)):
+        raise TypeError(f"{what}: the key schemas differ: left key {_describe(lk)}, right key "
+                        f"{_describe(rk)}; both sides must have the same key column types "
+                        f"(cast or map one side first)")
+
+
+class RecodeKeysOperator(Operator):
+    """Re-encode the keys of indexed batches for a key schema that differs only in nullability
+    (adding a null flag to non-null keys keeps their order, so batches stay sorted)."""
+
+    name = "recode_keys"
+
+    def __init__(self, ctx, key_schema: pa.Schema, val_schema: pa.Schema):
+        super().__init__(ctx)
+        self.key_schema, self.val_schema = key_schema, val_schema
+        self.codec = KeyCodec(list(key_schema))
+
+    def eval(self, ix: OrdIndexedZSet) -> OrdIndexedZSet:
+        if ix.num_keys == 0:
+            return OrdIndexedZSet.empty(self.key_schema, self.val_schema)
+        keys = pa.RecordBatch.from_arrays(ix.keys.columns, schema=self.key_schema)
+        return OrdIndexedZSet(keys, self.codec.encode(keys.columns, keys.num_rows), ix.offsets,
+                              ix.vals, ix.vcodes, ix.weights, self.codec, ix.vcodec)
+
+
+def _common_keys(left, right):
+    """Streams whose key codes are comparable: when nullability differs, both get nullable keys."""
+    lk, rk = left.key_schema, right.key_schema
+    if all(a.nullable == b.nullable for a, b in zip(lk, rk)):
+        return left, right
+    return _recode(left, lk, rk), _recode(right, rk, lk)
+
+
+def _recode(stream, ks: pa.Schema, other: pa.Schema):
+    target = pa.schema([f.with_nullable(f.nullable or g.nullable) for f, g in zip(ks, other)])
+    if target == ks:
+        return stream
+    vs = stream.val_schema
+    return stream.circuit.add_node("recode_keys", lambda ctx: RecodeKeysOperator(ctx, target, vs),
+                                   [stream], IndexedType(target, vs))
+
+
+def prepare(left, right, what: str):
+    """Check, align key encodings and shard both sides of a join."""
+    check_keys(left, right, what)
+    if left.circuit is not right.circuit:
+        raise ValueError(f"{what}: the two streams belong to different circuits")
+    left, right = _common_keys(left, right)
+    return sharded(left), sharded(right)
+
+
+def pair_schema(lk: pa.Schema, lv: pa.Schema, rv: pa.Schema,
+                nullable_right: bool = False) -> pa.Schema:
+    """``key ++ left values ++ right values``; clashing right names get ``_right``."""
+    used = set(lk.names) | set(lv.names)
+    fields = list(lk) + list(lv)
+    for f in rv:
+        name = f.name
+        while name in used:
+            name += "_right"
+        used.add(name)
+        fields.append(pa.field(name, f.type, nullable=True if nullable_right else f.nullable))
+    return pa.schema(fields)
+
+
+# -- the join operator ----------------------------------------------------------------------
+
+class JoinOperator(Operator):
+    """``Δa ⋈ I(b) + z^-1(I(a)) ⋈ Δb`` on sharded indexed streams.
+
+    ``mode``: ``"pairs"`` (``key ++ lv ++ rv``), ``"left"`` (``key ++ lv``: the semijoin, whose
+    right side is a key set of weight 1) or ``"fn"`` (``fn(keys, lv, rv)``).
+    """
+
+    name = "join"
+
+    def __init__(self, ctx, out_schema: pa.Schema, mode: str, fn: Optional[Callable] = None,
+                 key_schema: Optional[pa.Schema] = None, lval: Optional[pa.Schema] = None,
+                 rval: Optional[pa.Schema] = None):
+        super().__init__(ctx)
+        self.out_schema, self.mode, self.fn = out_schema, mode, fn
+        self.key_schema, self.lval, self.rval = key_schema, lval, rval
+        self.left = Spine(name="join.left")
+        self.right = Spine(name="join.right")
+
+    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
+        da, db = drop_null_keys(da), drop_null_keys(db)
+        pieces = []
+        if len(db):
+            for xa in self.left.batches():  # z^-1(I(a)) ⋈ Δb
+                p = join_pairs(xa, db)
+                if p is not None:
+                    pieces.append((xa, db, p))
+            self.right.insert(db)
+        if len(da):
+            for yb in self.right.batches():  # Δa ⋈ I(b)
+                p = join_pairs(da, yb)
+                if p is not None:
+                    pieces.append((da, yb, p))
+            self.left.insert(da)
+        return self._build(pieces)
+
+    def _build(self, pieces) -> ZSet:
+        if not pieces:
+            return ZSet.empty(self.out_schema)
+        ks, ls, rs, ws = [], [], [], []
+        for x, y, (kidx, xs, ys, w) in pieces:
+            ks.append(take(x.keys, kidx))
+            ls.append(take(x.vals, xs))
+            if self.mode != "left":
+                rs.append(take(y.vals, ys))
+            ws.append(w)
+        w = ws[0] if len(ws) == 1 else np.concatenate(ws)
+        keys = concat_batches(ks[0].schema, ks)
+        lvals = concat_batches(ls[0].schema, ls) if ls[0].num_columns else zero_column_batch(len(w))
+        if self.mode == "left":
+            cols = list(keys.columns) + list(lvals.columns)
+            return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), w)
+        rvals = concat_batches(rs[0].schema, rs) if rs[0].num_columns else zero_column_batch(len(w))
+        if self.mode == "fn":
+            keys = _rename(keys, self.key_schema)
+            lvals, rvals = _rename(lvals, self.lval), _rename(rvals, self.rval)
+            out = to_record_batch(self.fn(keys, lvals, rvals), self.out_schema, "join function")
+            if out.num_rows != len(w):
+                raise ValueError(f"join function returned {out.num_rows} rows for {len(w)} "
+                                 f"matched pairs")
+            return ZSet(out, w)
+        cols = list(keys.columns) + list(lvals.columns) + list(rvals.columns)
+        return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), w)
+
+    def clock_start(self) -> None:
+        self.left.clear()
+        self.right.clear()
+
+    def state_rows(self) -> int:
+        return len(self.left) + len(self.right)
+
+
+def _rename(batch: pa.RecordBatch, schema: Optional[pa.Schema]) -> pa.RecordBatch:
+    if schema is None or batch.schema == schema:
+        return batch
+    if not schema.names:
+        return batch
+    return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+
+
+def _fn_schema(fn: Callable, schema: Any, k: pa.Schema, lv: pa.Schema, rv: pa.Schema) -> pa.Schema:
+    if schema is not None:
+        return as_schema(schema)
+    out = to_record_batch(fn(empty_batch(k), empty_batch(lv), empty_batch(rv)), None,
+                          "join function")
+    return as_schema(out.schema)
+
+
+def _join_node(a, b, out_schema: pa.Schema, mode: str, fn=None, rval=None):
+    key, lval = a.key_schema, a.val_schema
+    rval = rval if rval is not None else b.val_schema
+    return a.circuit.add_node(
+        f"join({mode})", lambda ctx: JoinOperator(ctx, out_schema, mode, fn, key, lval, rval),
+        [a, b], ZSetType(out_schema))
+
+
+def join(left, right, fn: Optional[Callable] = None, schema: Any = None):
+    """Incremental inner join of two indexed streams on their keys (see the module doc)."""
+    a, b = prepare(left, right, "join")
+    if fn is None:
+        out = pair_schema(a.key_schema, a.val_schema, b.val_schema)
+        return _join_node(a, b, out, "pairs")
+    out = _fn_schema(fn, schema, left.key_schema, left.val_schema, right.val_schema)
+    return _join_node(a, b, out, "fn", fn, right.val_schema)
+
+
+# -- key sets: distinct(keys(b)) --------------------------------------------------------------
+
+class KeySetOperator(Operator):
+    """``distinct(keys(b))`` as an indexed stream ``key -> ()`` of weight ±1 changes; keys with a
+    null column are left out (they match nothing)."""
+
+    name = "distinct_keys"
+
+    def __init__(self, ctx, key_schema: pa.Schema):
+        super().__init__(ctx)
+        self.key_schema = key_schema
+        self.trace = Spine(name="distinct_keys")
+
+    def eval(self, db: OrdIndexedZSet) -> OrdIndexedZSet:
+        db = drop_null_keys(db)
+        if len(db) == 0:
+            return OrdIndexedZSet.empty(self.key_schema, EMPTY_SCHEMA)
+        kw = np.add.reduceat(db.weights, db.offsets[:-1])
+        nz = np.flatnonzero(kw)
+        if len(nz) == 0:
+            return OrdIndexedZSet.empty(self.key_schema, EMPTY_SCHEMA)
+        keys, codes, kw = take(db.keys, nz), K.take(db.kcodes, nz), kw[nz]
+        old = self.trace.weights_of(codes)
+        w = sign_changes(old, kw)
+        self.trace.insert(OrdZSet(keys, kw, codes, db.kcodec))
+        keep = np.flatnonzero(w)
+        n = len(keep)
+        if n == 0:
+            return OrdIndexedZSet.empty(self.key_schema, EMPTY_SCHEMA)
+        vcodec = KeyCodec([])
+        return OrdIndexedZSet(take(keys, keep), K.take(codes, keep), np.arange(n + 1, dtype=np.int64),
+                              zero_column_batch(n), np.zeros(n, np.uint64), w[keep], db.kcodec,
+                              vcodec)
+
+    def clock_start(self) -> None:
+        self.trace.clear()
+
+    def state_rows(self) -> int:
+        return len(self.trace)
+
+
+def _key_set(b):
+    ks = b.key_schema
+    return b.circuit.add_node("distinct_keys", lambda ctx: KeySetOperator(ctx, ks), [b],
+                              IndexedType(ks, EMPTY_SCHEMA))
+
+
+def _semijoin_sharded(a, b):
+    return _join_node(a, _key_set(b), a.type.flat_schema, "left")
+
+
+def semijoin(left, right):
+    """Rows ``key ++ left values`` of ``left`` whose key has rows of positive total weight on the
+    right, with the left weights: ``a ⋈ distinct(keys(b))``."""
+    a, b = prepare(left, right, "semijoin")
+    return _semijoin_sharded(a, b)
+
+
+def antijoin(left, right):
+    """Rows ``key ++ left values`` of ``left`` whose key is absent on the right:
+    ``a - semijoin(a, b)``."""
+    a, b = prepare(left, right, "antijoin")
+    return a.flatten().minus(_semijoin_sharded(a, b))
+
+
+# -- left outer join --------------------------------------------------------------------------
+
+class PadNullsOperator(Operator):
+    """Append all-null columns (the right side of unmatched left rows)."""
+
+    name = "pad_nulls"
+
+    def __init__(self, ctx, out_schema: pa.Schema, n_null: int):
+        super().__init__(ctx)
+        self.out_schema, self.n_null = out_schema, n_null
+
+    def eval(self, z: ZSet) -> ZSet:
+        n = len(z)
+        nulls = [pa.nulls(n, f.type) for f in list(self.out_schema)[len(self.out_schema) - self.n_null:]]
+        return ZSet(pa.RecordBatch.from_arrays(list(z.data.columns) + nulls,
+                                               schema=self.out_schema), z.weights)
+
+
+class SplitApplyOperator(Operator):
+    """Apply ``fn(keys, lvals, rvals)`` to rows ``key ++ lv ++ rv`` (split by position)."""
+
+    name = "join_fn"
+
+    def __init__(self, ctx, fn, schemas, out_schema: pa.Schema):
+        super().__init__(ctx)
+        self.fn, self.schemas, self.out_schema = fn, schemas, out_schema
+
+    def eval(self, z: ZSet) -> ZSet:
+        if len(z) == 0:
+            return ZSet.empty(self.out_schema)
+        cols, parts, i = z.data.columns, [], 0
+        for s in self.schemas:
+            part = cols[i:i + len(s)]
+            parts.append(pa.RecordBatch.from_arrays(part, schema=s) if part
+                         else zero_column_batch(len(z)))
+            i += len(s)
+        out = to_record_batch(self.fn(*parts), self.out_schema, "left_join function")
+        if out.num_rows != len(z):
+            raise ValueError(f"left_join function returned {out.num_rows} rows for {len(z)}")
+        return ZSet(out, z.weights)
+
+
+def left_join(left, right, fn: Optional[Callable] = None, schema: Any = None):
+    """Left outer join: ``a ⋈ b + pad_null(antijoin(a, b))`` (see the module doc); the right
+    columns are nullable in the output."""
+    a, b = prepare(left, right, "left_join")
+    flat = pair_schema(a.key_schema, a.val_schema, b.val_schema, nullable_right=True)
+    inner = _join_node(a, b, flat, "pairs")
+    anti = a.flatten().minus(_semijoin_sharded(a, b))
+    n_null = len(b.val_schema)
+    padded = a.circuit.add_node("pad_nulls", lambda ctx: PadNullsOperator(ctx, flat, n_null),
+                                [anti], ZSetType(flat))
+    res = inner.plus(padded)
+    if fn is None:
+        return res
+    rv = pa.schema([f.with_nullable(True) for f in right.val_schema])
+    schemas = [left.key_schema, left.val_schema, rv]
+    out = _fn_schema(fn, schema, *schemas)
+    return res.circuit.add_node("left_join_fn",
+                                lambda ctx: SplitApplyOperator(ctx, fn, schemas, out),
+                                [res], ZSetType(out))
+
+
+__all__ = ["join", "left_join", "semijoin", "antijoin", "JoinOperator", "KeySetOperator",
+           "sharded", "prepare", "pair_schema", "join_pairs", "drop_null_keys", "check_keys"]

@@ -1,0 +1,178 @@
+"""join, left_join, semijoin, antijoin against the reference model, with 1 and 2 workers."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import dbsp
+from dbsp.testing import reference as ref
+from dbsp.testing import strategies as S
+from dbsp.testing.harness import check_steps
+
+L = pa.schema([pa.field("k", pa.int64()), pa.field("a", pa.string())])
+R = pa.schema([pa.field("k", pa.int64()), pa.field("b", pa.int64())])
+NN = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("b", pa.int64())])
+
+
+def _ix(s):
+    return s.index_by(["k"])
+
+
+# -- literal Z-sets ---------------------------------------------------------------------------
+
+def test_join_literal(workers):
+    steps = [
+        {"l": {(1, "x"): 1, (2, "y"): 2, (None, "n"): 1}, "r": {(1, 10): 1, (None, 0): 1}},
+        {"r": {(2, 20): 1, (2, 21): -1}},          # weights multiply, negative too
+        {"l": {(1, "x"): -1}, "r": {(1, 11): 1}},  # both sides change in one step
+    ]
+    check_steps(workers, {"l": L, "r": R}, lambda l, r: _ix(l).join(_ix(r)),
+                lambda l, r: ref.join(l, r, [0], [0]), steps)
+
+
+def test_join_output_names_and_fn(workers):
+    with dbsp.Circuit(workers=workers) as c:
+        l = c.add_input("l", [("k", pa.int64()), ("v", pa.int64())])
+        r = c.add_input("r", [("id", pa.int64()), ("v", pa.int64()), ("k", pa.int64())])
+        j = l.index_by(["k"]).join(r.index_by(["id"]))
+        assert j.schema.names == ["k", "v", "v_right", "k_right"]
+        f = l.index_by(["k"]).join(
+            r.index_by(["id"]), lambda k, lv, rv: {"k": k["k"], "s": pc.add(lv["v"], rv["v"])},
+            [("k", pa.int64()), ("s", pa.int64())])
+        jo, fo = j.output(), f.output()
+        l.insert([(1, 5), (1, 6)])
+        r.insert([(1, 100, 7)])
+        c.step()
+        assert jo.to_dict() == {(1, 5, 100, 7): 1, (1, 6, 100, 7): 1}
+        assert fo.to_dict() == {(1, 105): 1, (1, 106): 1}
+
+
+def test_join_key_schema_mismatch_is_a_type_error():
+    c = dbsp.Circuit()
+    l = c.add_input("l", [("k", pa.int64()), ("v", pa.int64())])
+    r = c.add_input("r", [("k", pa.string()), ("v", pa.int64())])
+    with pytest.raises(TypeError, match=r"left key \(k: int64\).*right key \(k: string\)"):
+        l.index_by(["k"]).join(r.index_by(["k"]))
+    with pytest.raises(TypeError, match="indexed stream"):
+        l.index_by(["k"]).join(r)
+    with pytest.raises(TypeError, match="key schemas differ"):
+        l.index_by(["k", "v"]).semijoin(r.index_by(["v"]))
+
+
+def test_join_keys_of_different_nullability(workers):
+    steps = [{"l": {(1, "x"): 1, (None, "y"): 1}, "r": {(1, 5): 1}},
+             {"r": {(1, 6): 1}, "l": {(1, "z"): 1}}]
+    check_steps(workers, {"l": L, "r": NN}, lambda l, r: _ix(l).join(_ix(r)),
+                lambda l, r: ref.join(l, r, [0], [0]), steps)
+    check_steps(workers, {"r": NN, "l": L}, lambda r, l: _ix(r).join(_ix(l)),
+                lambda r, l: ref.join(r, l, [0], [0]), steps)
+
+
+def test_left_join_literal(workers):
+    steps = [
+        {"l": {(1, "x"): 1, (2, "y"): 1, (None, "n"): 1}},                 # nothing matches
+        {"r": {(1, 10): 1, (1, 11): 1}},                                   # padded rows go
+        {"r": {(1, 10): -1}},                                              # still matched
+        {"r": {(1, 11): -1}, "l": {(2, "y"): -1}},                         # padded again
+        {"r": {(3, 1): 2}, "l": {(3, "w"): 1}},
+    ]
+    check_steps(workers, {"l": L, "r": R}, lambda l, r: _ix(l).left_join(_ix(r)),
+                lambda l, r: ref.left_join(l, r, [0], [0], 1), steps)
+
+
+def test_left_join_fn_sees_nulls(workers):
+    with dbsp.Circuit(workers=workers) as c:
+        l = c.add_input("l", L)
+        r = c.add_input("r", R)
+        out = _ix(l).left_join(_ix(r), lambda k, lv, rv: {"a": lv["a"], "b": rv["b"]},
+                               [("a", pa.string()), ("b", pa.int64())]).output()
+        l.insert([(1, "x"), (2, "y")])
+        r.insert([(1, 7)])
+        c.step()
+        assert out.to_dict() == {("x", 7): 1, ("y", None): 1}
+
+
+def test_semijoin_antijoin_literal(workers):
+    steps = [
+        {"l": {(1, "x"): 2, (2, "y"): 1, (None, "n"): 1}, "r": {(1, 5): 1, (1, 6): 1}},
+        {"r": {(1, 5): -1, (2, 0): 1}},
+        {"r": {(1, 6): -1, (None, 3): 1}},
+        {"r": {(2, 0): -1, (2, 9): -1}},   # negative total weight: the key is absent
+    ]
+    sch = {"l": L, "r": R}
+    check_steps(workers, sch, lambda l, r: _ix(l).semijoin(_ix(r)),
+                lambda l, r: ref.semijoin(l, r, [0], [0]), steps)
+    check_steps(workers, sch, lambda l, r: _ix(l).antijoin(_ix(r)),
+                lambda l, r: ref.antijoin(l, r, [0], [0]), steps)
+
+
+def test_join_state_is_released_by_retractions():
+    with dbsp.Circuit() as c:
+        l, r = c.add_input("l", L), c.add_input("r", R)
+        _ix(l).join(_ix(r)).output(view=False)
+        l.insert([(i, "a") for i in range(20)])
+        r.insert([(i, i) for i in range(20)])
+        c.step()
+        assert c.state_rows() >= 40
+        l.delete([(i, "a") for i in range(20)])
+        r.delete([(i, i) for i in range(20)])
+        c.step()
+        join_op = next(op for op in c._replicas[0].ops if op.name == "join")
+        join_op.left.compact(), join_op.right.compact()
+        assert c.state_rows() == 0
+
+
+# -- random deltas ----------------------------------------------------------------------------
+
+@st.composite
+def join_case(draw, valid=False):
+    kt = draw(st.sampled_from(["int64", "string", "decimal", "date32"]))
+    kn = draw(st.booleans())
+    lv = draw(S.schemas(0, 2, prefix="a"))
+    rv = draw(S.schemas(0, 2, prefix="b"))
+    key = pa.field("k", S.TYPES[kt][0], nullable=kn)
+    ls = pa.schema([key] + list(lv))
+    rs = pa.schema([key.with_nullable(draw(st.booleans()) if not kn else True)] + list(rv))
+    nsteps = draw(st.integers(1, 4))
+    dl = draw(S.deltas(ls, nsteps, valid=valid))
+    dr = draw(S.deltas(rs, nsteps, valid=valid))
+    steps = [{"l": a, "r": b} for a, b in zip(dl + [{}] * nsteps, dr + [{}] * nsteps)][:nsteps]
+    return ls, rs, steps
+
+
+KIND = st.sampled_from(["join", "left_join", "semijoin", "antijoin"])
+
+
+@settings(max_examples=30)
+@given(case=join_case(), kind=KIND)
+@example(case=(L, R, [{"l": {(1, "a"): 1}, "r": {(1, 2): -1}},
+                      {"r": {(1, 2): 2}}]), kind="left_join")
+def test_join_family_random(workers, case, kind):
+    ls, rs, steps = case
+    nb = len(rs) - 1
+    refs = {
+        "join": lambda l, r: ref.join(l, r, [0], [0]),
+        "left_join": lambda l, r: ref.left_join(l, r, [0], [0], nb),
+        "semijoin": lambda l, r: ref.semijoin(l, r, [0], [0]),
+        "antijoin": lambda l, r: ref.antijoin(l, r, [0], [0]),
+    }
+    check_steps(workers, {"l": ls, "r": rs},
+                lambda l, r: getattr(_ix(l), kind)(_ix(r)), refs[kind], steps)
+
+
+@settings(max_examples=15)
+@given(data=st.data())
+def test_join_multi_column_keys_random(workers, data):
+    ls = pa.schema([pa.field("k0", pa.string()), pa.field("k1", pa.int32()),
+                    pa.field("a", pa.float64())])
+    rs = pa.schema([pa.field("x", pa.int32()), pa.field("y", pa.string()),
+                    pa.field("b", pa.bool_())])
+    dl = data.draw(S.deltas(ls, 3))
+    dr = data.draw(S.deltas(rs, 3))
+    steps = [{"l": a, "r": b} for a, b in zip(dl, dr)]
+    check_steps(workers, {"l": ls, "r": rs},
+                lambda l, r: l.index_by(["k0", "k1"]).join(r.index_by(["y", "x"])),
+                lambda l, r: ref.join(l, r, [0, 1], [1, 0]), steps)
