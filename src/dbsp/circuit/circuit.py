@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class Circuit:
     >>> c = dbsp.Circuit()
     >>> t = c.add_input("t", pa.schema([("x", pa.int64())]))
     >>> out = t.filter(lambda b: pa.compute.greater(b["x"], 1)).output()
-    >>> t.insert([(1,), (2,), (3,)]); c.step()
+    >>> _ = t.insert([(1,), (2,), (3,)]); c.step()
     >>> sorted(out.to_dict().items())
     [((2,), 1), ((3,), 1)]
     """
@@ -130,14 +130,30 @@ class Circuit:
         self.nodes.append(node)
         return make_stream(self, node.id, type_)
 
-    def add_input(self, name: str, schema: Any):
-        """A new input stream of Z-sets over ``schema``; push data with its methods."""
+    def add_input(self, name: str, schema: Any, key: Optional[Sequence[str]] = None):
+        """A new input stream of Z-sets over ``schema``; push data with its methods.
+
+        ``key``: columns by which the input remembers its current rows, so that
+        :meth:`~dbsp.operators.input.InputStream.upsert` can replace them.
+        """
         from ..operators.input import add_input
         if name in self.inputs:
             raise ValueError(f"an input named '{name}' exists already")
-        s = add_input(self, name, as_schema(schema))
+        schema = as_schema(schema)
+        state = None
+        if key is not None:  # validated before the input exists
+            from ..operators.upsert import KeyState
+            state = KeyState(name, schema, key)
+        s = add_input(self, name, schema)
+        s._key = state
         self.inputs[name] = s
         return s
+
+    def recursive(self, fn: Callable, *inputs: Any, **kw: Any):
+        """The least fixed point ``x = fn(x, *inputs)`` at every step, by a nested circuit
+        (see :mod:`dbsp.operators.recursive`)."""
+        from ..operators.recursive import recursive
+        return recursive(self, fn, *inputs, **kw)
 
     # -- running --------------------------------------------------------------------------
     @property

@@ -37,7 +37,7 @@ class InputOperator(Operator):
 class InputStream(Stream):
     """An input stream; also the handle to push data into it."""
 
-    __slots__ = ("name", "_pending", "_pending_rows", "_key")
+    __slots__ = ("name", "_pending", "_pending_rows", "_key", "_rows_pushed")
 
     def push(self, data: Any, weights: Any = None) -> int:
         """Add rows with weights (default 1) for the next step. Returns the rows accepted.
@@ -47,8 +47,12 @@ class InputStream(Stream):
         """
         batch, w = conform(self.name, self.schema, data, weights)
         if batch.num_rows:
+            keyed = self._key.indexed(batch, w) if self._key is not None else None
             self._pending.append((batch, w))
             self._pending_rows += batch.num_rows
+            self._rows_pushed += batch.num_rows
+            if keyed is not None:  # a keyed input remembers its current rows (for upsert)
+                self._key.record(keyed)
         return batch.num_rows
 
     def insert(self, data: Any) -> int:
@@ -61,9 +65,10 @@ class InputStream(Stream):
         return self.push(batch, -w)
 
     def upsert(self, data: Any, key: Optional[Sequence[str]] = None) -> int:
-        """Insert rows, replacing any current row with the same ``key`` (set by
-        :meth:`set_key` or passed here). Needs the input to remember its current rows by key:
-        see :func:`dbsp.operators.upsert.upsert_input`."""
+        """Insert rows, replacing the current rows with the same ``key`` (the last row of a key
+        in ``data`` wins). The key is the one given to ``add_input(..., key=...)``, or set by
+        the first upsert that passes one (before any other push): see
+        :mod:`dbsp.operators.upsert`."""
         from .upsert import upsert_push
         return upsert_push(self, data, key)
 
@@ -93,7 +98,8 @@ def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
     inp.name = name
     inp._pending = []
     inp._pending_rows = 0
-    inp._key = None
+    inp._key = None  # KeyState of a keyed input (dbsp.operators.upsert)
+    inp._rows_pushed = 0
     return inp
 
 

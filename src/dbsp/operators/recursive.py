@@ -1,0 +1,260 @@
+"""recursive: the least fixed point ``x = fn(x, *inputs)``, computed by a nested circuit each step.
+
+Maths
+-----
+For a query ``fn`` built from the stream operators, DBSP computes the fixed point with a nested
+circuit running in *inner time* (DBSP, Sec. 5–6): the body's operators are the incremental ones,
+its input is the impulse ``δ0(i)`` (the value at inner step 0, nothing after) and its output is fed
+back through ``z^-1``::
+
+    o = fn^Δ(z^-1(o), δ0(i))         x = Σ_n o_n     (stop when o_n = 0 on every worker)
+
+Because ``fn^Δ`` sees the change ``o_{n-1}`` of ``x``, the inner loop is exactly *semi-naive*
+evaluation: step ``n`` only derives what is new since step ``n-1``.
+
+Between outer steps (outer time) two modes are used, chosen each step and agreed by all workers:
+
+* **seeded (incremental)**: when every input delta only inserts (all weights positive) and the
+  body is monotone (no ``neg`` / ``minus`` / antijoin / left join / aggregate / topk), the inner
+  operators keep their state from the previous fixed point ``x*`` and the body is fed the input
+  *deltas*: the iteration continues from ``x*`` (a pre-fixed point below the new least fixed
+  point), deriving only the consequences of the new rows. Cost: proportional to what changes.
+* **recompute**: otherwise (retractions, or a non-monotone body) every inner operator is reset
+  (``clock_start``) and the fixed point is computed again from the integrated inputs; the output is
+  ``x*_t - x*_{t-1}``. Retractions in set semantics (``distinct`` in the body) need this: a
+  deleted edge can leave cycles of facts that support each other, which only a recomputation from
+  the inputs removes.
+
+``monotone=True/False`` overrides the detection. With W workers the inner circuit runs on every
+worker (its exchanges use the same transport), the body's result is sharded by row (or key) hash,
+and an inner step is the last only when it produced nothing on *all* workers (``all_gather``).
+
+>>> import pyarrow as pa, dbsp
+>>> c = dbsp.Circuit()
+>>> E = pa.schema([pa.field("src", pa.int64(), False), pa.field("dst", pa.int64(), False)])
+>>> edges = c.add_input("edges", E)
+>>> def closure(paths, edges):   # paths ∪ paths∘edges, as a set
+...     step = paths.index_by(["dst"]).join(edges.index_by(["src"]),
+...         lambda k, l, r: {"src": l["src"], "dst": r["dst"]}, E)
+...     return edges.plus(step).distinct()
+>>> tc = c.recursive(closure, edges).output()
+>>> _ = edges.insert([(1, 2), (2, 3)]); c.step(); sorted(tc.view_dict())
+[(1, 2), (1, 3), (2, 3)]
+>>> _ = edges.insert([(3, 4)]); c.step(); sorted(tc.to_dict())       # seeded: only new paths
+[(1, 4), (2, 4), (3, 4)]
+>>> _ = edges.delete([(2, 3)]); c.step(); sorted(tc.view_dict())     # recomputed
+[(1, 2), (3, 4)]
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..algebra.schema import as_schema
+from ..circuit.circuit import Circuit, Replica
+from ..circuit.operator import Operator
+from ..circuit.types import IndexedType, ZSetType
+from ..trace.batch import OrdIndexedZSet, OrdZSet
+from ..trace.spine import Spine
+from ._values import empty_of
+
+NON_MONOTONE = ("neg", "minus", "differentiate", "aggregate", "topk", "delay", "recursive",
+                "pad_nulls")
+
+
+class ChildCircuit(Circuit):
+    """The body of a recursion: built like any circuit, run by :class:`RecursiveOperator` on
+    every worker of the parent (sharing its worker context and transport)."""
+
+    def __init__(self, parent: Circuit):
+        super().__init__(workers=parent.workers, name=f"{parent.name}/recursive")
+        self.parent = parent
+
+    def add_input(self, name: str, schema: Any, **kw):
+        raise TypeError("a recursive body has no inputs of its own: pass outer streams to "
+                        "recursive(fn, *streams) and use the streams fn receives")
+
+    def step(self) -> None:
+        raise TypeError("a recursive body is stepped by its parent circuit")
+
+
+class ImportOperator(Operator):
+    """An outer value entering the body: set by the parent before an inner step, else empty."""
+
+    name = "import"
+
+    def __init__(self, ctx, type_):
+        super().__init__(ctx)
+        self.type = type_
+        self.value = None
+
+    def eval(self):
+        v, self.value = self.value, None
+        return v if v is not None else empty_of(self.type)
+
+
+def _consolidated(type_, value):
+    if value is None:
+        return empty_of(type_)
+    return value.consolidate() if isinstance(type_, ZSetType) else value
+
+
+def _sum(type_, parts: list):
+    parts = [p for p in parts if p is not None and len(p)]
+    if not parts:
+        return empty_of(type_)
+    merged = (OrdIndexedZSet.merge(parts) if isinstance(type_, IndexedType)
+              else OrdZSet.merge([p.consolidate() for p in parts]))
+    return merged if len(merged) else empty_of(type_)
+
+
+class RecursiveOperator(Operator):
+    """Runs the body's replica (on this worker) to a fixed point at every outer step."""
+
+    name = "recursive"
+
+    def __init__(self, ctx, nodes, import_ids: list[int], in_types: list, fb_id: int, x_type,
+                 monotone: bool, max_iterations: int):
+        super().__init__(ctx)
+        self.child = Replica(nodes, ctx)
+        self.import_ids, self.in_types, self.fb_id = import_ids, in_types, fb_id
+        self.x_type, self.monotone, self.max_iterations = x_type, monotone, max_iterations
+        self.inputs = [Spine(name="recursive.input") for _ in import_ids]
+        self.result = Spine(name="recursive.result")
+        self.iterations = 0  # inner steps run (for tests and profiles)
+        self.recomputes = 0
+
+    def _agree(self, value) -> list:
+        if self.ctx.workers == 1:
+            return [value]
+        return self.ctx.transport.all_gather(self.ctx.worker, value)
+
+    def eval(self, *deltas):
+        ds = [_consolidated(t, d) for t, d in zip(self.in_types, deltas)]
+        changed = any(len(d) for d in ds)
+        inserts_only = all(len(d) == 0 or bool((d.weights > 0).all()) for d in ds)
+        for sp, d in zip(self.inputs, ds):
+            if len(d):
+                sp.insert(d)
+        votes = self._agree((changed, inserts_only))
+        if not any(v[0] for v in votes):
+            return empty_of(self.x_type)
+        seeded = self.monotone and all(v[1] for v in votes)
+        if seeded:
+            feed = ds
+        else:
+            self.recomputes += 1
+            for op in self.child.ops:
+                op.clock_start()
+            feed = []
+            for t, sp in zip(self.in_types, self.inputs):
+                v = sp.consolidated()
+                feed.append(v if v is not None else empty_of(t))
+        parts = self._iterate(feed)
+        if seeded:
+            delta = _sum(self.x_type, parts)
+            if len(delta):
+                self.result.insert(delta)
+            return delta
+        new = _sum(self.x_type, parts)
+        prev = self.result.consolidated()
+        delta = new if prev is None else _sum(self.x_type, [new, prev.neg()])
+        self.result.clear()
+        if len(new):
+            self.result.insert(new)
+        return delta
+
+    def _iterate(self, feed: list) -> list:
+        parts = []
+        n = 0
+        ops = self.child.ops
+        while True:
+            if n == 0:
+                for i, v in zip(self.import_ids, feed):
+                    ops[i].value = v
+            self.child.step()
+            o = ops[self.fb_id].value  # this inner step's change of x (consolidated, sharded)
+            busy = o is not None and len(o) > 0
+            if busy:
+                parts.append(o)
+            n += 1
+            self.iterations += 1
+            if not any(self._agree(busy)):
+                return parts
+            if n >= self.max_iterations:
+                raise RuntimeError(f"recursive: no fixed point after {n} inner steps (is the "
+                                   f"body missing a distinct()?)")
+
+    def clock_start(self) -> None:
+        for op in self.child.ops:
+            op.clock_start()
+        for sp in self.inputs:
+            sp.clear()
+        self.result.clear()
+
+    def state_rows(self) -> int:
+        return (self.child.state_rows() + sum(len(s) for s in self.inputs) + len(self.result))
+
+
+def _x_type(schema, streams):
+    if schema is None:
+        if not streams:
+            raise TypeError("recursive: give schema= (the type of x) when there are no inputs")
+        return streams[0].type
+    if isinstance(schema, (ZSetType, IndexedType)):
+        return schema
+    return ZSetType(as_schema(schema))
+
+
+def is_monotone(circuit: Circuit) -> bool:
+    """Whether every operator of a body is monotone (no operator that can turn an insertion
+    into a retraction)."""
+    return not any(n.name.startswith(NON_MONOTONE) for n in circuit.nodes)
+
+
+def recursive(circuit: Circuit, fn: Callable, *streams, schema: Any = None,
+              monotone: Optional[bool] = None, max_iterations: int = 100_000):
+    """The stream of least fixed points ``x = fn(x, *streams)`` (see the module doc).
+
+    ``fn(x, *inputs)`` receives streams of a nested circuit (``x`` first, of type ``schema``,
+    default: the type of the first input) and returns a stream of the same type, built with the
+    ordinary stream operators. Returns the stream of changes of the fixed point.
+    """
+    from .delay import feedback
+    from .join import sharded
+    for s in streams:
+        if s.circuit is not circuit:
+            raise ValueError(f"recursive: stream {s} belongs to another circuit")
+    child = ChildCircuit(circuit)
+    x_type = _x_type(schema, streams)
+    imports = []
+    for i, s in enumerate(streams):
+        t = s.type
+        imports.append(child.add_node(f"import[{i}]", lambda ctx, t=t: ImportOperator(ctx, t), [],
+                                      t, kind="input"))
+    fb = feedback(child, x_type)
+    y = fn(fb.stream, *imports)
+    if getattr(y, "circuit", None) is not child:
+        raise TypeError("recursive: fn must return a stream built from the streams it was given, "
+                        f"got {y!r}")
+    if y.type != x_type:
+        raise TypeError(f"recursive: fn returned {y.type.describe()} but x is "
+                        f"{x_type.describe()} ({y.type} vs {x_type}); pass schema= for x")
+    if child.outputs:
+        raise TypeError("recursive: the body cannot have outputs; output the result instead")
+    fb.connect(sharded(y))
+    mono = is_monotone(child) if monotone is None else bool(monotone)
+    nodes = child.nodes
+    import_ids = [s.node for s in imports]
+    in_types = [s.type for s in streams]
+    fb_id = fb.stream.node
+    return circuit.add_node(
+        "recursive",
+        lambda ctx: RecursiveOperator(ctx, nodes, import_ids, in_types, fb_id, x_type, mono,
+                                      max_iterations),
+        list(streams), x_type)
+
+
+__all__ = ["recursive", "RecursiveOperator", "ChildCircuit", "is_monotone"]
+_ = np
