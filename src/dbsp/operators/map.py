@@ -7,7 +7,7 @@ an Arrow record batch and returns the mapped batch (same row count); weights pas
 >>> c = dbsp.Circuit()
 >>> t = c.add_input("t", [("x", pa.int64())])
 >>> out = t.map(lambda b: {"y": pc.multiply(b["x"], 10)}).output()
->>> t.insert([(1,), (2,)]); c.step(); sorted(out.to_dict())
+>>> _ = t.insert([(1,), (2,)]); c.step(); sorted(out.to_dict())
 [(10,), (20,)]
 """
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""Bad input: every refused push names the input, the column and the row, applies nothing, and
+the circuit keeps working afterwards (1 and 2 workers)."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dbsp
+
+T = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
+               pa.field("price", pa.decimal128(9, 2))])
+
+BAD = [
+    # (what is pushed, weights, message pattern)
+    ([(1, "a", 1), ("two", "b", 2)], None, r"input 'orders', column 'id', row 1: value 'two'"),
+    ([(1, "a", 1), (None, "b", 2)], None, r"input 'orders', column 'id', row 1: null"),
+    ([(1, "a", 1), (2, "b")], None, r"input 'orders', row 1: row has 2 values"),
+    ([(1, "a", 1), 7], None, r"input 'orders', row 1: a row must be a tuple"),
+    ([{"id": 1, "name": "a", "price": 1, "colour": "red"}], None,
+     r"input 'orders', column 'colour', row 0: unknown column"),
+    (pa.table({"id": [1], "name": ["a"]}), None, r"input 'orders', column 'price': missing"),
+    (pa.table({"id": [1], "name": ["a"], "price": [1], "x": [0]}), None,
+     r"input 'orders', column 'x': unknown column"),
+    (pa.table({"id": [1, None], "name": ["a", "b"], "price": [1, 2]}), None,
+     r"input 'orders', column 'id', row 1: null"),
+    (pa.table({"id": ["1", "x"], "name": ["a", "b"], "price": [1, 2]}), None,
+     r"input 'orders', column 'id', row 1: value 'x'"),
+    ([(1, "a", 1), (2, "b", 2)], np.array([1.5, 1.0]), r"column '__weight'.*integers"),
+    ([(1, "a", 1), (2, "b", 2)], np.array([1]), r"column '__weight'.*1 weights for 2 rows"),
+    (pa.table({"id": [1], "name": ["a"], "price": pa.array([1], pa.decimal128(9, 2)),
+               "__weight": pa.array([None], pa.int64())}),
+     None, r"column '__weight', row 0: null"),
+    pytest.param([(1, "a", 1)], "heavy", r"input 'orders', column '__weight'",
+                 marks=pytest.mark.xfail(strict=True, reason="a non-integer scalar weight raises "
+                                         "a bare ValueError (dbsp.algebra.schema._weights)")),
+]
+
+
+@pytest.mark.parametrize("data,weights,pattern", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_push_is_refused_and_applies_nothing(workers, data, weights, pattern):
+    with dbsp.Circuit(workers=workers) as c:
+        t = c.add_input("orders", T)
+        out = t.index_by(["id"]).aggregate({"n": ("count", None)}).output()
+        t.insert([(7, "ok", 1)])
+        with pytest.raises((dbsp.InputError, ValueError, TypeError), match=pattern) as ei:
+            t.push(data, weights)
+        if isinstance(ei.value, dbsp.InputError):
+            assert ei.value.input_name == "orders"
+        assert t.pending_rows == 1
+        c.step()
+        assert out.to_dict() == {(7, 1): 1}
+        t.insert([(8, None, None)])
+        c.step()
+        assert out.view_dict() == {(7, 1): 1, (8, 1): 1}
+
+
+def test_input_error_fields():
+    c = dbsp.Circuit()
+    t = c.add_input("orders", T)
+    with pytest.raises(dbsp.InputError) as ei:
+        t.insert([(1, "a", 1), (2, 3, 4), (None, "c", 5)])
+    e = ei.value
+    assert (e.input_name, e.column, e.row) == ("orders", "name", 1)  # columns convert in order
+    with pytest.raises(dbsp.InputError) as ei:
+        t.delete([(1, "a", "not a number")])
+    assert (ei.value.column, ei.value.row) == ("price", 0)
