@@ -57,6 +57,11 @@ class SourceStream(DataStream):
         """Retract rows inserted before (weight -1)."""
         return self._counted(self.input.delete(data))
 
+    def upsert(self, data: Any) -> int:
+        """Insert rows, replacing the current rows with the same key (the stream must have been
+        made with ``key=``; see :mod:`dbsp.operators.upsert`)."""
+        return self._counted(self.input.upsert(data))
+
     def _counted(self, n: int) -> int:
         self.source.rows_in += n
         return n
@@ -113,8 +118,8 @@ class StreamContext:
 
     # -- building -------------------------------------------------------------------------
     def stream(self, source: Any = None, name: Optional[str] = None, *, schema: Any = None,
-               time: Optional[str] = None, lateness: Any = None,
-               batching: Any = None) -> SourceStream:
+               time: Optional[str] = None, lateness: Any = None, batching: Any = None,
+               key: Any = None) -> SourceStream:
         """A new input stream.
 
         ``source``: a schema (a ``pa.Schema``, dict or list of ``(name, type)``: push rows through
@@ -123,6 +128,8 @@ class StreamContext:
         ``lateness`` how late a row may be (a ``timedelta`` for timestamps, an int for integer
         times; default 0): rows behind the watermark are dropped and counted
         (:attr:`late_rows`). ``batching`` overrides the context's batching for this source.
+        ``key`` (columns) makes the input remember its rows by key, for
+        :meth:`SourceStream.upsert`.
         """
         if self.circuit.running:
             raise RuntimeError("the pipeline is running; streams cannot be added now")
@@ -131,7 +138,9 @@ class StreamContext:
             raise ValueError(f"a stream named {name!r} exists already")
         bt = _check_batching(batching) if batching is not None else self.batching
         src = make_source(name, source, schema, bt)
-        inp = self.circuit.add_input(name, src.schema)
+        keys = None if key is None else ([key] if isinstance(key, str) else list(key))
+        inp = self.circuit.add_input(name, src.schema, key=keys) if keys is not None else \
+            self.circuit.add_input(name, src.schema)
         src.input = inp
         self.sources[name] = src
         if lateness is not None and time is None:
