@@ -14,7 +14,9 @@ change of each step; ``collect()`` also keeps the integrated view.
 Event time: a stream made by ``ctx.stream(src, time="ts", lateness=...)`` knows its time column
 and watermark; the knowledge follows through ``filter``, ``select``/``with_columns``/``map`` that
 keep the column unchanged, and into ``window``/``rolling``, which use the watermark to drop the
-state of what is final (see :mod:`dbsp.operators.window`).
+state of what is final (see :mod:`dbsp.operators.window`). Joins, aggregates, ``concat`` and
+expressions that rewrite the column drop it (windows after them keep all their state); declare it
+again with :meth:`DataStream.with_watermark`.
 """
 from __future__ import annotations
 
