@@ -431,7 +431,7 @@ def merge_consolidate(runs):
                 rs[i].v = codes_view(vo)
                 if rs[i].v.n != n:
                     raise ValueError(f"run {i}: {rs[i].v.n} vcodes for {n} rows")
-                if rs[i].k.u64 == NULL and isinstance(vc, np.ndarray) != isinstance(runs[0][1], np.ndarray):
+                if isinstance(vc, np.ndarray) != isinstance(runs[0][1], np.ndarray):
                     raise TypeError("runs mix u64 and var value codes")
             rs[i].w = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>wo)
             rs[i].n = n
