@@ -1,0 +1,80 @@
+# Compare: pytest bench/micro/bench_hashing.py --benchmark-only --benchmark-autosave
+#          pytest-benchmark compare --group-by=group --columns=min,median,ops
+"""Hash 10M u64 codes (``hash64``) and shard them (``shard``, 7 and 8 shards) with
+``dbsp._native.hashing``, against the same splitmix64 written in numpy, in the same run; and
+hash 1M var codes (FNV-1a, ~24 bytes each; no numpy baseline).
+
+Fixed seeds; native and numpy calls are timed interleaved (the machine is shared) and the ratio
+is of their medians. ``extra_info``: ``rows_per_s``, ``numpy_rows_per_s``, ``ratio_to_numpy``.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from dbsp._native import hashing
+from dbsp.algebra import kernels_ref
+from dbsp.algebra.codes import VarCodes
+
+N = 10_000_000
+ROUNDS = 7
+M1, M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def numpy_hash64(k: np.ndarray, seed: int = 0) -> np.ndarray:
+    x = k ^ np.uint64(seed)
+    x = (x ^ (x >> np.uint64(30))) * M1
+    x = (x ^ (x >> np.uint64(27))) * M2
+    return x ^ (x >> np.uint64(31))
+
+
+def interleaved(fast, base, rounds=ROUNDS):
+    """Medians of alternating calls (a shared machine drifts; alternating keeps them fair)."""
+    tf, tb = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fast()
+        tf.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        base()
+        tb.append(time.perf_counter() - t)
+    return statistics.median(tf), statistics.median(tb)
+
+
+@pytest.fixture(scope="module")
+def codes():
+    return np.random.default_rng(99).integers(0, 2 ** 64 - 1, N, dtype=np.uint64, endpoint=True)
+
+
+@pytest.mark.parametrize("op", ["hash64", "shard7", "shard8"])
+def test_hash_u64(benchmark, codes, op):
+    benchmark.group = f"hash-10M-u64-{op}"
+    if op == "hash64":
+        fast = lambda: hashing.hash64(codes)
+        base = lambda: numpy_hash64(codes)
+    else:
+        ns = int(op[5:])
+        fast = lambda: hashing.shard(codes, ns)
+        base = lambda: (numpy_hash64(codes) % np.uint64(ns)).astype(np.int64)
+    np.testing.assert_array_equal(fast(), base())
+    benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    tf, tb = interleaved(fast, base)
+    benchmark.extra_info.update(rows_per_s=N / benchmark.stats.stats.median,
+                                numpy_rows_per_s=N / tb, ratio_to_numpy=tb / tf)
+
+
+def test_hash_var(benchmark):
+    benchmark.group = "hash-1M-var"
+    rng = np.random.default_rng(98)
+    n = 1_000_000
+    lens = rng.integers(8, 40, n)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    codes = VarCodes(offsets, rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8))
+    np.testing.assert_array_equal(hashing.hash64(codes)[:1000],
+                                  kernels_ref.hash64(VarCodes(offsets[:1001], codes.data)))
+    benchmark.pedantic(lambda: hashing.hash64(codes), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.extra_info.update(rows_per_s=n / benchmark.stats.stats.median,
+                                bytes_per_s=int(offsets[-1]) / benchmark.stats.stats.median)
