@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any, Optional
 
 import pyarrow as pa
@@ -147,7 +148,10 @@ class StreamContext:
             raise TypeError("lateness= needs time= (the event-time column)")
         core, tinfo = inp, None
         if time is not None:
-            w = self._add_watermark(inp, time, 0 if lateness is None else lateness, name)
+            if lateness is None:  # no lateness: zero in the column's own units
+                t = src.schema.field(time).type if time in src.schema.names else None
+                lateness = timedelta(0) if t is not None and not pa.types.is_integer(t) else 0
+            w = self._add_watermark(inp, time, lateness, name)
             core, tinfo = w.data, TimeInfo(time, w.watermark, name)
         s = SourceStream(self, core, tinfo, name, src, inp)
         self._streams[name] = s
