@@ -241,10 +241,76 @@ def _masked(values, valid: np.ndarray, type_: pa.DataType) -> pa.Array:
     return pa.array(values, type=type_, mask=~valid)
 
 
+def _storage(t: pa.DataType) -> Optional[pa.DataType]:
+    """The integer / float type a fixed-width numeric or temporal type is stored as."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return t
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t) or pa.types.is_duration(t) \
+            or pa.types.is_time64(t):
+        return pa.int64()
+    return None
+
+
+def _minmax_contiguous(arr: pa.Array, keep: np.ndarray, offsets: np.ndarray,
+                       how: str) -> Optional[pa.Array]:
+    """min / max of the kept values of contiguous groups with ``reduceat`` (no hashing), for
+    numeric and temporal columns; None for other types."""
+    st = _storage(arr.type)
+    if st is None:
+        return None
+    v = arr.cast(st) if st != arr.type else arr
+    x = np.asarray(v.fill_null(0).to_numpy(zero_copy_only=False) if v.null_count
+                   else v.to_numpy(zero_copy_only=False))
+    starts = offsets[:-1]
+    if x.dtype.kind == "f":
+        fill = np.inf if how == "min" else -np.inf
+        red = np.fmin if how == "min" else np.fmax
+    else:
+        info = np.iinfo(x.dtype)
+        fill = info.max if how == "min" else info.min
+        red = np.minimum if how == "min" else np.maximum
+    res = red.reduceat(np.where(keep, x, fill), starts)
+    has = np.add.reduceat(keep.astype(np.int64), starts) > 0
+    out = pa.array(res, type=st, mask=~has)
+    return out if st == arr.type else out.view(arr.type)
+
+
+def _distinct_sorted(arr: pa.Array, keep: np.ndarray, key_index: np.ndarray,
+                     G: int) -> Optional[np.ndarray]:
+    """count_distinct of a column by which every group is already sorted (the leading value
+    column): count the value changes between neighbouring kept rows. None for other types."""
+    st = _storage(arr.type)
+    if st is None:
+        return None
+    v = arr.cast(st) if st != arr.type else arr
+    x = np.asarray(v.fill_null(0).to_numpy(zero_copy_only=False) if v.null_count
+                   else v.to_numpy(zero_copy_only=False))[keep]
+    g = key_index[keep]
+    new = np.ones(len(x), dtype=bool)
+    if len(x) > 1:
+        same = x[1:] == x[:-1]
+        if x.dtype.kind == "f":
+            same |= np.isnan(x[1:]) & np.isnan(x[:-1])
+        new[1:] = ~same | (g[1:] != g[:-1])
+    return np.bincount(g[new], minlength=G).astype(np.int64)
+
+
 def _positive_groups(arr: pa.Array, w: np.ndarray, key_index: np.ndarray, G: int, how: str,
-                     out_type: pa.DataType) -> pa.Array:
-    """``how`` (min / max / count_distinct) over the non-null values of positive weight."""
+                     out_type: pa.DataType, offsets: Optional[np.ndarray] = None,
+                     leading: bool = False) -> pa.Array:
+    """``how`` (min / max / count_distinct) over the non-null values of positive weight.
+    ``leading``: the column is the first value column, so groups are sorted by it."""
     keep = (w > 0) & _valid(arr)
+    if how in ("min", "max") and offsets is not None and G:
+        fast = _minmax_contiguous(arr, keep, offsets, how)
+        if fast is not None:
+            return fast if fast.type == out_type else fast.cast(out_type)
+    if how == "count_distinct" and leading:
+        cnt = _distinct_sorted(arr, keep, key_index, G)
+        if cnt is not None:
+            return pa.array(cnt, pa.int64()).cast(out_type)
     tab = pa.table({"g": key_index[keep], "v": arr.filter(pa.array(keep))})
     res = tab.group_by("g", use_threads=False).aggregate([("v", how)])
     g = res.column("g").to_numpy()
@@ -284,7 +350,8 @@ def compute_groups(specs: list[AggSpec], vals: pa.RecordBatch, w: np.ndarray,
             total, n = weighted_sum(arr, w, starts, key_index)
             cols.append(finish_sum(s, total, n))
         else:
-            cols.append(_positive_groups(arr, w, key_index, G, s.kind, s.out_type))
+            cols.append(_positive_groups(arr, w, key_index, G, s.kind, s.out_type, offsets,
+                                         leading=vals.schema.names.index(s.column) == 0))
     return rows, cols
 
 
@@ -314,6 +381,19 @@ def finish_sum(s: AggSpec, total, n: np.ndarray) -> pa.Array:
     with np.errstate(divide="ignore", invalid="ignore"):
         avg = num / np.where(valid, n, 1)
     return pa.array(avg, pa.float64(), mask=~valid)
+
+
+def touched_groups(trace: Spine, d: OrdIndexedZSet) -> OrdIndexedZSet:
+    """The groups of the keys of ``d`` after adding ``d`` to ``trace``: the trace's rows of those
+    keys and ``d`` in one k-way merge (keys whose rows cancel disappear)."""
+    parts = []
+    for b in trace.batches():
+        _, bi = K.intersect(d.kcodes, b.kcodes)
+        if len(bi):
+            parts.append(b.select_keys(bi))
+    if not parts:
+        return d
+    return OrdIndexedZSet.merge(parts + [d])
 
 
 # -- one versioned state row per key ------------------------------------------------------------
@@ -474,6 +554,21 @@ class _Partials:
                 out.append(np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=dt))
         return out
 
+    def sum_groups(self, cols: list, bounds: np.ndarray) -> list:
+        """Partials of rows grouped by ``bounds`` (sorted by key) summed per group."""
+        starts = bounds[:-1]
+        out = []
+        for f, c in zip(self.schema, cols):
+            if pa.types.is_decimal(f.type):
+                g = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(bounds))
+                w = pa.decimal256(38, f.type.scale)
+                res = pa.table({"g": g, "v": c.cast(w)}).group_by("g", use_threads=False) \
+                    .aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
+                out.append(res.cast(f.type))
+            else:
+                out.append(_reduce(c, starts))
+        return out
+
     def add(self, a: list, b: list) -> list:
         return [_dec_add(x, y, f.type.scale) if pa.types.is_decimal(f.type) else x + y
                 for f, x, y in zip(self.schema, a, b)]
@@ -506,37 +601,81 @@ class _Partials:
 
 
 class LinearAggregateOperator(Operator):
-    """count / sum / avg from running partials per key (never reads the input history)."""
+    """count / sum / avg from running partials per key (never reads the input history).
+
+    With ``preaggregate`` (and W > 1) the input is *not* sharded beforehand: each worker sums its
+    own delta into one partial row per key, and only those rows cross the exchange (by key hash),
+    where the parts of a key are added up (a combiner: the exchange moves keys, not rows).
+    """
 
     name = "aggregate(linear)"
 
-    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema):
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema,
+                 preaggregate: bool = False):
         super().__init__(ctx)
         self.specs, self.out_schema = specs, out_schema
         self.partials = _Partials(specs)
         self.state = VersionedRows("aggregate.partials", self.partials.schema)
-        self.agg_schema = pa.schema(list(out_schema)[len(out_schema) - len(specs):])
+        nk = len(out_schema) - len(specs)
+        self.agg_schema = pa.schema(list(out_schema)[nk:])
+        self.key_schema = pa.schema(list(out_schema)[:nk])
+        self.preaggregate = preaggregate and ctx.workers > 1
 
     def eval(self, d: OrdIndexedZSet) -> ZSet:
-        if len(d) == 0:
-            return ZSet.empty(self.out_schema)
         P = self.partials
-        G = d.num_keys
-        delta = P.of_delta(d)
-        has_old, old_batch, old_ver = self.state.get(d.kcodes, G)
+        if self.preaggregate:
+            got = self._exchange_partials(d)
+            if got is None:
+                return ZSet.empty(self.out_schema)
+            keys, kcodes, kcodec, delta = got
+        else:
+            if len(d) == 0:
+                return ZSet.empty(self.out_schema)
+            keys, kcodes, kcodec, delta = d.keys, d.kcodes, d.kcodec, P.of_delta(d)
+        G = keys.num_rows
+        has_old, old_batch, old_ver = self.state.get(kcodes, G)
         old = P.from_arrow(old_batch, has_old)
         new = P.add(old, delta)
         new_batch = P.to_arrow(new)
         changed = ~has_old | ~rows_equal(P.to_arrow(old), new_batch)
         keep = ~P.all_zero(new)
-        self.state.put(d.keys, d.kcodes, d.kcodec, has_old, old_batch, old_ver, keep, new_batch,
+        self.state.put(keys, kcodes, kcodec, has_old, old_batch, old_ver, keep, new_batch,
                        changed)
         old_present = has_old & (old[0] != 0)
         new_present = new[0] != 0
         old_out = pa.RecordBatch.from_arrays(P.finish(old), schema=self.agg_schema)
         new_out = pa.RecordBatch.from_arrays(P.finish(new), schema=self.agg_schema)
-        return _emit(self.out_schema, d.keys, old_out, new_out, old_present & changed,
+        return _emit(self.out_schema, keys, old_out, new_out, old_present & changed,
                      new_present & changed)
+
+    def _exchange_partials(self, d: OrdIndexedZSet):
+        """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
+        partial columns)`` of the keys this worker owns, or None."""
+        P, W = self.partials, self.ctx.workers
+        parts: list = [None] * W
+        if len(d):
+            local = P.to_arrow(P.of_delta(d))
+            dest = K.shard(d.kcodes, W)
+            for w in range(W):
+                idx = np.flatnonzero(dest == w)
+                if len(idx):
+                    parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), take(local, idx))
+        got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
+        if not got:
+            return None
+        codec = d.kcodec if len(d) else KeyCodec(list(self.key_schema))
+        if len(got) == 1:  # one consolidated part: keys already sorted and distinct
+            keys, kcodes, pb = got[0]
+            return keys, kcodes, codec, P.from_arrow(pb, np.ones(pb.num_rows, dtype=bool))
+        kcodes = K.concat([g[1] for g in got])
+        perm = K.argsort(kcodes)
+        sk = K.take(kcodes, perm)
+        bounds = K.group_bounds(sk)
+        first = bounds[:-1]
+        keys = take(pa.concat_batches([g[0] for g in got]), perm[first])
+        pb = take(pa.concat_batches([g[2] for g in got]), perm)
+        cols = P.from_arrow(pb, np.ones(pb.num_rows, dtype=bool))
+        return keys, K.take(sk, first), codec, P.sum_groups(cols, bounds)
 
     def clock_start(self) -> None:
         self.state.clear()
@@ -561,8 +700,7 @@ class GroupAggregateOperator(Operator):
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
         G = d.num_keys
-        old_groups = self.input.lookup(d.kcodes)
-        groups = d if old_groups is None else OrdIndexedZSet.merge([old_groups, d])
+        groups = touched_groups(self.input, d)
         self.input.insert(d)
         has_new = np.zeros(G, dtype=bool)
         idx = np.full(G, -1, dtype=np.int64)
@@ -599,11 +737,17 @@ def aggregate(stream, aggs: dict):
                         f"{stream.type.describe()}")
     specs = parse_aggs(aggs, stream.key_schema, stream.val_schema)
     out = output_schema(stream.key_schema, specs)
-    s = sharded(stream)
     linear = all(isinstance(x.kind, str) and x.kind in LINEAR for x in specs)
-    cls = LinearAggregateOperator if linear else GroupAggregateOperator
-    return stream.circuit.add_node(cls.name, lambda ctx: cls(ctx, specs, out), [s],
-                                   ZSetType(out))
+    if linear:  # partial sums cross the exchange, not rows (see LinearAggregateOperator)
+        pre = stream.circuit.workers > 1
+        s = stream if pre else sharded(stream)
+        return stream.circuit.add_node(
+            LinearAggregateOperator.name,
+            lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=pre), [s],
+            ZSetType(out))
+    return stream.circuit.add_node(GroupAggregateOperator.name,
+                                   lambda ctx: GroupAggregateOperator(ctx, specs, out),
+                                   [sharded(stream)], ZSetType(out))
 
 
 __all__ = ["aggregate", "Aggregator", "AggSpec", "KINDS", "compute_groups", "parse_aggs",

@@ -110,7 +110,7 @@ def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
     if len(ai) == 0:
         return None
     xs, ys = K.expand_pairs(x.offsets, ai, y.offsets, bi)
-    counts = np.diff(x.offsets)[ai] * np.diff(y.offsets)[bi]
+    counts = (x.offsets[ai + 1] - x.offsets[ai]) * (y.offsets[bi + 1] - y.offsets[bi])
     kidx = np.repeat(ai, counts)
     return kidx, xs, ys, x.weights[xs] * y.weights[ys]
 
