@@ -3,27 +3,40 @@
 
 Design
 ------
-Rows are sorted as ``kv_t`` pairs (u64 sort key, row index). The sort is a *stable* radix sort
-that is most-significant-digit first for the first pass and stays in cache afterwards:
+Rows are sorted as 16-byte ``kv_t`` (u64 sort key, row index) -- or ``kw_t`` (key, 32-bit row,
+32-bit weight) when consolidating rows whose index and weight fit, so that the weight travels with
+the key instead of being gathered at random afterwards. The sort is a *stable* radix sort, most
+significant digit first, whose first pass is the only one that leaves the cache:
 
-* the significant bits of the keys are found first (OR of ``key ^ key[0]``), so a key range of
-  ``2^b`` costs about ``b / 11`` passes whatever the key values are;
-* one pass scatters the rows into up to 2048 buckets by their top 11 significant bits (the only
-  pass over the whole array that misses the cache); each bucket (about ``n / 2048`` rows) is then
-  sorted by the same procedure on the remaining bits while it sits in L2, with the digit width
-  shrinking with the bucket size, and buckets of at most ``SMALL`` rows are insertion-sorted;
-* a digit that is constant over a bucket is skipped without moving data.
+* the varying bits of the keys are found first (OR of ``key ^ key[0]``), so a key range of
+  ``2^b`` costs about ``b / 12`` digits whatever the key values are;
+* the first pass reads the codes (and weights) straight from the input arrays and scatters rows
+  into up to 4096 buckets by their top 12 varying bits. Rows are staged per bucket in a cache
+  line and written a line at a time with streaming stores (no read for ownership, no pollution);
+* each bucket (about ``n / 4096`` rows) is then finished while it sits in L2, by the same
+  procedure on the remaining bits with a digit about as wide as the bucket is large (so buckets
+  of one or two rows remain), then a single insertion sort over the bucket orders what is left
+  (few moves, no per-bucket branches); digits constant over a bucket are skipped;
+* the sorted bucket is emitted at once, still in cache: the permutation, or the consolidation
+  (first row and summed weight per distinct key, branchless), written in place over the part of
+  the buffer already consumed. So the whole sort allocates one 16-byte row per input row, plus
+  the weights of a consolidation.
 
-Why not plain LSD (one histogram pass, then one scatter pass per digit)? An LSD pass over 10M
-rows scatters 160 MB into 2048 streams that miss the cache, and 62-bit keys need six of them;
-here only the first scatter misses the cache, which measured about 2x faster on 62-bit keys and
-the same on narrow key ranges (see ``bench/micro/bench_consolidate.py``).
+Why not plain LSD (one histogram pass, then one scatter pass per varying 11-bit digit)? Every
+LSD pass scatters the whole array out of cache. A straightforward LSD in C on this machine (all
+histograms in one pass, constant digits skipped, buffers already faulted in) took 173 ms for 10M
+rows of 20-bit keys and 422 ms for 62-bit keys; this sort's ``argsort`` takes about 120 ms and
+155 ms, fresh memory included (``bench/micro/bench_consolidate.py``).
 
 Var codes are sorted by the big-endian u64 of their first 8 bytes; each group of rows with equal
 prefixes is then ordered by the next 8 bytes (radix again) or, when small, by insertion sort with
 ``memcmp``; groups whose codes all end within the bytes seen so far are ordered by length (a code
-that is a zero-padded prefix of another sorts first). Sorting by ``(k, v)`` is a stable sort by
-``v`` followed by a stable sort by ``k``.
+that is a zero-padded prefix of another sorts first).
+
+Sorting by ``(k, v)``: when both are u64 and their varying bits fit 64 together, the pair is
+packed into one u64 code and takes the u64 path; when they do not, into one 128-bit key (32-byte
+``kk_t`` rows, same procedure); var codes take a stable sort by ``v`` followed by a stable sort
+by ``k``.
 
 Every loop runs without the GIL.
 """
@@ -80,20 +93,40 @@ cdef extern from *:
     void dbsp_stream_line_last(void* dst, const void* src, uint64_t lo, uint64_t hi) nogil
     void dbsp_sfence() nogil
 
+cdef extern from *:
+    """
+    #if defined(__SIZEOF_INT128__)
+    typedef unsigned __int128 dbsp_u128;
+    #define DBSP_HAVE_U128 1
+    #else
+    typedef uint64_t dbsp_u128;        /* wide (k, v) pairs then take the two-sort path */
+    #define DBSP_HAVE_U128 0
+    #endif
+    """
+    ctypedef unsigned long long u128_t "dbsp_u128"
+    int DBSP_HAVE_U128
+
+# A (k, v) pair of u64 codes packed into one 128-bit key (k's varying bits above v's), its row
+# and weight: the row the radix sort moves for wide pairs.
+ctypedef struct kk_t:
+    u128_t key
+    int64_t idx
+    int64_t w
+
 cdef enum:
-    TOP_DIGIT = 12                 # digit of the first pass (2048 buckets; out of cache)
+    TOP_DIGIT = 12                 # digit of the first pass (4096 buckets; out of cache)
     TOP_RADIX = 1 << TOP_DIGIT
     MAX_DIGIT = 12                 # widest digit of the passes in cache
     RADIX = 1 << MAX_DIGIT
-    MAX_LEVELS = 20                # recursion levels of the radix sort (64 bits / 4-bit digits + 4)
-    DIGIT_SLACK = 0
-    SMALL = 24                     # insertion sort at or below this many rows
+    MAX_LEVELS = 36                # recursion levels of the radix sort (128 bits / 4-bit digits + 4)
+    SMALL = 16                     # insertion sort at or below this many rows
     LINE_ROWS = 4                  # 16-byte rows per 64-byte cache line
     STREAM_MIN = 1 << 18           # rows from which the first scatter streams around the cache
 
 ctypedef fused row_t:
     kv_t
     kw_t
+    kk_t
 
 
 # --- the u64 radix sort on (key, row) pairs ---------------------------------------------------
@@ -128,7 +161,7 @@ cdef inline int digit_bits(int64_t n, int cap) noexcept nogil:
 
     Wide digits leave tiny buckets, which the final insertion sort orders with few moves.
     """
-    cdef int b = 63 - dbsp_clz64(<uint64_t>n) - DIGIT_SLACK
+    cdef int b = 63 - dbsp_clz64(<uint64_t>n)
     if b > cap:
         return cap
     if b < 4:
@@ -201,17 +234,22 @@ cdef inline void make_row(row_t* r, const uint64_t* k, const int64_t* w, int64_t
     r.key = k[i]
     if row_t is kv_t:
         r.idx = i
-    else:
+    elif row_t is kw_t:
         r.idx = <uint32_t>i
         r.w = <int32_t>w[i]
+    else:
+        r.idx = i
+        r.w = w[i] if w != NULL else 0
 
 
 cdef inline uint64_t row_hi(const row_t* r) noexcept nogil:
     """The second 8 bytes of a 16-byte row, as stored (little-endian)."""
     if row_t is kv_t:
         return <uint64_t>r.idx
-    else:
+    elif row_t is kw_t:
         return <uint64_t>r.idx | ((<uint64_t><uint32_t>r.w) << 32)
+    else:
+        return 0
 
 
 cdef void scatter_top(row_t* t, const uint64_t* k, const int64_t* w, int64_t n, int shift,
@@ -345,7 +383,7 @@ ctypedef struct emit_t:
     int64_t* q            # output weights (consolidation)
     const int64_t* w      # input weights, gathered by row for kv_t rows
     int64_t o             # rows emitted
-    uint64_t key          # the open group (consolidation)
+    u128_t key            # the key of the last row emitted (consolidation)
     int64_t first
     int64_t s
     bint started
@@ -357,11 +395,11 @@ cdef inline void emit_rows(const row_t* t, int64_t n, emit_t* e) noexcept nogil:
 
     ``e.p`` may point into the sorted buffer: writing ``p[o]`` (bytes 8o..) never overtakes the
     unread rows (bytes 16i.., o <= i).
-    Consolidation is branchless: the open group lives in (key, first, s), the stores are
+    Consolidation is branchless: the open group lives in (first, s), the stores are
     unconditional, and the output position advances when a group with a non-zero sum closes.
+    A row belongs to the open group when its key equals the previous row's.
     """
-    cdef int64_t i, o, first, s, wi, lo = 0
-    cdef uint64_t key, nk
+    cdef int64_t i, o, first, s, wi
     cdef bint same
     if not e.consolidate:
         o = e.o
@@ -371,31 +409,36 @@ cdef inline void emit_rows(const row_t* t, int64_t n, emit_t* e) noexcept nogil:
         return
     if n <= 0:
         return
-    if not e.started:
-        e.key = t[0].key
+    if row_t is kv_t:
+        wi = e.w[t[0].idx]
+    else:
+        wi = t[0].w
+    if e.started and <u128_t>t[0].key == e.key:
+        e.s += wi
+    else:
+        if e.started:
+            e.p[e.o] = e.first
+            e.q[e.o] = e.s
+            e.o += e.s != 0
         e.first = t[0].idx
-        e.s = t[0].w if row_t is kw_t else e.w[t[0].idx]
+        e.s = wi
         e.started = True
-        lo = 1
     o = e.o
-    key = e.key
     first = e.first
     s = e.s
-    for i in range(lo, n):
-        nk = t[i].key
-        same = nk == key
-        if row_t is kw_t:
-            wi = t[i].w
-        else:
+    for i in range(1, n):
+        same = t[i].key == t[i - 1].key
+        if row_t is kv_t:
             wi = e.w[t[i].idx]
+        else:
+            wi = t[i].w
         e.p[o] = first
         e.q[o] = s
         o += (not same) & (s != 0)
         first = first if same else <int64_t>t[i].idx
         s = (s if same else 0) + wi
-        key = nk
     e.o = o
-    e.key = key
+    e.key = t[n - 1].key
     e.first = first
     e.s = s
 
@@ -525,6 +568,56 @@ cdef int64_t sort_plain_u64(const uint64_t* k, const int64_t* w, int64_t n, emit
     return 0
 
 
+# --- wide (k, v) u64 pairs: one 128-bit key ----------------------------------------------------
+
+cdef inline u128_t pair_key(const uint64_t* k, const uint64_t* v, int64_t i, uint64_t mk, int bv,
+                            uint64_t mv) noexcept nogil:
+    return ((<u128_t>(k[i] & mk)) << bv) | (v[i] & mv)
+
+
+cdef int64_t sort_pairs_u128(const uint64_t* k, const uint64_t* v, const int64_t* w, int64_t n,
+                             int bk, int bv, emit_t* e, cnp.ndarray out) except -1:
+    """Stable sort of rows 0..n-1 by (k, v) u64 pairs whose varying bits exceed 64 in total:
+    ``kk_t`` rows keyed by ``k' << bv | v'`` (128 bits), first pass straight from k and v into
+    ``out`` (n 32-byte rows), buckets finished and emitted in cache like the u64 path."""
+    cdef int64_t i, c, start, nb, maxc = 0
+    cdef uint64_t mk = (<uint64_t>1 << bk) - 1 if bk < 64 else <uint64_t>-1
+    cdef uint64_t mv = (<uint64_t>1 << bv) - 1 if bv < 64 else <uint64_t>-1
+    cdef uint64_t mask, d
+    cdef int bits = bk + bv, db, shift
+    cdef kk_t* t = <kk_t*>cnp.PyArray_DATA(out)
+    cdef cnp.ndarray small = np.empty(TOP_RADIX, dtype=np.int64)
+    cdef int64_t* cnt0 = <int64_t*>cnp.PyArray_DATA(small)
+    db = digit_bits(n, TOP_DIGIT)
+    shift = bits - db
+    mask = (<uint64_t>1 << db) - 1
+    nb = <int64_t>1 << db
+    with nogil:
+        memset(cnt0, 0, nb * sizeof(int64_t))
+        for i in range(n):
+            cnt0[<uint64_t>(pair_key(k, v, i, mk, bv, mv) >> shift) & mask] += 1
+        start = 0
+        for i in range(nb):
+            c = cnt0[i]
+            maxc = c if c > maxc else maxc
+            cnt0[i] = start
+            start += c
+        for i in range(n):
+            d = <uint64_t>(pair_key(k, v, i, mk, bv, mv) >> shift) & mask
+            c = cnt0[d]
+            t[c].key = pair_key(k, v, i, mk, bv, mv)
+            t[c].idx = i
+            t[c].w = w[i] if w != NULL else 0
+            cnt0[d] = c + 1
+    cdef cnp.ndarray scratch = np.empty(4 * (maxc + 1) + RADIX * MAX_LEVELS, dtype=np.int64)
+    cdef kk_t* a = <kk_t*>cnp.PyArray_DATA(scratch)
+    cdef int64_t* cnt = <int64_t*>(a + maxc + 1)
+    with nogil:
+        finish_buckets(t, a, cnt0, nb, shift, cnt, e)
+        emit_close(e)
+    return 0
+
+
 # --- the general path: var codes, (k, v) pairs --------------------------------------------------
 
 cdef cnp.ndarray sort_rows(const codes_t* k, const codes_t* v, int64_t n):
@@ -574,6 +667,34 @@ cdef void emit_general(const kv_t* r, int64_t n, const codes_t* k, const codes_t
 
 # --- entry points -------------------------------------------------------------------------------
 
+cdef inline int varying_bits(const uint64_t* c, int64_t n) noexcept nogil:
+    """Low bits on which the codes c[0:n] differ (the bits above are the same in every row)."""
+    cdef uint64_t c0 = c[0], d = 0
+    cdef int64_t i
+    for i in range(n):
+        d |= c[i] ^ c0
+    return 64 - dbsp_clz64(d)
+
+
+cdef object pack_pairs(const uint64_t* k, const uint64_t* v, int64_t n, int bk, int bv):
+    """(k, v) u64 pairs as one u64 code ``k' << bv | v'`` (k', v': the ``bk``/``bv`` varying low
+    bits; ``bk + bv <= 64``). The packed code orders and equates rows like the pair, so these
+    (k, v) sorts take the plain u64 path."""
+    cdef int64_t i
+    cdef uint64_t mk = (<uint64_t>1 << bk) - 1 if bk < 64 else <uint64_t>-1
+    cdef uint64_t mv = (<uint64_t>1 << bv) - 1 if bv < 64 else <uint64_t>-1
+    cdef cnp.ndarray out = np.empty(n, dtype=np.uint64)
+    cdef uint64_t* c = <uint64_t*>cnp.PyArray_DATA(out)
+    with nogil:
+        if bv == 64:                     # then k is constant
+            for i in range(n):
+                c[i] = v[i]
+        else:
+            for i in range(n):
+                c[i] = ((k[i] & mk) << bv) | (v[i] & mv)
+    return out
+
+
 cdef int64_t check_len(object codes, int64_t n, str what) except -1:
     if len(codes) != n:
         raise ValueError(f"{what} has {len(codes)} rows, expected {n}")
@@ -607,7 +728,24 @@ cdef object run(object kcodes, object vcodes, object weights):
     if e.consolidate:
         wout = np.empty(n, dtype=np.int64)
         e.q = <int64_t*>cnp.PyArray_DATA(wout)
-    if k.u64 != NULL and vp == NULL:
+    packed = None
+    cdef int bk = 0, bv = 0
+    if k.u64 != NULL and vp != NULL and v.u64 != NULL:
+        with nogil:
+            bk = varying_bits(k.u64, n)
+            bv = varying_bits(v.u64, n)
+        if bk + bv <= 64:
+            packed = pack_pairs(k.u64, v.u64, n, bk, bv)
+    if bk + bv > 64 and DBSP_HAVE_U128 and n > SMALL:
+        buf = np.empty(4 * n, dtype=np.int64)
+        e.p = <int64_t*>cnp.PyArray_DATA(buf)
+        sort_pairs_u128(k.u64, v.u64, e.w, n, bk, bv, &e, buf)
+    elif packed is not None:
+        buf = kv_array(n)
+        e.p = <int64_t*>cnp.PyArray_DATA(buf)
+        sort_plain_u64(<const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>packed), e.w, n, &e, buf)
+        del packed
+    elif k.u64 != NULL and vp == NULL:
         buf = kv_array(n)
         e.p = <int64_t*>cnp.PyArray_DATA(buf)
         sort_plain_u64(k.u64, e.w, n, &e, buf)
@@ -637,4 +775,6 @@ def sort_consolidate(kcodes, vcodes, weights):
     Returns ``(perm, w)`` (int64): ``perm[i]`` is the first input row (stable order) of the
     ``i``-th distinct row and ``w[i]`` its summed weight.
     """
+    if weights is None:
+        raise TypeError("sort_consolidate needs weights")
     return run(kcodes, vcodes, weights)

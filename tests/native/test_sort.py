@@ -140,3 +140,24 @@ def test_accepts_other_integer_arrays_and_checks_lengths():
         native.sort_consolidate(k.astype(np.uint64), None, np.ones(2, np.int64))
     with pytest.raises(ValueError):
         native.argsort(k.astype(np.uint64), np.zeros(4, np.uint64))
+
+
+@pytest.mark.parametrize("shape", ["packed", "wide", "wide_values_dup_keys"])
+def test_large_u64_pairs(shape):
+    """(k, v) u64 pairs: packed into one u64 when their varying bits fit, else a 128-bit key."""
+    rng = np.random.default_rng(9)
+    n = 200_000
+    hk, hv = {"packed": (1000, 1000), "wide": (2 ** 64 - 1, 2 ** 64 - 1),
+              "wide_values_dup_keys": (50, 2 ** 63)}[shape]
+    k = rng.integers(0, hk, n, dtype=np.uint64, endpoint=True)
+    v = rng.integers(0, hv, n, dtype=np.uint64, endpoint=True)
+    v[::7] = v[0]                                   # equal pairs where keys collide
+    w = rng.integers(-1, 2, n)
+    perm = np.lexsort((v, k))                       # stable: ties keep row order
+    same(native.argsort(k, v), perm)
+    ks, vs = k[perm], v[perm]
+    starts = np.flatnonzero(np.r_[True, (ks[1:] != ks[:-1]) | (vs[1:] != vs[:-1])])
+    sums = np.add.reduceat(w[perm], starts)
+    keep = sums != 0
+    for a, b in zip(native.sort_consolidate(k, v, w), (perm[starts][keep], sums[keep])):
+        same(a, b)
