@@ -151,10 +151,29 @@ def agg_case(draw):
     return schema, aggs, steps
 
 
-@settings(max_examples=60)
+KV = pa.schema([pa.field("k", pa.int64(), False), pa.field("v0", pa.int64(), False)])
+KF = pa.schema([pa.field("k", pa.int64(), False), pa.field("v0", pa.float64(), False),
+                pa.field("v1", pa.string(), False)])
+KD = pa.schema([pa.field("k", pa.int64(), False), pa.field("v0", pa.int64(), False),
+                pa.field("v1", pa.string(), False), pa.field("v2", pa.decimal128(9, 2), False)])
+
+
+@settings(max_examples=80)
 @given(case=agg_case())
 @example(case=(T, {"s": ("sum", "f"), "a": ("avg", "f")},
                [{("a", 1, 0.25, None): 1, ("a", 1, 3.75, None): 2}, {("a", 1, 3.75, None): -2}]))
+# a group deleted then re-created reused its partial row's version: the spine paired the
+# retraction with the wrong row
+@example(case=(KV, {"a0": ("sum", "v0")},
+               [{(0, -1): 1, (0, 0): 1, (0, 1): 1, (1, 0): 2},
+                {(0, -1): -1, (0, 0): -1, (0, 1): -1, (1, 0): -1},
+                {(0, 0): 1, (1, 0): -1}, {(0, 0): -1}]))
+# no rows but a float sum of -2: the partial row must be kept
+@example(case=(KF, {"a0": ("sum", "v0")},
+               [{(2, -1.5, ""): 2, (2, -0.5, ""): -2}, {(2, -1.5, ""): -2}]))
+# avg of decimals: Arrow's decimal -> float cast was 1 ulp off (23.650000000000002)
+@example(case=(KD, {"a0": ("avg", "v2"), "a1": ("count", None)},
+               [{(0, 0, "", Decimal("-1.25")): -2, (0, 0, "", Decimal("7.05")): 3}]))
 def test_aggregate_random(workers, case):
     schema, aggs, steps = case
     _run(workers, schema, aggs, steps)

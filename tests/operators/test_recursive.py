@@ -155,7 +155,7 @@ def graph_steps(draw):
     return steps
 
 
-@settings(max_examples=40)
+@settings(max_examples=50)
 @given(steps=graph_steps())
 @example(steps=[{"e": {(0, 1): 1, (1, 0): 1}}, {"e": {(1, 0): -1}}])
 def test_transitive_closure_random(workers, steps):

@@ -1,0 +1,45 @@
+# Compare: pytest bench/operators/bench_workload.py --benchmark-only --benchmark-autosave
+#          pytest-benchmark compare --group-by=group --columns=min,median,ops
+"""The workload: an incremental join of 1M bids with 100K auctions plus the average price per
+category, fed in 100 steps (11K events a step), with 1 and 2 workers (threads; and forked
+processes). Timed: the whole run (push, step, read the delta), fresh circuit each round.
+
+Targets: >= 1M events/s with 2 workers and >= 1.7x the 1-worker figure. ``extra_info``:
+``events_per_s`` (best round), and for 2 workers ``speedup_vs_1_worker`` measured interleaved
+with 1-worker runs in the same test (a shared machine drifts; interleaving keeps it fair).
+"""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from _workload import run_workload, workload_steps
+
+N_BIDS, N_AUCTIONS, STEPS, ROUNDS = 1_000_000, 100_000, 100, 3
+EVENTS = N_BIDS + N_AUCTIONS
+
+
+@pytest.fixture(scope="module")
+def data():
+    return workload_steps(N_BIDS, N_AUCTIONS, STEPS, seed=1)
+
+
+@pytest.mark.parametrize("workers,runtime", [(1, "threads"), (2, "threads"), (2, "processes")])
+def test_bids_auctions_workload(benchmark, data, workers, runtime):
+    benchmark.group = "workload-join-avg"
+    times = []
+    base = []
+
+    def once():
+        times.append(run_workload(data, workers, runtime))
+        if workers > 1:  # a 1-worker run right after, for the speed-up
+            base.append(run_workload(data, 1))
+
+    benchmark.pedantic(once, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    info = {"workers": workers, "runtime": runtime, "events": EVENTS,
+            "events_per_s": EVENTS / min(times), "median_s": statistics.median(times)}
+    if base:
+        info["one_worker_events_per_s"] = EVENTS / min(base)
+        info["speedup_vs_1_worker"] = statistics.median(base) / statistics.median(times)
+    benchmark.extra_info.update(info)
