@@ -316,7 +316,9 @@ ctypedef struct head_t:
 
 
 cdef inline bint head_lt(const head_t* h, int64_t x, int64_t y) noexcept nogil:
-    return h[x].key < h[y].key or (h[x].key == h[y].key and h[x].tag < h[y].tag)
+    # bitwise, not short-circuit: random heads would mispredict the branches
+    cdef uint64_t kx = h[x].key, ky = h[y].key
+    return (kx < ky) | ((kx == ky) & (h[x].tag < h[y].tag))
 
 
 cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
@@ -325,7 +327,7 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
     array, so a replay step is two L1 loads and a compare."""
     cdef int64_t r, node, t, other, total = 0, step, g, wv
     cdef uint64_t c
-    cdef bint same
+    cdef bint same, lt
     cdef run_t* rr
     for r in range(k):
         total += runs[r].n
@@ -358,9 +360,9 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
         node = (r + k) >> 1
         while node >= 1:
             other = tree[node]
-            if head_lt(h, other, r):
-                tree[node] = r
-                r = other
+            lt = head_lt(h, other, r)
+            tree[node] = r if lt else other
+            r = other if lt else r
             node >>= 1
     close_group(out)
 
