@@ -69,8 +69,8 @@ cdef inline int64_t count_zeros(const uint8_t* p, int64_t n) noexcept nogil:
 cdef inline uint64_t fixed_value(const col_t* c, int64_t i) noexcept nogil:
     """The order-preserving unsigned value (low ``width`` bytes) of row i of a fixed column."""
     cdef int64_t j = c.offset + i
-    cdef uint64_t u, bias
-    cdef double f
+    cdef uint64_t u = 0, bias
+    cdef double f = 0.0
     if c.kind == K_BOOL:
         return (c.values[j >> 3] >> (j & 7)) & 1
     if c.kind == K_F64:
@@ -94,7 +94,7 @@ cdef inline uint64_t fixed_value(const col_t* c, int64_t i) noexcept nogil:
 
 cdef void sizes(const col_t* c, int64_t n, int64_t* size, bint* bad) noexcept nogil:
     """Add column c's bytes to size[i] for every row."""
-    cdef int64_t i, s, ln, extra = 1 if c.nullable else 0
+    cdef int64_t i, s = 0, ln = 0, extra = 1 if c.nullable else 0
     if c.kind != K_VAR32 and c.kind != K_VAR64:
         for i in range(n):
             size[i] += c.width + extra
@@ -112,7 +112,7 @@ cdef void sizes(const col_t* c, int64_t n, int64_t* size, bint* bad) noexcept no
 
 cdef void fill(const col_t* c, int64_t n, uint8_t* out, int64_t* cur) noexcept nogil:
     """Write column c's bytes of every row i at out + cur[i], advancing cur[i]."""
-    cdef int64_t i, s, ln, k, w = c.width
+    cdef int64_t i, s = 0, ln = 0, k, w = c.width
     cdef uint8_t* p
     cdef const uint8_t* src
     cdef const uint8_t* z

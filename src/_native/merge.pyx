@@ -146,12 +146,12 @@ cdef void merge_block(const uint64_t* a, const int64_t* wa, const uint64_t* b,
     The state lives in locals (registers) and is written back once.
     """
     cdef int64_t i = ip[0], j = jp[0], o = out.o, first = out.first, s = out.s
-    cdef int64_t g, wv, wx, wy, step
+    cdef int64_t g, wv, wx, wy, _
     cdef int64_t* og = out.g
     cdef int64_t* ow = out.w
     cdef uint64_t key = out.key, x, y, c
     cdef bint ta, same
-    for step in range(stop):
+    for _ in range(stop):
         # load both sides unconditionally so that the compiler selects with cmov, not a branch
         x = a[i]
         y = b[j]
@@ -185,9 +185,8 @@ cdef void merge2_u64(const run_t* ra, const run_t* rb, out_t* out) noexcept nogi
     cdef const int64_t* wa = ra.w
     cdef const int64_t* wb = rb.w
     cdef int64_t na = ra.n, nb = rb.n, ba = ra.base, bb = rb.base
-    cdef int64_t i = 0, j = 0, o, first, s, g, wv, e, stop, ia, jb, _
-    cdef uint64_t key, x, y, c
-    cdef bint ta, same
+    cdef int64_t i = 0, j = 0, e, stop
+    cdef bint ta
     while i < na and j < nb:
         # bulk stretches: rows of a below b's head (ties go to a), then rows of b below a's head
         if a[i] <= b[j]:
@@ -279,13 +278,13 @@ cdef void merge_tree(run_t* runs, int64_t k, int64_t* tree, out_t* out) noexcept
 
     ``tree[1..k-1]`` hold the losers of the internal nodes; leaf ``k + r`` is run r.
     """
-    cdef int64_t win, node, t, total = 0, step
+    cdef int64_t win, node, t, total = 0, _
     cdef int64_t frun = -1, fpos = 0     # the open group's first row (run, position)
     cdef run_t* r
     for t in range(k):
         total += runs[t].n - runs[t].pos
     win = build(runs, tree, k, 1)
-    for step in range(total):
+    for _ in range(total):
         r = &runs[win]
         t = r.pos
         if out.open and rows_equal(&runs[frun], fpos, r, t):
@@ -325,7 +324,7 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
                          out_t* out) noexcept nogil:
     """k-way merge of u64 runs through a loser tree over (code, run) heads kept in one small
     array, so a replay step is two L1 loads and a compare."""
-    cdef int64_t r, node, t, other, total = 0, step, g, wv
+    cdef int64_t r, node, t, other, total = 0, _, g, wv
     cdef uint64_t c
     cdef bint same, lt
     cdef run_t* rr
@@ -335,7 +334,7 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
         h[r].tag = r
     # build: the same recursion as the generic tree, on the heads
     r = build_u64(h, tree, k, 1)
-    for step in range(total):
+    for _ in range(total):
         rr = &runs[r]
         t = rr.pos
         c = h[r].key

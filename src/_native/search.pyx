@@ -359,7 +359,7 @@ def take(codes, idx):
     cdef cnp.ndarray ix = as_i64(idx)
     if ix.ndim != 1:
         raise ValueError("idx must be 1-d")
-    cdef int64_t n = c.n, m = ix.shape[0], i, t, total = 0, at = 0
+    cdef int64_t n = c.n, m = ix.shape[0], i, t, total = 0
     cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
     cdef bint bad = False
     cdef cnp.ndarray out, offs, data
@@ -421,7 +421,7 @@ def concat(parts):
     if u64:
         return np.concatenate(parts).astype(np.uint64, copy=False)
     owners = [as_codes(q) for q in parts]
-    cdef int64_t total_rows = 0, total_bytes = 0, r, i, n, shift, at_row = 0, at_byte = 0
+    cdef int64_t total_rows = 0, total_bytes = 0, i, n, shift, at_row = 0, at_byte = 0
     cdef codes_t v
     for ow in owners:
         v = codes_view(ow)

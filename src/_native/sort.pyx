@@ -40,7 +40,6 @@ by ``k``.
 
 Every loop runs without the GIL.
 """
-cimport cython
 cimport numpy as cnp
 from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memcpy, memset
