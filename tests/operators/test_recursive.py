@@ -183,3 +183,14 @@ def test_closure_example_matches_naive_closure_on_a_bigger_graph():
                 e.delete(gone)
             c.step()
             assert tc.view_dict() == ref.transitive_closure(edges)
+
+
+def test_nested_recursion(workers):
+    """A recursion inside a recursion's body: the outer fixed point of distinct(TC(edges ∪ x))
+    is the transitive closure (the inner circuit is rebuilt at every outer inner-step)."""
+    def outer(x, e):
+        return x.circuit.recursive(closure, e.plus(x).distinct())
+
+    steps = [{"e": {(1, 2): 1, (2, 3): 1}}, {"e": {(3, 1): 1}}, {"e": {(2, 3): -1}}]
+    check_steps(workers, {"e": E}, lambda e: e.circuit.recursive(outer, e),
+                ref.transitive_closure, steps)

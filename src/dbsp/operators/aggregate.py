@@ -472,12 +472,12 @@ class VersionedRows:
         new_ver = np.zeros(len(kk), dtype=np.uint64)
         new_ver[add[kk]] = self._versions(int(add.sum()))
         vcodes = np.where(is_old, old_ver[g], new_ver[np.repeat(np.arange(len(kk)), c)])
-        cols = []
-        mask = pa.array(is_old)
-        for o, n in zip(old_vals.columns, new_vals.columns):
-            gi = pa.array(g)
-            cols.append(pc.if_else(mask, o.take(gi), n.take(gi)))
-        vals = pa.RecordBatch.from_arrays(cols, schema=self.val_schema)
+        G = old_vals.num_rows
+        both = pa.concat_batches([pa.RecordBatch.from_arrays(old_vals.columns,
+                                                             schema=self.val_schema),
+                                  pa.RecordBatch.from_arrays(new_vals.columns,
+                                                             schema=self.val_schema)])
+        vals = take(both, np.where(is_old, g, g + G))  # old rows from the first half
         self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
                                          vcodes, w, kcodec, self.vcodec))
 
@@ -569,6 +569,17 @@ class _Partials:
                 out.append(_reduce(c, starts))
         return out
 
+    def equal(self, a: list, b: list) -> np.ndarray:
+        """Row-wise equality of two aligned partial lists."""
+        eq = np.ones(len(a[0]), dtype=bool)
+        for x, y in zip(a, b):
+            if isinstance(x, pa.Array):
+                eq &= np.asarray(pc.fill_null(pc.equal(x, y), False)
+                                 .to_numpy(zero_copy_only=False), dtype=bool)
+            else:
+                eq &= x == y
+        return eq
+
     def add(self, a: list, b: list) -> list:
         return [_dec_add(x, y, f.type.scale) if pa.types.is_decimal(f.type) else x + y
                 for f, x, y in zip(self.schema, a, b)]
@@ -637,7 +648,7 @@ class LinearAggregateOperator(Operator):
         old = P.from_arrow(old_batch, has_old)
         new = P.add(old, delta)
         new_batch = P.to_arrow(new)
-        changed = ~has_old | ~rows_equal(P.to_arrow(old), new_batch)
+        changed = ~has_old | ~P.equal(old, new)
         keep = ~P.all_zero(new)
         self.state.put(keys, kcodes, kcodec, has_old, old_batch, old_ver, keep, new_batch,
                        changed)
