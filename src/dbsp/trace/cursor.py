@@ -311,6 +311,9 @@ def cursor_for(batch) -> Any:
         return OrdKeyBatchCursor(batch)
     if isinstance(batch, OrdValBatch):
         return OrdValBatchCursor(batch)
+    make = getattr(batch, "cursor", None)  # other batches (layer files) bring their own
+    if make is not None:
+        return make()
     raise TypeError(f"no cursor for {type(batch).__name__}")
 
 
@@ -330,7 +333,8 @@ class SpineCursor:
     def __init__(self, batches: Sequence[Union[OrdZSet, OrdIndexedZSet]]):
         self.batches = tuple(b for b in batches if len(b))
         self._cursors = [cursor_for(b) for b in self.batches]
-        self._indexed = bool(self.batches) and isinstance(self.batches[0], OrdIndexedZSet)
+        self._indexed = bool(self.batches) and getattr(
+            self.batches[0], "indexed", isinstance(self.batches[0], OrdIndexedZSet))
         self._codec: Optional[KeyCodec] = None
         if self.batches:
             b0 = self.batches[0]
