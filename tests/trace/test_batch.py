@@ -7,10 +7,22 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from trace_model import (
+    add_into,
+    check_indexed,
+    check_zset,
+    examples,
+    indexed,
+    indexed_model,
+    indexed_rows,
+    rows,
+    schemas,
+    state_of,
+    zset,
+    zset_model,
+)
 
 from dbsp.trace.batch import OrdIndexedZSet, OrdZSet
-from trace_model import (add_into, check_indexed, check_zset, examples, indexed, indexed_model,
-                         indexed_rows, rows, schemas, state_of, zset, zset_model)
 
 SETTINGS = settings(max_examples=examples(60), deadline=None)
 
@@ -102,3 +114,14 @@ def test_full_cancellation_is_empty(rws):
     s = pa.schema([("c0", pa.int64())])
     z = zset(s, rws + [(r, -w) for r, w in rws])
     assert len(z) == 0
+
+
+def test_no_value_columns():
+    """Shrunk counterexample: a binary key and no value columns (one code per row still)."""
+    ks = pa.schema([pa.field("k0", pa.binary(), nullable=False)])
+    vs = pa.schema([])
+    b = indexed(ks, vs, [((b"",), (), -2)])
+    check_indexed(b)
+    assert state_of([b]) == {((b"",), ()): -2}
+    m = OrdIndexedZSet.merge([b, indexed(ks, vs, [((b"",), (), 2), ((b"x",), (), 1)])])
+    assert state_of([m]) == {((b"x",), ()): 1}

@@ -8,11 +8,21 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trace_model import (
+    code,
+    examples,
+    indexed,
+    indexed_model,
+    indexed_rows,
+    rows,
+    schemas,
+    state_of,
+    values,
+    zset,
+)
 
 from dbsp.trace.batch import OrdIndexedZSet
 from dbsp.trace.cursor import SpineCursor, cursor_for
-from trace_model import (code, examples, indexed, indexed_model, indexed_rows, rows, schemas,
-                         state_of, values, zset)
 
 SETTINGS = settings(max_examples=examples(50), deadline=None)
 I64 = pa.schema([("k", pa.int64())])
@@ -221,3 +231,19 @@ def test_keys_between_batch_cursor_is_a_slice():
     assert np.shares_memory(s.weights, b.weights)
     z = zset(I64, [((i,), 1) for i in range(10)])
     assert cursor_for(z).keys_between(None, (2,)).to_dict() == {(0,): 1, (1,): 1}
+
+
+def test_seek_to_the_current_key_keeps_the_value_position():
+    """Shrunk counterexample (of the test's own model): seeking the key the cursor is on is a
+    no-op, so values already stepped over stay consumed until ``rewind_vals``."""
+    ks = pa.schema([pa.field("k0", pa.binary(), nullable=False),
+                    pa.field("k1", pa.binary(), nullable=False)])
+    b = indexed(ks, pa.schema([]), [((b"", b""), (), -2)])
+    c = SpineCursor([b, indexed(ks, pa.schema([]), [((b"x", b""), (), 1)])])
+    c.seek_key((b"", b""))
+    assert c.val_valid() and c.weight() == -2
+    c.step_val()
+    c.seek_key((b"", b""))
+    assert c.key_valid() and not c.val_valid()
+    c.rewind_vals()
+    assert c.val_valid() and c.weight() == -2

@@ -13,13 +13,23 @@ import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_cursor import walk
+from trace_model import (
+    add_into,
+    code,
+    examples,
+    indexed,
+    indexed_rows,
+    rows,
+    schemas,
+    state_of,
+    values,
+    zset,
+)
 
 from dbsp.trace import spine as spine_mod
 from dbsp.trace.batch import OrdIndexedZSet, OrdZSet
 from dbsp.trace.spine import Merger, Spine, SpineMergeError, _level
-from test_cursor import walk
-from trace_model import (add_into, code, examples, indexed, indexed_rows, rows, schemas, state_of,
-                         values, zset)
 
 SETTINGS = settings(max_examples=examples(30), deadline=None)
 pytestmark = pytest.mark.timeout(120)  # a merger that stops merging hangs flush(): fail instead
@@ -390,3 +400,162 @@ def test_ord_zset_spine_rejects_lookup():
     sp.insert(OrdZSet.from_arrow(pa.record_batch({"a": [1, 2]})))
     with pytest.raises(TypeError):
         sp.lookup(np.asarray([1], np.uint64))
+
+
+def test_one_thread_stays_free_for_small_merges(monkeypatch):
+    """With 2 threads, a second big merge waits while one runs; small merges still go through."""
+    gate = threading.Event()
+    started: list = []
+    real = spine_mod.merge_batches
+
+    def gated(batches):
+        rows = sum(len(b) for b in batches)
+        started.append(rows)
+        if rows >= 40:  # the big merges hold until the gate opens
+            gate.wait(10)
+        return real(batches)
+
+    monkeypatch.setattr(spine_mod, "merge_batches", gated)
+    m = Merger(2, name="reserve", big_rows=40)
+    big_a, big_b, small = (Spine(fanout=2, name=n, merger=m) for n in ("a", "b", "small"))
+    for sp, base in ((big_a, 0), (big_b, 100)):
+        for i in range(2):  # two 20-row batches: one 40-row (big) merge
+            sp.insert(ikv([(base + 20 * i + j, "x", 1) for j in range(20)]))
+    deadline = time.monotonic() + 5
+    while m._big < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert m._big == 1, "only one big merge may run while another thread is free"
+    small.insert(ikv([(1, "s", 1)]))
+    small.insert(ikv([(2, "s", 1)]))
+    assert small.wait_merges(5), "the small merge must not wait for the big ones"
+    gate.set()
+    for sp in (big_a, big_b):
+        sp.flush()
+        assert len(sp) == 40 and sp.num_batches == 1
+    assert started.count(40) == 2
+    m.shutdown()
+
+
+def test_defaults_from_environment(monkeypatch):
+    monkeypatch.setenv("DBSP_MERGER_THREADS", "3")
+    assert spine_mod.default_threads() == 3
+    monkeypatch.delenv("DBSP_MERGER_THREADS")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert spine_mod.default_threads() == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert spine_mod.default_threads() == 4
+    monkeypatch.setenv("DBSP_SPINE_BACKGROUND", "0")
+    assert Spine().background is False
+    assert Spine(merger=Merger(1)).background is True  # an explicit merger means background
+    monkeypatch.setenv("DBSP_SPINE_BACKGROUND", "1")
+    assert Spine().background is True
+
+
+# --- hooks for storage: the batch-probe interface, spilling, observers -------------------------
+
+class FakeFileBatch:
+    """A batch that answers only the batch-probe interface (like a layer-file batch)."""
+
+    is_file = True
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.indexed = isinstance(inner, OrdIndexedZSet)
+        self.kcodec = inner.kcodec if self.indexed else inner.codec
+        self.prefetched = 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def to_memory(self):
+        return self.inner
+
+    def cut_below(self, bound):
+        from dbsp.trace.spine import _cut_below
+        cut = _cut_below(self.inner, bound)
+        return self if cut is self.inner else FakeFileBatch(cut)
+
+    def prefetch_keys(self, codes):
+        self.prefetched += 1
+
+    def match(self, codes):
+        from dbsp.algebra import kernels as K
+        pi, ki = K.intersect(codes, self.inner.kcodes)
+        return None if len(pi) == 0 else (self.inner, pi, ki)
+
+    def row_weights(self, codes):
+        from dbsp.algebra import kernels as K
+        out = np.zeros(len(codes), np.int64)
+        pi, ki = K.intersect(codes, self.inner.codes)
+        out[pi] = self.inner.weights[ki]
+        return out
+
+    def cursor(self):
+        from dbsp.trace.cursor import cursor_for
+        return cursor_for(self.inner)
+
+
+def test_spilled_batches_are_read_through_the_probe_interface():
+    changes = []
+    sp = Spine(fanout=2, name="spill", background=False, on_change=lambda s: changes.append(1))
+    sp.insert(ikv([(1, "a", 1), (2, "b", 1), (3, "c", 1)]))
+    (b,) = sp.loose_batches()
+    f = FakeFileBatch(b)
+    assert sp.replace_batch(b, f) and not sp.replace_batch(b, f)  # b is gone now
+    assert sp.batches() == (f,)
+    got = sp.lookup(probe_codes(b, [(2,), (3,), (9,)]))
+    assert f.prefetched == 1 and state_of([got]) == model_of_ikv([(2, "b", 1), (3, "c", 1)])
+    assert {(k, v): w for k, v, w in walk(sp.cursor())} == model_of_ikv(
+        [(1, "a", 1), (2, "b", 1), (3, "c", 1)])
+    sp.truncate_keys_below(code(b.kcodec, (2,)))
+    assert state_of([x.to_memory() for x in sp.batches()]) == model_of_ikv(
+        [(2, "b", 1), (3, "c", 1)])
+    sp.insert(ikv([(4, "d", 1), (5, "e", 1), (6, "f", 1)]))  # merges the file batch (in memory)
+    assert sp.num_batches == 1 and not getattr(sp.batches()[0], "is_file", False)
+    assert state_of(sp.batches()) == model_of_ikv([(k, v, 1) for k, v in
+                                                    [(2, "b"), (3, "c"), (4, "d"), (5, "e"),
+                                                     (6, "f")]])
+    assert len(changes) >= 4  # insert, replace, insert, merge
+
+    z = Spine(name="zspill", background=False)
+    zb = zset(KS, [((1,), 2), ((5,), 1)])
+    z.insert(zb)
+    assert z.replace_batch(zb, FakeFileBatch(zb))
+    assert z.weights_of(np.asarray([code(zb.codec, (1,)), code(zb.codec, (2,))],
+                                   np.uint64)).tolist() == [2, 0]
+
+
+def test_merge_fn_and_observer_in_background():
+    calls, changes = [], []
+
+    def merge_fn(batches):
+        calls.append(len(batches))
+        return spine_mod.merge_batches(batches)
+
+    m = Merger(1, name="hooks")
+    sp = Spine(fanout=2, name="hooks", merger=m, merge_fn=merge_fn,
+               on_change=lambda s: changes.append(threading.current_thread().name))
+    for i in range(4):
+        sp.insert(ikv([(i, "a", 1)]))
+    sp.flush()
+    assert calls and all(c >= 2 for c in calls)
+    assert any(n.startswith("hooks") for n in changes)  # merges report from the merger thread
+    m.shutdown()
+
+
+def test_failing_observer_does_not_kill_the_merger():
+    m = Merger(1, name="obs")
+
+    def bad(s):
+        if threading.current_thread().name.startswith("obs"):
+            raise RuntimeError("observer bug")
+
+    sp = Spine(fanout=2, name="obs", merger=m, on_change=bad)
+    for r in range(2):  # the second round needs the thread the first observer failure hit
+        for i in range(4):
+            sp.insert(ikv([(10 * r + i, "a", 1)]))
+        sp.flush()
+    assert sp.stats.merges >= 2 and all(t.is_alive() for t in m._workers)
+    assert len(sp) == 8
+    m.shutdown()

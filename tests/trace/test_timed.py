@@ -5,11 +5,21 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from trace_model import (
+    DOMAINS,
+    add_into,
+    check_indexed,
+    check_zset,
+    code,
+    examples,
+    record_batch,
+    schemas,
+    state_of,
+    values,
+)
 
 from dbsp.trace.cursor import cursor_for
 from dbsp.trace.timed import OrdKeyBatch, OrdValBatch, pack_codes, time_codes
-from trace_model import (DOMAINS, add_into, check_indexed, check_zset, code, examples, record_batch,
-                         schemas, state_of, values)
 
 SETTINGS = settings(max_examples=examples(50), deadline=None)
 TIMES = st.integers(-2, 4)
