@@ -343,7 +343,7 @@ class LayerFile:
                 yield buf, h, lo, hi
                 del buf
 
-    def _fixed(self, s: StreamInfo, i: int, j: int, dtype) -> np.ndarray:
+    def _fixed(self, s: StreamInfo, i: int, j: int, dtype, copy: bool = False) -> np.ndarray:
         self._check_range(s, i, j)
         if i == j:
             return np.empty(0, dtype=dtype)
@@ -352,7 +352,7 @@ class LayerFile:
         for buf, h, lo, hi in self._pieces(s, i, j):
             a = np.frombuffer(buf, dtype=dtype, count=h.n, offset=HEADER_SIZE + h.bufs[2])
             if out is None and hi - lo == j - i:
-                return a[lo:hi]                   # one block: a view
+                return a[lo:hi].copy() if copy else a[lo:hi]   # one block: a view
             if out is None:
                 out = np.empty(j - i, dtype=dtype)
             out[pos:pos + hi - lo] = a[lo:hi]
@@ -360,11 +360,13 @@ class LayerFile:
             del a
         return out
 
-    def codes(self, i: int, j: int, layer: int = 0) -> Union[np.ndarray, VarCodes]:
-        """Codes of rows [i, j): uint64 array or VarCodes (views when in one block)."""
+    def codes(self, i: int, j: int, layer: int = 0,
+              copy: bool = False) -> Union[np.ndarray, VarCodes]:
+        """Codes of rows [i, j): uint64 array or VarCodes (views when in one block, unless
+        ``copy``: then never a view, so nothing stays pinned in the pool)."""
         s = self._stream(layer, "codes")
         if s.phys.kind == "fixed":
-            return self._fixed(s, i, j, "<u8")
+            return self._fixed(s, i, j, "<u8", copy)
         self._check_range(s, i, j)
         if i == j:
             return VarCodes(np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.uint8))
@@ -372,7 +374,7 @@ class LayerFile:
         for buf, h, lo, hi in self._pieces(s, i, j):
             o = np.frombuffer(buf, dtype="<i8", count=h.n + 1, offset=HEADER_SIZE + h.bufs[1])
             d = np.frombuffer(buf, dtype=np.uint8, count=h.aux, offset=HEADER_SIZE + h.bufs[2])
-            if not parts and hi - lo == j - i:
+            if not parts and hi - lo == j - i and not copy:
                 return VarCodes(o[lo:hi + 1], d)          # one block: views
             o = o[lo:hi + 1]
             parts.append((o - o[0], d[o[0]:o[-1]].copy()))
@@ -384,20 +386,21 @@ class LayerFile:
             base += len(d)
         return VarCodes(np.concatenate(offs), np.concatenate([d for _, d in parts]))
 
-    def weights(self, i: int, j: int, layer: int = 0) -> np.ndarray:
+    def weights(self, i: int, j: int, layer: int = 0, copy: bool = False) -> np.ndarray:
         """int64 weights of rows [i, j)."""
-        return self._fixed(self._stream(layer, "weights"), i, j, "<i8")
+        return self._fixed(self._stream(layer, "weights"), i, j, "<i8", copy)
 
-    def offsets(self, i: int, j: int, layer: int = 0) -> np.ndarray:
+    def offsets(self, i: int, j: int, layer: int = 0, copy: bool = False) -> np.ndarray:
         """Entries [i, j) of an ordered layer's offsets (``rows + 1`` entries in all; row r's
         range in the next layer is ``[offsets[r], offsets[r + 1])``)."""
-        return self._fixed(self._stream(layer, "offsets"), i, j, "<i8")
+        return self._fixed(self._stream(layer, "offsets"), i, j, "<i8", copy)
 
     def column(self, col: Union[int, str], i: int, j: int, layer: int = 0,
-               chunked: bool = False) -> Union[pa.Array, pa.ChunkedArray]:
+               chunked: bool = False, copy: bool = False) -> Union[pa.Array, pa.ChunkedArray]:
         """Column ``col`` (index or name) of rows [i, j) as an Arrow array: zero-copy when the
-        range is in one block; ``chunked=True`` gives a zero-copy ChunkedArray in every case
-        (it pins every block of the range: keep such ranges well under the pool size)."""
+        range is in one block (unless ``copy``); ``chunked=True`` gives a zero-copy ChunkedArray
+        in every case (it pins every block of the range: keep such ranges well under the pool
+        size)."""
         s = self._stream(layer, "column", col)
         self._check_range(s, i, j)
         t = s.arrow_type
@@ -416,7 +419,7 @@ class LayerFile:
             else:
                 vb = pb.slice(HEADER_SIZE + h.bufs[2], h.aux)
                 a = pa.Array.from_buffers(t, hi - lo, [validity, vb], offset=lo)
-            if not chunked and not (not arrs and hi - lo == j - i):
+            if not chunked and (copy or not (not arrs and hi - lo == j - i)):
                 a = pa.concat_arrays([a])             # spans blocks: copy, unpin at once
             arrs.append(a)
             del pb, buf, validity
@@ -424,15 +427,18 @@ class LayerFile:
             return pa.chunked_array(arrs, type=t)
         return arrs[0] if len(arrs) == 1 else pa.concat_arrays(arrs)
 
-    def read(self, i: int, j: int, layer: int = 0, columns: Optional[Sequence] = None) -> LayerChunk:
-        """All streams of rows [i, j) of a layer (``columns``: a subset by index or name)."""
+    def read(self, i: int, j: int, layer: int = 0, columns: Optional[Sequence] = None,
+             copy: bool = False) -> LayerChunk:
+        """All streams of rows [i, j) of a layer (``columns``: a subset by index or name;
+        ``copy``: no views, so nothing of the chunk pins the pool)."""
         L = self.layers[layer]
         ncols = len(L["columns"])
         cols = range(ncols) if columns is None else columns
         return LayerChunk(
-            i, j, self.codes(i, j, layer), [self.column(c, i, j, layer) for c in cols],
-            self.weights(i, j, layer) if L["weights"] is not None else None,
-            self.offsets(i, j + 1, layer) if L["offsets"] is not None else None)
+            i, j, self.codes(i, j, layer, copy),
+            [self.column(c, i, j, layer, copy=copy) for c in cols],
+            self.weights(i, j, layer, copy) if L["weights"] is not None else None,
+            self.offsets(i, j + 1, layer, copy) if L["offsets"] is not None else None)
 
     def boundary(self, i: int, layer: int = 0) -> int:
         """The smallest row > i where some stream of the layer starts a new data block (the
@@ -463,11 +469,20 @@ class LayerFile:
     def prefetch(self, i: int, j: int, layer: int = 0, columns: Optional[Sequence] = None,
                  codes: bool = True, weights: bool = True) -> None:
         """Start loading the blocks of rows [i, j) (index blocks are read now)."""
+        ext = self.extents(i, j, layer, columns, codes, weights)
+        if ext:
+            self._fh.prefetch(ext)
+
+    def extents(self, i: int, j: int, layer: int = 0, columns: Optional[Sequence] = None,
+                codes: bool = True, weights: bool = True, offsets: bool = True) -> list:
+        """``(offset, extent)`` of every data block that rows [i, j) of a layer touch (what
+        :meth:`read` would read), for callers that gather many ranges into one
+        :meth:`prefetch_extents`."""
         L = self.layers[layer]
         n = L["rows"]
         i, j = max(0, i), min(j, n)
         if i >= j:
-            return
+            return []
         sids = []
         if codes:
             sids.append(L["codes"])
@@ -475,15 +490,100 @@ class LayerFile:
         sids += [self._stream(layer, "column", c).sid for c in cols]
         if weights and L["weights"] is not None:
             sids.append(L["weights"])
-        if L["offsets"] is not None:
+        if offsets and L["offsets"] is not None:
             sids.append(L["offsets"])
         ext = []
         for sid in sids:
             s = self.streams[sid]
             hi = j + 1 if s.role == "offsets" else j
             ext += [(b[2], b[3]) for b in self._data_blocks(s, i, hi)]
-        if ext:
-            self._fh.prefetch(ext)
+        return ext
+
+    def prefetch_extents(self, extents: Sequence) -> None:
+        """Start loading the given blocks (from :meth:`extents` / :meth:`code_blocks`)."""
+        if extents:
+            self._fh.prefetch(list(extents))
+
+    # -- the code stream's block table (for vectorised probes) ------------------------------
+
+    def code_blocks(self, layer: int = 0):
+        """The data blocks of a layer's code stream, from its index (cached): ``(first_row,
+        rows, offset, extent)`` as int64 arrays and ``first_code`` (uint64 array or VarCodes):
+        block ``b`` holds rows ``[first_row[b], first_row[b] + rows[b])`` and starts with code
+        ``first_code[b]``. With it, a sorted probe finds its block with one vectorised search
+        and every block a probe touches is read in one backend call (:meth:`code_block_views`)."""
+        cache = getattr(self, "_code_blocks", None)
+        if cache is None:
+            cache = self._code_blocks = {}
+        got = cache.get(layer)
+        if got is not None:
+            return got
+        s = self._stream(layer, "codes")
+        first, offs, exts, keys = [], [], [], []
+        if s.root is not None:
+            self._leaves(s, s.root[0], s.root[1], 0, s.rows, s.depth, first, offs, exts, keys)
+        fr = np.asarray(first, dtype=np.int64)
+        rows = np.diff(np.append(fr, s.rows)).astype(np.int64)
+        if s.phys.kind == "var":
+            fc = VarCodes.from_list(keys)
+        else:
+            fc = np.asarray(keys, dtype=np.uint64)
+        got = (fr, rows, np.asarray(offs, dtype=np.int64), np.asarray(exts, dtype=np.int64), fc)
+        cache[layer] = got
+        return got
+
+    def _leaves(self, s, off, ext, first_row, rows, level, first, offs, exts, keys):
+        nd = self._node(s.sid, off, ext, first_row, rows)
+        if nd.level != level:
+            raise CorruptBlockError(self.path, off, f"index level {nd.level}, expected {level}")
+        n = len(nd.first)
+        end = first_row + rows
+        if level == 1:
+            first.extend(nd.first.tolist())
+            offs.extend(nd.offs.tolist())
+            exts.extend(nd.exts.tolist())
+            if nd.kdata is not None:
+                ko, kd = nd.keys, nd.kdata
+                keys.extend(kd[ko[k]:ko[k + 1]].tobytes() for k in range(n))
+            else:
+                keys.extend(nd.keys.tolist())
+            return
+        for k in range(n):
+            c0 = int(nd.first[k])
+            c1 = int(nd.first[k + 1]) if k + 1 < n else end
+            self._leaves(s, int(nd.offs[k]), int(nd.exts[k]), c0, c1 - c0, level - 1, first,
+                         offs, exts, keys)
+
+    def code_block_views(self, block_ids: Sequence[int], layer: int = 0):
+        """Yield ``(block_id, first_row, codes)`` for the given code-stream blocks (from
+        :meth:`code_blocks`), read together in as few backend calls as the pool allows (so an
+        io_uring backend keeps them all in flight); ``codes`` is a zero-copy view (uint64 array
+        or VarCodes) that pins its block while alive."""
+        s = self._stream(layer, "codes")
+        fr, rows, offs, exts, _ = self.code_blocks(layer)
+        ids = list(block_ids)
+        pool = getattr(self.backend, "pool", None)
+        group = max(1, min(64, pool.nslots // 4)) if pool is not None else 256
+        var = s.phys.kind == "var"
+        for g in range(0, len(ids), group):
+            part = ids[g:g + group]
+            bufs = self._read([(int(offs[b]), int(exts[b])) for b in part])
+            for k, b in enumerate(part):
+                buf = bufs[k]
+                bufs[k] = None
+                blk = (int(fr[b]), int(rows[b]), int(offs[b]), int(exts[b]))
+                h = self._check_data(buf, s, blk)
+                if var:
+                    o = np.frombuffer(buf, dtype="<i8", count=h.n + 1,
+                                      offset=HEADER_SIZE + h.bufs[1])
+                    d = np.frombuffer(buf, dtype=np.uint8, count=h.aux,
+                                      offset=HEADER_SIZE + h.bufs[2])
+                    codes = VarCodes(o, d)
+                else:
+                    codes = np.frombuffer(buf, dtype="<u8", count=h.n,
+                                          offset=HEADER_SIZE + h.bufs[2])
+                del buf
+                yield b, blk[0], codes
 
     # -- seeking -----------------------------------------------------------------------------
 
