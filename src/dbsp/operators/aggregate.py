@@ -427,7 +427,7 @@ class VersionedRows:
 
     def _versions(self, n: int) -> np.ndarray:
         if self._next is None:
-            top = [int(np.max(b.vcodes)) for b in self.trace.batches() if len(b)]
+            top = [v for v in (b.max_val_code() for b in self.trace.batches()) if v is not None]
             self._next = max(top) + 1 if top else 0
         v = np.arange(self._next, self._next + n, dtype=np.uint64)
         self._next += n

@@ -57,7 +57,7 @@ from ..algebra.codes import KeyCodec
 from ..algebra.schema import as_schema, concat_batches, empty_batch, take
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, match_batches
 from ..trace.spine import Spine
 from ._util import to_record_batch
 from .distinct import sign_changes
@@ -109,6 +109,12 @@ def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
     ai, bi = K.intersect(x.kcodes, y.kcodes)
     if len(ai) == 0:
         return None
+    return join_matched(x, ai, y, bi)
+
+
+def join_matched(x: OrdIndexedZSet, ai: np.ndarray, y: OrdIndexedZSet, bi: np.ndarray):
+    """:func:`join_pairs` for keys already matched: key ``ai[m]`` of ``x`` equals key ``bi[m]``
+    of ``y`` (both ascending)."""
     xs, ys = K.expand_pairs(x.offsets, ai, y.offsets, bi)
     counts = (x.offsets[ai + 1] - x.offsets[ai]) * (y.offsets[bi + 1] - y.offsets[bi])
     kidx = np.repeat(ai, counts)
@@ -220,16 +226,14 @@ class JoinOperator(Operator):
         da, db = drop_null_keys(da), drop_null_keys(db)
         pieces = []
         if len(db):
-            for xa in self.left.batches():  # z^-1(I(a)) ⋈ Δb
-                p = join_pairs(xa, db)
-                if p is not None:
-                    pieces.append((xa, db, p))
+            # z^-1(I(a)) ⋈ Δb: each stored batch is probed with Δb's keys (batch-probe
+            # interface: file batches read only the blocks of those keys, all prefetched first)
+            for sub, pi, ki in match_batches(self.left.batches(), db.kcodes):
+                pieces.append((sub, db, join_matched(sub, ki, db, pi)))
             self.right.insert(db)
         if len(da):
-            for yb in self.right.batches():  # Δa ⋈ I(b)
-                p = join_pairs(da, yb)
-                if p is not None:
-                    pieces.append((da, yb, p))
+            for sub, pi, ki in match_batches(self.right.batches(), da.kcodes):  # Δa ⋈ I(b)
+                pieces.append((da, sub, join_matched(da, pi, sub, ki)))
             self.left.insert(da)
         return self._build(pieces)
 
@@ -432,4 +436,5 @@ def left_join(left, right, fn: Optional[Callable] = None, schema: Any = None):
 
 
 __all__ = ["join", "left_join", "semijoin", "antijoin", "JoinOperator", "KeySetOperator",
-           "sharded", "prepare", "pair_schema", "join_pairs", "drop_null_keys", "check_keys"]
+           "sharded", "prepare", "pair_schema", "join_pairs", "join_matched", "drop_null_keys",
+           "check_keys"]

@@ -18,10 +18,19 @@ The batch types:
 
 Invariants: once built, a batch never changes (the arrays are shared, never written). Every
 constructor that is not marked ``_unchecked`` establishes consolidation itself.
+
+The batch-probe interface
+-------------------------
+Spines and the operators that probe state use only :class:`BatchReader` (below) on the batches a
+spine holds, so a batch may live in memory (this module) or in a layer file
+(:mod:`dbsp.trace.file_batch`): ``probe_keys`` / ``match`` / ``select_keys`` / ``row_weights``
+answer point lookups, ``cursor`` and ``iter_pieces`` scan, ``cut_below`` applies a key bound,
+``nbytes_in_memory`` is what the memory accountant counts. Only batches an operator builds
+itself (deltas, lookup results) are read through their arrays.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +40,43 @@ from ..algebra.codes import Codes, KeyCodec, VarCodes
 from ..algebra.schema import WEIGHT, concat_batches, empty_batch, take
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
+
+
+class BatchReader(Protocol):
+    """What a spine and the operators probing its state ask of a stored batch (in memory or
+    in a file). Keys are the rows of a Z-set (:class:`OrdZSet`), the keys of an indexed batch.
+
+    * ``probe_keys(codes) -> (probe_idx, key_idx)``: for sorted distinct ``codes``, the positions
+      of those present (``codes[probe_idx[i]]`` is key ``key_idx[i]``), ascending.
+    * ``match(codes)``: ``None`` or ``(batch, probe_idx, key_idx)`` where ``batch`` is an
+      in-memory batch holding the matched keys (the batch itself in memory; a selection of the
+      file) and ``key_idx`` indexes it; the join's probe.
+    * ``select_keys(key_idx)``: the in-memory sub-batch of those keys (ascending indices).
+    * ``row_weights(codes)``: Z-sets: the weight of each sorted distinct row code (0 if absent).
+    * ``prefetch_keys(codes)``: start reading what ``probe_keys(codes)`` will read.
+    * ``cut_below(bound)``: the batch without its keys below a key code (``int`` / ``bytes``).
+    * ``cursor()``, ``iter_pieces(rows)``: sequential reads (pieces may split a key's values).
+    * ``to_memory()``, ``__len__`` (rows), ``num_keys``, ``nbytes_in_memory``, ``indexed``,
+      ``is_file``, ``max_val_code()``.
+    """
+
+    indexed: bool
+    is_file: bool
+
+    def __len__(self) -> int: ...
+    @property
+    def num_keys(self) -> int: ...
+    @property
+    def nbytes_in_memory(self) -> int: ...
+    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]: ...
+    def match(self, codes: Codes) -> Optional[tuple[Any, np.ndarray, np.ndarray]]: ...
+    def select_keys(self, key_idx: np.ndarray) -> Any: ...
+    def prefetch_keys(self, codes: Codes) -> None: ...
+    def cut_below(self, bound: Union[int, bytes]) -> Any: ...
+    def cursor(self) -> Any: ...
+    def iter_pieces(self, rows: int) -> Iterator[Any]: ...
+    def to_memory(self) -> Any: ...
+    def max_val_code(self) -> Optional[int]: ...
 
 
 def _codec_for(schema: pa.Schema, names: Sequence[str]) -> KeyCodec:
@@ -159,6 +205,64 @@ class OrdZSet(ZSet):
             return self
         return OrdZSet(take(self.data, idx), self.weights[idx], K.take(self.codes, idx),
                        self.codec)
+
+    # -- the batch-probe interface (BatchReader) ------------------------------------------
+    indexed = False
+    is_file = False
+
+    @property
+    def num_keys(self) -> int:
+        return len(self)
+
+    @property
+    def nbytes_in_memory(self) -> int:
+        return self.data.nbytes + self.codes.nbytes + self.weights.nbytes
+
+    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
+        """``(probe_idx, row_idx)`` of the sorted distinct row ``codes`` present here."""
+        if len(codes) == 0 or len(self) == 0:
+            return _EMPTY_I64, _EMPTY_I64
+        return K.intersect(codes, self.codes)
+
+    def match(self, codes: Codes):
+        pi, ki = self.probe_keys(codes)
+        return None if len(pi) == 0 else (self, pi, ki)
+
+    def select_keys(self, idx: np.ndarray) -> "OrdZSet":
+        """Rows ``idx`` (ascending)."""
+        return OrdZSet(take(self.data, idx), self.weights[idx], K.take(self.codes, idx),
+                       self.codec)
+
+    def row_weights(self, codes: Codes) -> np.ndarray:
+        """The weight of each sorted distinct row code (0 where absent)."""
+        out = np.zeros(len(codes), np.int64)
+        pi, ki = self.probe_keys(codes)
+        if len(pi):
+            out[pi] = self.weights[ki]
+        return out
+
+    def prefetch_keys(self, codes: Codes) -> None:
+        pass
+
+    def cut_below(self, bound) -> "OrdZSet":
+        """The rows whose code is ``>= bound`` (a zero-copy suffix)."""
+        i = _first_at_least(self.codes, bound)
+        return self if i == 0 else self.slice(i, len(self))
+
+    def cursor(self):
+        from .cursor import OrdZSetCursor
+        return OrdZSetCursor(self)
+
+    def iter_pieces(self, rows: int) -> Iterator["OrdZSet"]:
+        """Consecutive zero-copy slices of at most ``rows`` rows."""
+        for lo in range(0, len(self), max(rows, 1)):
+            yield self.slice(lo, lo + rows)
+
+    def to_memory(self) -> "OrdZSet":
+        return self
+
+    def max_val_code(self) -> Optional[int]:
+        return None
 
 
 class OrdIndexedZSet:
@@ -315,6 +419,74 @@ class OrdIndexedZSet:
                               slice_codes(self.vcodes, r0, r1), self.weights[r0:r1],
                               self.kcodec, self.vcodec)
 
+    # -- the batch-probe interface (BatchReader) ------------------------------------------
+    indexed = True
+    is_file = False
+
+    @property
+    def nbytes_in_memory(self) -> int:
+        return (self.keys.nbytes + self.kcodes.nbytes + self.offsets.nbytes + self.vals.nbytes
+                + self.vcodes.nbytes + self.weights.nbytes)
+
+    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
+        """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
+        if len(codes) == 0 or self.num_keys == 0:
+            return _EMPTY_I64, _EMPTY_I64
+        return K.intersect(codes, self.kcodes)
+
+    def match(self, codes: Codes):
+        """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy."""
+        pi, ki = self.probe_keys(codes)
+        return None if len(pi) == 0 else (self, pi, ki)
+
+    def prefetch_keys(self, codes: Codes) -> None:
+        pass
+
+    def cut_below(self, bound) -> "OrdIndexedZSet":
+        """The keys ``>= bound`` with their values (a zero-copy suffix)."""
+        i = _first_at_least(self.kcodes, bound)
+        return self if i == 0 else self.slice_keys(i, self.num_keys)
+
+    def cursor(self):
+        from .cursor import OrdIndexedZSetCursor
+        return OrdIndexedZSetCursor(self)
+
+    def row_slice(self, r0: int, r1: int) -> "OrdIndexedZSet":
+        """Value rows ``r0:r1`` with the keys they belong to (zero-copy). The first and last
+        key may keep only part of their values: a *piece*, for streaming merges."""
+        n = len(self)
+        r0, r1 = max(0, min(r0, n)), max(0, min(r1, n))
+        if r0 >= r1:
+            return OrdIndexedZSet.empty(self.key_schema, self.val_schema)._with_codecs(self)
+        if r0 == 0 and r1 == n:
+            return self
+        off = self.offsets
+        ka = int(np.searchsorted(off, r0, side="right")) - 1
+        kb = int(np.searchsorted(off, r1, side="left"))
+        offsets = np.clip(off[ka:kb + 1], r0, r1) - r0
+        return OrdIndexedZSet(self.keys.slice(ka, kb - ka), slice_codes(self.kcodes, ka, kb),
+                              offsets, self.vals.slice(r0, r1 - r0),
+                              slice_codes(self.vcodes, r0, r1), self.weights[r0:r1],
+                              self.kcodec, self.vcodec)
+
+    def _with_codecs(self, other: "OrdIndexedZSet") -> "OrdIndexedZSet":
+        self.kcodec, self.vcodec = other.kcodec, other.vcodec
+        return self
+
+    def iter_pieces(self, rows: int) -> Iterator["OrdIndexedZSet"]:
+        """Consecutive pieces of at most ``rows`` value rows (see :meth:`row_slice`)."""
+        for lo in range(0, len(self), max(rows, 1)):
+            yield self.row_slice(lo, lo + rows)
+
+    def to_memory(self) -> "OrdIndexedZSet":
+        return self
+
+    def max_val_code(self) -> Optional[int]:
+        """The largest value code (u64 value codes only; None otherwise or when empty)."""
+        if len(self) == 0 or not isinstance(self.vcodes, np.ndarray):
+            return None
+        return int(np.max(self.vcodes))
+
     def filter_rows(self, mask: np.ndarray) -> "OrdIndexedZSet":
         """The value rows where ``mask`` (bool, one per value row) is true; keys left without
         values are dropped (still consolidated)."""
@@ -334,6 +506,35 @@ class OrdIndexedZSet:
         return OrdIndexedZSet(take(self.keys, kidx), K.take(self.kcodes, kidx), offsets,
                               take(self.vals, rows), K.take(self.vcodes, rows), self.weights[rows],
                               self.kcodec, self.vcodec)
+
+
+def match_batches(batches: Sequence[Any], codes: Codes) -> Iterator[tuple]:
+    """Probe every batch (of a spine snapshot) with the sorted distinct key ``codes``: yields
+    ``(batch, probe_idx, key_idx)`` per batch with matches (see :meth:`BatchReader.match`).
+    Every batch is asked to prefetch first, so the reads of file batches overlap."""
+    if len(codes) == 0:
+        return
+    for b in batches:
+        b.prefetch_keys(codes)
+    for b in batches:
+        m = b.match(codes)
+        if m is not None:
+            yield m
+
+
+def _first_at_least(codes: Codes, bound) -> int:
+    """Position of the first code ``>= bound`` (``int`` for u64 codes, ``bytes`` for var) in a
+    sorted code array."""
+    n = len(codes)
+    if n == 0:
+        return 0
+    if isinstance(codes, np.ndarray):
+        if int(codes[0]) >= bound:
+            return 0
+        return int(K.lower_bound(codes, np.asarray([bound], dtype=np.uint64))[0])
+    if codes.row(0) >= bound:
+        return 0
+    return int(K.lower_bound(codes, VarCodes.from_list([bytes(bound)]))[0])
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -360,5 +561,6 @@ def slice_codes(codes: Codes, lo: int, hi: int) -> Codes:
 
 ranges = _ranges
 
-__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "ranges", "slice_codes"]
+__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "ranges",
+           "slice_codes"]
 _ = Any
