@@ -23,7 +23,11 @@ k-way merge, and files the result at the level of its size (usually one up, lowe
 retractions cancel). At rest every level holds fewer than ``F`` batches, so a spine of ``N`` rows
 holds at most ``(F - 1) * log_F(N)`` batches and every row is merged about ``log_F(N / delta)``
 times. Several merges of one spine (even of one level) may run at once: Z-set addition is
-commutative, so the order in which batches are combined never matters.
+commutative, so the order in which batches are combined never matters. When the merger falls
+behind, a level collects more than ``F`` batches and one wider merge (up to ``max_merge``, 16)
+takes them: per row it costs about what the tree of 4-way merges it replaces would (measured:
+4-way 25M rows/s, 16-way 13M/s, 64-way 8.5M/s on 10K-row batches), and the cap keeps each merge
+short and the memory it holds small.
 
 *Threads.* One :class:`Merger` per process (:func:`default_merger`) serves every spine, with
 :func:`default_threads` worker threads (``DBSP_MERGER_THREADS``; by default one per 4 cores,
