@@ -146,29 +146,32 @@ cdef void merge_block(const uint64_t* a, const int64_t* wa, const uint64_t* b,
     The state lives in locals (registers) and is written back once.
     """
     cdef int64_t i = ip[0], j = jp[0], o = out.o, first = out.first, s = out.s
-    cdef int64_t g, wv, wx, wy, _
+    cdef int64_t g, wv, wx, wy, m, ms, _
     cdef int64_t* og = out.g
     cdef int64_t* ow = out.w
     cdef uint64_t key = out.key, x, y, c
     cdef bint ta, same
     for _ in range(stop):
-        # load both sides unconditionally so that the compiler selects with cmov, not a branch
+        # Both sides are loaded and the taken one is selected with masks: written as ternaries,
+        # gcc turned some selections into (unpredictable) branches.
         x = a[i]
         y = b[j]
         wx = wa[i]
         wy = wb[j]
         ta = x <= y
-        c = x if ta else y
-        g = ba + i if ta else bb + j
-        wv = wx if ta else wy
+        m = -<int64_t>ta                  # all ones when a's row is taken
+        c = (x & <uint64_t>m) | (y & ~<uint64_t>m)
+        g = ((ba + i) & m) | ((bb + j) & ~m)
+        wv = (wx & m) | (wy & ~m)
         i += ta
-        j += not ta
+        j += 1 - ta
         same = c == key
+        ms = -<int64_t>same               # all ones when the row joins the open group
         og[o] = first
         ow[o] = s
-        o += (not same) & (s != 0)
-        first = first if same else g
-        s = (s if same else 0) + wv
+        o += (1 - same) & (s != 0)
+        first = (first & ms) | (g & ~ms)
+        s = (s & ms) + wv
         key = c
     ip[0] = i
     jp[0] = j
