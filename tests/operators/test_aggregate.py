@@ -158,7 +158,7 @@ KD = pa.schema([pa.field("k", pa.int64(), False), pa.field("v0", pa.int64(), Fal
                 pa.field("v1", pa.string(), False), pa.field("v2", pa.decimal128(9, 2), False)])
 
 
-@settings(max_examples=80)
+@settings(max_examples=100)
 @given(case=agg_case())
 @example(case=(T, {"s": ("sum", "f"), "a": ("avg", "f")},
                [{("a", 1, 0.25, None): 1, ("a", 1, 3.75, None): 2}, {("a", 1, 3.75, None): -2}]))

@@ -41,7 +41,7 @@ def test_distinct_needs_a_zset_stream():
         distinct(t.index_by(["x"]))
 
 
-@settings(max_examples=60)
+@settings(max_examples=100)
 @given(schema=S.schemas(), data=st.data())
 def test_distinct_random(workers, schema, data):
     steps = [{"t": d} for d in data.draw(S.deltas(schema, steps=5))]

@@ -146,7 +146,7 @@ def join_case(draw, valid=False):
 KIND = st.sampled_from(["join", "left_join", "semijoin", "antijoin"])
 
 
-@settings(max_examples=60)
+@settings(max_examples=100)
 @given(case=join_case(), kind=KIND)
 @example(case=(L, R, [{"l": {(1, "a"): 1}, "r": {(1, 2): -1}},
                       {"r": {(1, 2): 2}}]), kind="left_join")

@@ -78,7 +78,7 @@ def topk_case(draw):
         draw(st.sampled_from([None, "rank"]))
 
 
-@settings(max_examples=60)
+@settings(max_examples=100)
 @given(case=topk_case())
 @example(case=(T, [{("a", 1, "x"): 2}, {("a", 1, "x"): -3}], 1, ["x"], False, "r"))
 def test_topk_random(workers, case):
