@@ -25,7 +25,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from dbsp._native import sort
 
 N = 10_000_000

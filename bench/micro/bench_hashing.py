@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 import pytest
-
 from dbsp._native import hashing
+
 from dbsp.algebra import kernels_ref
 from dbsp.algebra.codes import VarCodes
 

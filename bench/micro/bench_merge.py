@@ -24,7 +24,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from dbsp._native import merge
 
 N = 10_000_000

@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 import pytest
-
 from dbsp._native import search
 
 N = 10_000_000

@@ -49,7 +49,8 @@ cdef inline bint is_valid(const col_t* c, int64_t i) noexcept nogil:
     return (c.valid[b >> 3] >> (b & 7)) & 1
 
 
-cdef inline void var_span(const col_t* c, int64_t i, int64_t* start, int64_t* length) noexcept nogil:
+cdef inline void var_span(const col_t* c, int64_t i, int64_t* start,
+                          int64_t* length) noexcept nogil:
     cdef int64_t j = c.offset + i
     if c.kind == K_VAR32:
         start[0] = c.off32[j]
@@ -199,7 +200,8 @@ cdef inline const uint8_t* buf_ptr(object buf):
 
 cdef void check_size(object buf, int64_t need, str what) except *:
     if buf is None or buf.size < need:
-        raise ValueError(f"Arrow {what} buffer too small ({0 if buf is None else buf.size} < {need})")
+        have = 0 if buf is None else buf.size
+        raise ValueError(f"Arrow {what} buffer too small ({have} < {need})")
 
 
 cdef col_t column(object arr, bint nullable, int64_t n) except *:

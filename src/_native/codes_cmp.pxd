@@ -20,7 +20,8 @@ cdef extern from *:
     int dbsp_clz64(uint64_t x) nogil
 
 
-cdef inline int bytes_cmp(const uint8_t* a, int64_t la, const uint8_t* b, int64_t lb) noexcept nogil:
+cdef inline int bytes_cmp(const uint8_t* a, int64_t la, const uint8_t* b,
+                          int64_t lb) noexcept nogil:
     """<0, 0, >0 as bytes a <, ==, > bytes b (memcmp, then length)."""
     cdef int64_t m = la if la < lb else lb
     cdef int c = 0

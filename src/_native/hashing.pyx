@@ -48,8 +48,12 @@ cdef extern from *:
     }
     #else
     #define DBSP_HAVE_U128 0
-    static inline void dbsp_fastmod_init(uint64_t d, uint64_t* mlo, uint64_t* mhi) { *mlo = *mhi = 0; }
-    static inline uint64_t dbsp_fastmod(uint64_t x, uint64_t mlo, uint64_t mhi, uint64_t d) { return x % d; }
+    static inline void dbsp_fastmod_init(uint64_t d, uint64_t* mlo, uint64_t* mhi) {
+        *mlo = *mhi = 0;
+    }
+    static inline uint64_t dbsp_fastmod(uint64_t x, uint64_t mlo, uint64_t mhi, uint64_t d) {
+        return x % d;
+    }
     #endif
 
     /* splitmix64(code ^ seed) over an array. A plain loop the compiler vectorizes; on x86-64
@@ -58,7 +62,8 @@ cdef extern from *:
     #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
     __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
     #endif
-    static void dbsp_splitmix_block(const uint64_t* codes, uint64_t* out, int64_t n, uint64_t seed) {
+    static void dbsp_splitmix_block(const uint64_t* codes, uint64_t* out, int64_t n,
+                                    uint64_t seed) {
         for (int64_t i = 0; i < n; i++) {
             uint64_t x = codes[i] ^ seed;
             x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;

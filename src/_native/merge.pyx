@@ -8,9 +8,10 @@ output indexes the virtual concatenation of the runs (run 0's rows first): ``gid
 first run's row holding the ``i``-th distinct ``(k, v)`` and ``w[i]`` the sum of its weights;
 zero sums are dropped. Nothing is re-sorted:
 
-* two u64 runs (the spine's common case): a branchless merge (the taken side is selected with
-  conditional moves, not branches, so random keys cost no mispredictions); runs that do not
-  overlap over a stretch are copied in bulk, located by galloping;
+* two u64 runs (the spine's common case): a branchless merge (both heads are loaded and the
+  taken one is selected with masks, not branches, so random keys cost no mispredictions); where
+  one run lies below the other's head for a stretch, the stretch is found by galloping and copied
+  in bulk;
 * more runs, or var codes, or ``(k, v)`` pairs: a loser tree over the run heads, ties broken by
   run number (stable), comparisons by value for u64 and by ``memcmp`` for var codes.
 
@@ -34,7 +35,7 @@ import numpy as np
 cnp.import_array()
 
 
-# --- runs and the open output group ----------------------------------------------------------------------
+# --- runs and the open output group -------------------------------------------------------------
 
 ctypedef struct run_t:
     codes_t k

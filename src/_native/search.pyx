@@ -81,7 +81,8 @@ def group_bounds(kcodes):
 
 # --- lower_bound / upper_bound ------------------------------------------------------------------
 
-cdef inline int64_t bsearch_u64(const uint64_t* k, int64_t n, uint64_t x, bint upper) noexcept nogil:
+cdef inline int64_t bsearch_u64(const uint64_t* k, int64_t n, uint64_t x,
+                                bint upper) noexcept nogil:
     """First i with k[i] >= x (or > x when upper); branchless halving."""
     cdef int64_t base = 0, half
     if n == 0:
@@ -242,7 +243,8 @@ def upper_bound(sorted_codes, probes):
 # --- intersect ----------------------------------------------------------------------------------
 
 def intersect(a, b):
-    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending."""
+    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``,
+    ascending."""
     ao = as_codes(a)
     bo = as_codes(b)
     cdef codes_t ka = codes_view(ao)

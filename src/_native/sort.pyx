@@ -117,7 +117,7 @@ cdef enum:
     TOP_RADIX = 1 << TOP_DIGIT
     MAX_DIGIT = 12                 # widest digit of the passes in cache
     RADIX = 1 << MAX_DIGIT
-    MAX_LEVELS = 36                # recursion levels of the radix sort (128 bits / 4-bit digits + 4)
+    MAX_LEVELS = 36                # radix recursion levels (128 bits / 4-bit digits + 4)
     SMALL = 16                     # insertion sort at or below this many rows
     LINE_ROWS = 4                  # 16-byte rows per 64-byte cache line
     STREAM_MIN = 1 << 18           # rows from which the first scatter streams around the cache

@@ -39,8 +39,9 @@ cdef inline tuple as_var(object codes):
     cdef object d = codes.data
     if not (isinstance(d, np.ndarray) and (<cnp.ndarray>d).dtype == np.uint8
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>d)):
-        d = np.ascontiguousarray(np.frombuffer(d, dtype=np.uint8) if isinstance(d, (bytes, bytearray))
-                                 else d, dtype=np.uint8).reshape(-1)
+        if isinstance(d, (bytes, bytearray)):
+            d = np.frombuffer(d, dtype=np.uint8)
+        d = np.ascontiguousarray(d, dtype=np.uint8).reshape(-1)
     cdef cnp.ndarray data = d
     if off.ndim != 1 or data.ndim != 1 or off.shape[0] < 1:
         raise ValueError("VarCodes needs 1-d offsets (n + 1 entries) and 1-d data")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 from decimal import Decimal
 
 import numpy as np
@@ -75,13 +76,14 @@ COLUMN_TYPES = {
     "decimal": (pa.decimal128(12, 2),
                 st.integers(-10 ** 12 + 1, 10 ** 12 - 1).map(lambda i: Decimal(i).scaleb(-2))),
     "decimal38": (pa.decimal128(38, 0),
-                  st.integers(-10 ** 38 + 1, 10 ** 38 - 1).map(Decimal) | st.integers(-3, 3).map(Decimal)),
+                  (st.integers(-10 ** 38 + 1, 10 ** 38 - 1) | st.integers(-3, 3)).map(Decimal)),
     "date32": (pa.date32(), st.dates()),
     "date64": (pa.date64(), st.dates()),
     "timestamp": (pa.timestamp("us"), st.integers(-2 ** 62, 2 ** 62)),
     "timestamp_tz": (pa.timestamp("ns", tz="UTC"), st.integers(-2 ** 62, 2 ** 62)),
     "duration": (pa.duration("ms"), st.integers(-2 ** 62, 2 ** 62)),
-    "time32": (pa.time32("s"), st.integers(0, 86399).map(lambda s: datetime.time(s // 3600, s // 60 % 60, s % 60))),
+    "time32": (pa.time32("s"), st.integers(0, 86399).map(
+        lambda s: datetime.time(s // 3600, s // 60 % 60, s % 60))),
     "time64": (pa.time64("us"), st.integers(0, 86400 * 10 ** 6 - 1)),
     "string": (pa.string(), _TEXT),
     "large_string": (pa.large_string(), _TEXT),
@@ -129,7 +131,7 @@ def sort_key(row):
         if v is None:
             out.append((0,))
         elif isinstance(v, float):
-            out.append((1, 1, 0.0) if v != v else (1, 0, v))
+            out.append((1, 1, 0.0) if math.isnan(v) else (1, 0, v))
         else:
             out.append((1, 0, v))
     return tuple(out)

@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, strategies as st
-
 from dbsp._native import hashing as native
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from dbsp.algebra import kernels_ref as ref
 from dbsp.algebra.codes import VarCodes
 
 from ._strategies import u64_codes, var_codes
 
 SEEDS = st.integers(-2 ** 63, 2 ** 64 - 1) | st.sampled_from([0, 1, -1, 2 ** 64 - 1])
-NSHARDS = st.integers(1, 2 ** 64 - 1) | st.integers(1, 64) | st.sampled_from([1, 2, 3, 7, 8, 2 ** 32, 2 ** 63 + 1])
+NSHARDS = st.integers(1, 2 ** 64 - 1) | st.integers(1, 64) | st.sampled_from(
+    [1, 2, 3, 7, 8, 2 ** 32, 2 ** 63 + 1])
 
 
 def same(a, b):

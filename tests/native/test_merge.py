@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, strategies as st
-
 from dbsp._native import merge as native
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from dbsp.algebra import kernels_ref as ref
 
 from ._strategies import codes_of
@@ -71,7 +72,8 @@ def test_mixed_kinds_are_refused():
     with pytest.raises(TypeError):
         native.merge_consolidate([a, b])
     with pytest.raises(ValueError):
-        native.merge_consolidate([a, (np.array([1], np.uint64), np.array([1], np.uint64), np.array([1]))])
+        with_v = (np.array([1], np.uint64), np.array([1], np.uint64), np.array([1]))
+        native.merge_consolidate([a, with_v])
 
 
 def consolidated_u64(rng, n, lo, hi):

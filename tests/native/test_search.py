@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-
 from dbsp._native import search as native
+from hypothesis import given
+from hypothesis import strategies as st
+
 from dbsp.algebra import kernels_ref as ref
 from dbsp.algebra.codes import VarCodes
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, strategies as st
-
 from dbsp._native import sort as native
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from dbsp.algebra import kernels_ref as ref
 from dbsp.algebra.codes import VarCodes
 
@@ -22,7 +23,8 @@ def rows_kv(draw, kinds=("u64", "var")):
     """(k, v) code arrays of equal length, each u64 or var, from small domains (ties in k)."""
     n = draw(st.integers(0, 80))
     kk, vk = draw(st.sampled_from(kinds)), draw(st.sampled_from(kinds))
-    hk, hv = draw(st.sampled_from([2, 10, 2 ** 64 - 1])), draw(st.sampled_from([2, 10, 2 ** 64 - 1]))
+    hk = draw(st.sampled_from([2, 10, 2 ** 64 - 1]))
+    hv = draw(st.sampled_from([2, 10, 2 ** 64 - 1]))
     k = draw(st.lists(st.integers(0, hk), min_size=n, max_size=n))
     v = draw(st.lists(st.integers(0, hv), min_size=n, max_size=n))
     return codes_of(kk, k), codes_of(vk, v)
@@ -123,8 +125,8 @@ def test_large_var_and_pairs():
     rng = np.random.default_rng(8)
     n = 20_000
     prefixes = [b"", b"https://example.com/", b"\x00" * 8, b"abcdefgh"]
-    rows = [prefixes[rng.integers(0, 4)] + bytes(rng.integers(0, 3, rng.integers(0, 12)).astype(np.uint8))
-            for _ in range(n)]
+    rows = [prefixes[rng.integers(0, 4)]
+            + bytes(rng.integers(0, 3, rng.integers(0, 12)).astype(np.uint8)) for _ in range(n)]
     k = VarCodes.from_list(rows)
     expect = np.asarray(sorted(range(n), key=rows.__getitem__), dtype=np.int64)
     same(native.argsort(k), expect)
