@@ -7,7 +7,11 @@ evaluation order; cycles go through strict nodes (``z^-1``), whose output comes 
 start of a step and whose input (possibly defined later: a feedback edge) is consumed at the end.
 
 On the first :meth:`Circuit.step` the graph is frozen and instantiated ``workers`` times (one
-replica per worker, each with its own operator state). A step then:
+replica per worker, each with its own operator state). With ``storage=`` (a directory or a
+:class:`~dbsp.storage.config.StorageConfig`) every worker gets a
+:class:`~dbsp.storage.manager.WorkerStorage` in its :class:`WorkerContext`, and every spine its
+operators build keeps state beyond the memory budget in layer files (:mod:`dbsp.storage`).
+A step then:
 
 1. validates nothing more (pushes were validated when made) and splits every input's pending rows
    into one contiguous slice per worker;
@@ -20,6 +24,7 @@ An error in any worker aborts the transport (so no worker hangs), and the step r
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -53,9 +58,11 @@ class Replica:
     """One worker's instance of a circuit: operator instances plus the step loop."""
 
     def __init__(self, nodes: list[Node], ctx: WorkerContext):
+        from ..storage.manager import use_storage
         self.nodes = nodes
         self.ctx = ctx
-        self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
+        with use_storage(ctx.storage):  # every spine the operators build gets this storage
+            self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
         self.values: list[Any] = [None] * len(nodes)
         self.timing = np.zeros(len(nodes), dtype=np.float64)
 
@@ -87,6 +94,17 @@ class Replica:
         return sum(op.state_rows() for op in self.ops)
 
 
+def make_worker_context(storage_config: Any, w: int, workers: int,
+                        transport: Any) -> WorkerContext:
+    """A worker's context, with its own :class:`~dbsp.storage.manager.WorkerStorage` when the
+    circuit has storage (built where the worker runs: in a process runtime, after the fork)."""
+    storage = None
+    if storage_config is not None:
+        from ..storage.manager import WorkerStorage
+        storage = WorkerStorage(storage_config, w)
+    return WorkerContext(w, workers, transport, storage)
+
+
 class Circuit:
     """A circuit under construction, then running on ``workers`` replicas.
 
@@ -100,11 +118,16 @@ class Circuit:
     """
 
     def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
-                 runtime: str = "threads"):
+                 runtime: str = "threads", storage: Any = None):
+        from ..storage.config import as_storage_config
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if runtime not in ("threads", "processes"):
             raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
+        self.storage = as_storage_config(storage)
+        if self.storage is not None:
+            import os
+            os.makedirs(self.storage.dir, exist_ok=True)
         self.runtime = runtime
         self.name = name
         self.workers = workers
@@ -161,13 +184,19 @@ class Circuit:
         return self._executor is not None
 
     def _start(self) -> None:
+        from ..runtime.memory import tune_malloc
+        tune_malloc()
         if self.runtime == "processes" and self.workers > 1:
             from ..runtime.process import ProcessPool
-            self._executor = ProcessPool(self.nodes, self.workers, WorkerContext)
+            # each worker process has its own accountant: it gets an equal share of the budget
+            cfg = None if self.storage is None else self.storage.share(self.workers)
+            self._executor = ProcessPool(self.nodes, self.workers,
+                                         functools.partial(make_worker_context, cfg))
             return
         from ..runtime.exchange import InProcTransport
         transport = self._transport or InProcTransport(self.workers)
-        self._replicas = [Replica(self.nodes, WorkerContext(w, self.workers, transport))
+        self._replicas = [Replica(self.nodes,
+                                  make_worker_context(self.storage, w, self.workers, transport))
                           for w in range(self.workers)]
         self._executor = _ThreadPool(self._replicas, transport)
 
@@ -200,6 +229,15 @@ class Circuit:
         if self._replicas is None:
             return int(sum(self._executor.call("state_rows")))
         return sum(r.state_rows() for r in self._replicas)
+
+    def storage_stats(self) -> dict:
+        """Memory accountant and file counters of this process's workers (threads runtime; empty
+        without storage or before the first step)."""
+        if self.storage is None or self._replicas is None:
+            return {}
+        out: dict = {"workers": [r.ctx.storage.stats() for r in self._replicas]}
+        out["memory"] = self._replicas[0].ctx.storage.accountant.stats()
+        return out
 
     def profile(self) -> list[dict]:
         """Seconds spent in each operator, summed over workers (for ``dbsp profile``)."""

@@ -31,13 +31,24 @@ def dumps(obj: Any) -> list:
 
 
 def send(sock: socket.socket, obj: Any) -> int:
-    frames = dumps(obj)
-    total = 0
-    for f in frames:
-        mv = memoryview(f).cast("B")
-        sock.sendall(mv)
-        total += mv.nbytes
+    """Send one message with scatter-gather writes (one ``sendmsg`` for all frames when the
+    socket takes it all, which it does for anything up to the socket buffer)."""
+    frames = [memoryview(f).cast("B") for f in dumps(obj)]
+    total = sum(f.nbytes for f in frames)
+    sent = 0
+    while frames:
+        k = sock.sendmsg(frames[:_IOV_MAX])
+        sent += k
+        while frames and k >= frames[0].nbytes:
+            k -= frames[0].nbytes
+            frames.pop(0)
+        if k:
+            frames[0] = frames[0][k:]
+    assert sent == total
     return total
+
+
+_IOV_MAX = 1024
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
