@@ -31,9 +31,10 @@ BAD = [
     (pa.table({"id": [1], "name": ["a"], "price": pa.array([1], pa.decimal128(9, 2)),
                "__weight": pa.array([None], pa.int64())}),
      None, r"column '__weight', row 0: null"),
-    pytest.param([(1, "a", 1)], "heavy", r"input 'orders', column '__weight'",
-                 marks=pytest.mark.xfail(strict=True, reason="a non-integer scalar weight raises "
-                                         "a bare ValueError (dbsp.algebra.schema._weights)")),
+    ([(1, "a", 1)], "heavy", r"input 'orders', column '__weight'.*integer"),
+    ([(1, "a", 1)], 2.5, r"input 'orders', column '__weight'.*integer"),
+    (pa.table({"id": [1], "name": ["a"], "price": pa.array([10**12], pa.int64())}), None,
+     r"input 'orders', column 'price', row 0: value 1000000000000.*decimal128\(9, 2\)"),
 ]
 
 
@@ -65,3 +66,13 @@ def test_input_error_fields():
     with pytest.raises(dbsp.InputError) as ei:
         t.delete([(1, "a", "not a number")])
     assert (ei.value.column, ei.value.row) == ("price", 0)
+
+
+def test_integers_convert_to_a_narrow_decimal_when_they_fit():
+    with dbsp.Circuit() as c:
+        t = c.add_input("orders", T)
+        out = t.output()
+        t.push(pa.table({"id": [1], "name": ["a"], "price": pa.array([12], pa.int64())}))
+        c.step()
+        import decimal
+        assert out.to_dict() == {(1, "a", decimal.Decimal("12.00")): 1}

@@ -70,11 +70,20 @@ def as_schema(schema: Any) -> pa.Schema:
 def _first_bad_row_cast(name: str, col: str, arr: pa.Array, t: pa.DataType) -> InputError:
     for i in range(len(arr)):
         try:
-            arr.slice(i, 1).cast(t, safe=True)
+            _cast(arr.slice(i, 1), t)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             return InputError(name, f"value {arr[i].as_py()!r} of type {arr.type} cannot be "
                                     f"converted to {t} ({e})", col, i)
     return InputError(name, f"type {arr.type} cannot be converted to {t}", col)
+
+
+def _cast(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """Safe cast; integers reach a narrow decimal through decimal128(38, scale), so that a
+    value that fits is accepted and one that does not is refused (Arrow refuses int64 ->
+    decimal128(9, 2) outright, for lack of precision, whatever the values)."""
+    if pa.types.is_decimal(t) and pa.types.is_integer(arr.type):
+        return arr.cast(pa.decimal128(38, t.scale), safe=True).cast(t, safe=True)
+    return arr.cast(t, safe=True)
 
 
 def _null_error(name: str, col: str, arr: pa.Array) -> InputError:
@@ -112,7 +121,7 @@ def conform(name: str, schema: pa.Schema, data: Any,
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
         if arr.type != f.type:
             try:
-                arr = arr.cast(f.type, safe=True)
+                arr = _cast(arr, f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 raise _first_bad_row_cast(name, f.name, arr, f.type) from None
         if not f.nullable and arr.null_count:
@@ -136,8 +145,13 @@ def _weights(name: str, n: int, table, weights) -> np.ndarray:
     if weights is None:
         return np.ones(n, dtype=np.int64)
     if np.isscalar(weights):
+        if isinstance(weights, (bool, np.bool_)) or not isinstance(weights, (int, np.integer)):
+            raise InputError(name, f"the weight must be an integer, got {weights!r}", WEIGHT)
         return np.full(n, int(weights), dtype=np.int64)
-    w = np.asarray(weights)
+    try:
+        w = np.asarray(weights)
+    except (TypeError, ValueError) as e:
+        raise InputError(name, f"weights are not an integer array ({e})", WEIGHT) from None
     if w.shape != (n,):
         raise InputError(name, f"{len(w)} weights for {n} rows", WEIGHT)
     if not np.issubdtype(w.dtype, np.integer):
