@@ -1,10 +1,11 @@
 """A transport over a full mesh of connected sockets (between processes or hosts).
 
-Every pair of workers shares one stream socket. A reader thread per peer drains incoming
-messages into a queue as soon as they arrive, so two workers sending large parts to each other
-at the same time can never deadlock on full socket buffers. Messages carry the exchange's
-sequence number; all workers call :meth:`exchange` in the same order (identical circuits in
-lockstep), and a mismatch is reported as a protocol error.
+Every pair of workers shares one non-blocking stream socket. An exchange sends to and receives
+from all peers in one ``select`` loop (incremental :class:`~dbsp.runtime.wire.Sender` /
+:class:`~dbsp.runtime.wire.Receiver`), so two workers sending large parts to each other at the
+same time can never deadlock on full socket buffers, and no thread hand-off sits on the path.
+Messages carry the exchange's sequence number; all workers call :meth:`exchange` in the same
+order (identical circuits in lockstep), and a mismatch is reported as a protocol error.
 
 :func:`socketpair_mesh` builds the mesh for forked worker processes on one machine;
 :func:`tcp_mesh` builds it between hosts from a list of ``host:port`` addresses (the Spark
@@ -12,17 +13,13 @@ launcher's rendezvous hands that list to every worker).
 """
 from __future__ import annotations
 
-import queue
+import select
 import socket
-import threading
 import time
 from typing import Any, Optional, Sequence
 
 from . import wire
 from .exchange import TransportAborted
-
-_CLOSED = object()
-
 
 class SocketTransport:
     def __init__(self, worker: int, peers: dict[int, socket.socket], workers: int):
@@ -31,21 +28,9 @@ class SocketTransport:
         self.peers = peers
         self.seq = 0
         self.bytes_sent = 0
-        self._queues: dict[int, queue.Queue] = {p: queue.Queue() for p in peers}
         self._aborted = False
-        self._readers = [threading.Thread(target=self._read, args=(p,), daemon=True,
-                                          name=f"dbsp-recv-{worker}<-{p}") for p in peers]
-        for t in self._readers:
-            t.start()
-
-    def _read(self, peer: int) -> None:
-        sock = self.peers[peer]
-        q = self._queues[peer]
-        try:
-            while True:
-                q.put(wire.recv(sock))
-        except (OSError, wire.WireError, EOFError):
-            q.put(_CLOSED)
+        for s in peers.values():
+            s.setblocking(False)
 
     def exchange(self, worker: int, parts: Sequence[Any]) -> list[Any]:
         if worker != self.worker:
@@ -54,23 +39,36 @@ class SocketTransport:
             raise TransportAborted("transport aborted")
         seq = self.seq
         self.seq += 1
-        for p, sock in self.peers.items():
-            try:
-                self.bytes_sent += wire.send(sock, (seq, parts[p]))
-            except OSError as e:
-                raise TransportAborted(f"worker {p} is gone ({e})") from None
         out: list[Any] = [None] * self.workers
         out[self.worker] = parts[self.worker]
-        for p in self.peers:
-            msg = self._queues[p].get()
-            if msg is _CLOSED:
-                self._queues[p].put(_CLOSED)
-                raise TransportAborted(f"worker {p} closed its connection")
-            got_seq, value = msg
-            if got_seq != seq:
-                raise RuntimeError(f"exchange out of step: worker {p} sent #{got_seq}, "
-                                   f"expected #{seq} (circuits differ between workers?)")
-            out[p] = value
+        sending = {}
+        for p, sock in self.peers.items():
+            snd = wire.Sender(sock, (seq, parts[p]))
+            self.bytes_sent += snd.nbytes
+            sending[sock] = snd
+        receiving = {sock: (p, wire.Receiver(sock)) for p, sock in self.peers.items()}
+        try:
+            for sock in list(sending):  # most messages fit the socket buffer: no select needed
+                if sending[sock].pump():
+                    del sending[sock]
+            while receiving or sending:
+                r, w, _ = select.select(list(receiving), list(sending), [])
+                for sock in w:
+                    if sending[sock].pump():
+                        del sending[sock]
+                for sock in r:
+                    p, rcv = receiving[sock]
+                    if rcv.feed():
+                        del receiving[sock]
+                        got_seq, value = rcv.value()
+                        if got_seq != seq:
+                            raise RuntimeError(
+                                f"exchange out of step: worker {p} sent #{got_seq}, expected "
+                                f"#{seq} (circuits differ between workers?)")
+                        out[p] = value
+        except (OSError, wire.WireError) as e:
+            self._aborted = True
+            raise TransportAborted(f"a peer of worker {self.worker} is gone ({e})") from None
         return out
 
     def all_gather(self, worker: int, value: Any) -> list[Any]:

@@ -72,3 +72,91 @@ def recv(sock: socket.socket) -> Any:
     payload = _recv_exact(sock, npickle)
     bufs = [_recv_exact(sock, n) for n in lens]
     return pickle.loads(payload, buffers=bufs)
+
+
+class Receiver:
+    """Incremental receive of one message from a non-blocking socket (for ``select`` loops).
+
+    Call :meth:`feed` when the socket is readable; it returns True once the message is complete,
+    then :meth:`value` unpickles it.
+    """
+
+    __slots__ = ("sock", "_stage", "_buf", "_got", "_lens", "_payload", "_bufs")
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._stage = 0  # 0 header, 1 lengths, 2 payload, 3 + i: buffer i
+        self._buf = bytearray(_HEAD.size)
+        self._got = 0
+        self._lens: tuple = ()
+        self._payload = b""
+        self._bufs: list = []
+
+    def feed(self) -> bool:
+        while True:
+            need = len(self._buf) - self._got
+            if need:
+                try:
+                    k = self.sock.recv_into(memoryview(self._buf)[self._got:], need)
+                except (BlockingIOError, InterruptedError):
+                    return False
+                if k == 0:
+                    raise WireError("connection closed by peer")
+                self._got += k
+                if k < need:
+                    continue
+            if self._advance():
+                return True
+
+    def _advance(self) -> bool:
+        """The current part is complete: move to the next; True when the message is."""
+        if self._stage == 0:
+            magic, npickle, nbuf = _HEAD.unpack(self._buf)
+            if magic != MAGIC:
+                raise WireError(f"bad message magic {magic:#x}")
+            self._lens = (npickle, nbuf)
+            self._stage, self._buf, self._got = 1, bytearray(8 * nbuf), 0
+            return False
+        if self._stage == 1:
+            npickle, nbuf = self._lens
+            self._lens = struct.unpack(f"<{nbuf}Q", self._buf) if nbuf else ()
+            self._stage, self._buf, self._got = 2, bytearray(npickle), 0
+            return False
+        if self._stage == 2:
+            self._payload = self._buf
+        else:
+            self._bufs.append(self._buf)
+        i = self._stage - 2  # buffers received so far
+        if i >= len(self._lens):
+            return True
+        self._stage, self._buf, self._got = 3 + i, bytearray(self._lens[i]), 0
+        return False
+
+    def value(self) -> Any:
+        return pickle.loads(self._payload, buffers=self._bufs)
+
+
+class Sender:
+    """Incremental send of one message on a non-blocking socket (for ``select`` loops)."""
+
+    __slots__ = ("sock", "frames", "nbytes")
+
+    def __init__(self, sock: socket.socket, obj: Any):
+        self.sock = sock
+        self.frames = [memoryview(f).cast("B") for f in dumps(obj)]
+        self.nbytes = sum(f.nbytes for f in self.frames)
+
+    def pump(self) -> bool:
+        """Write what the socket takes now; True when everything is sent."""
+        frames = self.frames
+        while frames:
+            try:
+                k = self.sock.sendmsg(frames[:_IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                return False
+            while frames and k >= frames[0].nbytes:
+                k -= frames[0].nbytes
+                frames.pop(0)
+            if k:
+                frames[0] = frames[0][k:]
+        return True
