@@ -30,6 +30,8 @@ itself (deltas, lookup results) are read through their arrays.
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
@@ -80,6 +82,12 @@ class BatchReader(Protocol):
 
 
 def _codec_for(schema: pa.Schema, names: Sequence[str]) -> KeyCodec:
+    """The codec of the ``names`` columns of ``schema`` (cached: batches of a stream share it)."""
+    return _codec_cached(schema, tuple(names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _codec_cached(schema: pa.Schema, names: tuple) -> KeyCodec:
     return KeyCodec([schema.field(n) for n in names])
 
 
