@@ -328,7 +328,7 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
                          out_t* out) noexcept nogil:
     """k-way merge of u64 runs through a loser tree over (code, run) heads kept in one small
     array, so a replay step is two L1 loads and a compare."""
-    cdef int64_t r, node, t, other, total = 0, _, g, wv
+    cdef int64_t r, node, t, other, total = 0, _, g, wv, m
     cdef uint64_t c
     cdef bint same, lt
     cdef run_t* rr
@@ -364,8 +364,9 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
         while node >= 1:
             other = tree[node]
             lt = head_lt(h, other, r)
-            tree[node] = r if lt else other
-            r = other if lt else r
+            m = -<int64_t>lt             # select by mask (ternaries became branches)
+            tree[node] = (r & m) | (other & ~m)
+            r = (other & m) | (r & ~m)
             node >>= 1
     close_group(out)
 
