@@ -81,3 +81,19 @@ def test_vanished_peer_is_reported():
     t1.close()
     with pytest.raises(TransportAborted):
         t0.exchange(0, [b"x", b"y"])
+
+
+def test_a_slice_travels_without_its_parent():
+    import pickle
+
+    import pyarrow as pa
+
+    from dbsp.runtime import wire
+    big = pa.record_batch({"x": np.arange(1_000_000, dtype=np.int64),
+                           "s": pa.array([f"row{i}" for i in range(1_000_000)])})
+    part = big.slice(250_000, 1000)
+    frames = wire.dumps(part)
+    size = sum(memoryview(f).cast("B").nbytes for f in frames)
+    assert size < 100_000  # the slice's rows, not the 15 MB parent
+    back = pickle.loads(frames[1], buffers=[bytearray(f) for f in frames[2:]])
+    assert back.equals(part)
