@@ -24,7 +24,6 @@ statistics (late rows, watermarks) and calls the ``for_each`` sinks.
 """
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 from typing import Any, Optional
@@ -89,19 +88,19 @@ class StreamContext:
     """Builds and runs a pipeline (see the module doc).
 
     ``workers``: replicas stepping in lockstep (keys are sharded among them). ``runtime``:
-    ``"threads"`` or ``"processes"``. ``storage``: a directory for state and checkpoints, passed
-    to the storage layer (created if missing; ``None`` keeps everything in memory).
+    ``"threads"`` or ``"processes"``. ``storage``: a directory (created if missing) or a
+    :class:`~dbsp.storage.config.StorageConfig`: state beyond the memory budget goes to layer
+    files there (``None`` keeps everything in memory).
     ``batching``: the default :class:`FixedBatching` / :class:`AdaptiveBatching` of replayed
     sources.
     """
 
-    def __init__(self, workers: int = 1, *, storage: Optional[str] = None,
+    def __init__(self, workers: int = 1, *, storage: Any = None,
                  batching: Any = None, runtime: str = "threads", name: str = "pipeline"):
-        self.circuit = Circuit(workers=workers, name=name, runtime=runtime)
+        self.circuit = Circuit(workers=workers, name=name, runtime=runtime, storage=storage)
         self.workers = workers
-        self.storage = os.fspath(storage) if storage is not None else None
-        if self.storage is not None:
-            os.makedirs(self.storage, exist_ok=True)
+        self.storage_config = self.circuit.storage
+        self.storage = self.storage_config.dir if self.storage_config is not None else None
         self.batching = _check_batching(batching) if batching is not None else DEFAULT_BATCHING
         self.sources: dict[str, Source] = {}
         self._streams: dict[str, SourceStream] = {}

@@ -71,7 +71,7 @@ from ..algebra.codes import KeyCodec
 from ..algebra.schema import take
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, ZSet
+from ..trace.batch import OrdIndexedZSet, ZSet, match_batches
 from ..trace.spine import Spine
 
 KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
@@ -386,11 +386,7 @@ def finish_sum(s: AggSpec, total, n: np.ndarray) -> pa.Array:
 def touched_groups(trace: Spine, d: OrdIndexedZSet) -> OrdIndexedZSet:
     """The groups of the keys of ``d`` after adding ``d`` to ``trace``: the trace's rows of those
     keys and ``d`` in one k-way merge (keys whose rows cancel disappear)."""
-    parts = []
-    for b in trace.batches():
-        _, bi = K.intersect(d.kcodes, b.kcodes)
-        if len(bi):
-            parts.append(b.select_keys(bi))
+    parts = [sub.select_keys(ki) for sub, _, ki in match_batches(trace.batches(), d.kcodes)]
     if not parts:
         return d
     return OrdIndexedZSet.merge(parts + [d])

@@ -405,9 +405,11 @@ class OrdIndexedZSet:
         return self.flatten().to_dict()
 
     def select_keys(self, key_idx: np.ndarray) -> "OrdIndexedZSet":
-        """The sub-batch of the given keys (ascending key indices)."""
+        """The sub-batch of the given keys (ascending distinct key indices)."""
         if len(key_idx) == 0:
             return OrdIndexedZSet.empty(self.key_schema, self.val_schema)
+        if len(key_idx) == self.num_keys:  # every key: this batch
+            return self
         lo, hi = self.offsets[key_idx], self.offsets[key_idx + 1]
         counts = hi - lo
         offsets = np.zeros(len(key_idx) + 1, np.int64)

@@ -86,7 +86,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, fields
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -367,7 +367,10 @@ class Spine:
     :func:`merge_batches` (e.g. a streaming merge that writes a file); ``on_change(spine)`` is
     called, without the spine lock, after the set of batches changed (insert, merge, clear,
     compact, replace); :meth:`loose_batches` and :meth:`replace_batch` let a spiller swap a
-    batch for an equal one.
+    batch for an equal one. ``storage`` (a :class:`~dbsp.storage.manager.WorkerStorage`;
+    default: the one of the worker whose operators are being built, see
+    :func:`~dbsp.storage.manager.use_storage`) installs both hooks: streaming merges into
+    layer files and the process's memory accountant.
     """
 
     _job_ids = itertools.count(1)
@@ -376,7 +379,8 @@ class Spine:
                  max_merge: int = 16, background: Optional[bool] = None,
                  merger: Optional[Merger] = None,
                  merge_fn: Optional[Callable[[Sequence[Batch]], Batch]] = None,
-                 on_change: Optional[Callable[["Spine"], None]] = None):
+                 on_change: Optional[Callable[["Spine"], None]] = None,
+                 storage: Any = None):
         if fanout < 2:
             raise ValueError("fanout must be at least 2")
         if max_loose < 1:
@@ -400,6 +404,13 @@ class Spine:
         self._retain: Optional[RowFilter] = None
         self._error: Optional[BaseException] = None
         self._proto: Optional[Batch] = None
+        if storage is None:
+            from ..storage.manager import current_storage
+            storage = current_storage()
+        self.storage = storage
+        if storage is not None:
+            mf, oc = storage.hooks(self)
+            merge_fn, on_change = merge_fn or mf, on_change or oc
         self._merge_fn = merge_fn
         self._on_change = on_change
         self.stats = MergeStats()

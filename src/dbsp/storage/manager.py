@@ -1,0 +1,396 @@
+"""The storage runtime of a circuit: per-worker directories, the block cache, the memory
+accountant and the disk-space gate that storage-aware spines use.
+
+Goals
+-----
+* State larger than memory: spines keep small batches in memory and put large ones in layer files
+  (:mod:`dbsp.trace.file_batch`), so a circuit's memory stays near its budget whatever the size
+  of its state.
+* One budget for the whole process: a :class:`MemoryAccountant` sums the in-memory batches of
+  every spine that shares a :class:`~dbsp.storage.config.StorageConfig` in this process; when the
+  sum passes the budget it *spills* batches to files, the largest first, instead of letting
+  memory grow.
+* A full disk stalls, never fails: a merge that writes a file first reserves the space it may
+  need (the size of its inputs) and waits, with backoff and a log line, until the file system
+  has it.
+
+Design
+------
+:class:`WorkerStorage` is what ``WorkerContext.storage`` holds (one per worker; with the processes
+runtime each worker process builds its own after the fork). It owns ``<dir>/worker-<i>/``
+(temporaries ``*.mut`` left by a crash are removed when it is opened), names new files uniquely
+(``b-<uuid>.dbsp``: immutable once written, so a checkpoint can list them), and shares with the
+other workers of the process one backend (:func:`dbsp.storage.backend.make_backend` with a
+``config.cache`` slab pool) and one accountant.
+
+Spines find their storage through the ``storage=`` argument or, when built inside
+:meth:`use_storage` (``Replica`` wraps operator construction in it), the worker's storage: every
+operator's state becomes storage-aware without each operator passing it along.
+
+The accountant tracks bytes, not rows: each spine reports the ``nbytes_in_memory`` of its
+in-memory batches whenever its set of batches changes, and file batches report their resident
+filter and index bytes. ``relieve`` (called after inserts and merges) spills loose in-memory
+batches of at least ``min_spill_bytes``, the largest first over all spines, until usage is back
+under 80% of the budget; one thread spills at a time and the others go on.
+
+Invariants
+----------
+* Spilling never changes a spine's state: the file holds exactly the batch it replaces, swapped
+  in under the spine lock only if the batch is still there (otherwise the file is dropped).
+* ``reserved`` disk bytes are released when the reserving merge ends, whatever its outcome.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Iterator, Optional
+
+from . import config as _config
+from .config import StorageConfig, as_storage_config
+
+__all__ = ["WorkerStorage", "MemoryAccountant", "current_storage", "use_storage",
+           "accountant_for", "backend_for"]
+
+log = logging.getLogger("dbsp.storage")
+
+_MAX_BACKOFF = 2.0
+_LOW_WATER = 0.8
+
+_tls = threading.local()
+
+
+def current_storage() -> Optional["WorkerStorage"]:
+    """The storage of the operators being built in this thread (see :func:`use_storage`)."""
+    return getattr(_tls, "storage", None)
+
+
+@contextlib.contextmanager
+def use_storage(storage: Optional["WorkerStorage"]) -> Iterator[None]:
+    """Spines created inside this block (in this thread) default to ``storage``."""
+    prev = getattr(_tls, "storage", None)
+    _tls.storage = storage
+    try:
+        yield
+    finally:
+        _tls.storage = prev
+
+
+# --- process-wide registries (rebuilt after a fork) -----------------------------------------------
+
+_lock = threading.Lock()
+_accountants: dict = {}
+_backends: dict = {}
+_pid = os.getpid()
+
+
+def _check_fork() -> None:
+    global _pid, _lock
+    if os.getpid() != _pid:  # a forked child: the parent's threads and rings are not ours
+        _pid = os.getpid()
+        _lock = threading.Lock()
+        _accountants.clear()
+        _backends.clear()
+
+
+def accountant_for(config: StorageConfig) -> "MemoryAccountant":
+    """The accountant of every spine of this process that uses ``config``."""
+    _check_fork()
+    with _lock:
+        a = _accountants.get(config)
+        if a is None:
+            a = _accountants[config] = MemoryAccountant(config.batch_budget, config)
+        return a
+
+
+def backend_for(config: StorageConfig):
+    """The backend (and slab pool) that every file batch of this process using ``config``
+    reads through."""
+    _check_fork()
+    with _lock:
+        key = (config.backend, config.cache, config.block_size)
+        be = _backends.get(key)
+        if be is None:
+            from .backend import make_backend
+            if config.backend == "mmap":
+                be = make_backend("mmap")
+            else:
+                be = make_backend(config.backend, budget=config.cache,
+                                  slot_size=config.block_size)
+            _backends[key] = be
+        return be
+
+
+# --- the memory accountant ------------------------------------------------------------------------
+
+class MemoryAccountant:
+    """Sums in-memory state over the spines of a process and spills when it passes the budget
+    (see the module doc)."""
+
+    def __init__(self, budget: int, config: Optional[StorageConfig] = None):
+        self.budget = int(budget)
+        self.config = config
+        self.min_spill_bytes = config.min_spill_bytes if config is not None else 0
+        self._lock = threading.Lock()
+        self._spill_lock = threading.Lock()
+        self._spines: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._cells: dict[int, list] = {}
+        self.batch_bytes = 0     # in-memory batches of registered spines
+        self.merging_bytes = 0   # ... of which inputs of running merges
+        self.peak_loose_bytes = 0
+        self._spilling = threading.local()
+        self.resident_bytes = 0  # filters and indexes of open batch files
+        self.peak_bytes = 0
+        self.spills = 0
+        self.spilled_bytes = 0
+        self.spill_seconds = 0.0
+
+    def __repr__(self) -> str:
+        return (f"MemoryAccountant(used={self.used}, budget={self.budget}, spills={self.spills}, "
+                f"spines={len(self._spines)})")
+
+    @property
+    def used(self) -> int:
+        return self.batch_bytes + self.resident_bytes
+
+    def register(self, spine: Any) -> None:
+        """Count ``spine``'s in-memory batches from now on (and forget them when it goes)."""
+        cell = [0, 0]
+        with self._lock:
+            self._spines.add(spine)
+            self._cells[id(spine)] = cell
+        weakref.finalize(spine, self._forget, id(spine), cell)
+
+    def _forget(self, key: int, cell: list) -> None:
+        with self._lock:
+            self.batch_bytes -= cell[0]
+            self.merging_bytes -= cell[1]
+            cell[0] = cell[1] = 0
+            self._cells.pop(key, None)
+
+    def recount(self, spine: Any) -> None:
+        """Update the bytes of ``spine``'s in-memory batches: all of its snapshot, and apart
+        the inputs of its running merges (which no spill can free; the merge frees them)."""
+        with self._lock:
+            cell = self._cells.get(id(spine))
+            if cell is None:
+                return
+            total = loose = 0
+            for b in spine.batches():
+                if not getattr(b, "is_file", False):
+                    total += b.nbytes_in_memory
+            for b in spine.loose_batches():
+                if not getattr(b, "is_file", False):
+                    loose += b.nbytes_in_memory
+            merging = max(total - loose, 0)
+            self.batch_bytes += total - cell[0]
+            self.merging_bytes += merging - cell[1]
+            cell[0], cell[1] = total, merging
+            u = self.batch_bytes + self.resident_bytes
+            if u > self.peak_bytes:
+                self.peak_bytes = u
+            if self.batch_bytes - self.merging_bytes > self.peak_loose_bytes:
+                self.peak_loose_bytes = self.batch_bytes - self.merging_bytes
+
+    def add(self, batch_delta: int = 0, resident_delta: int = 0) -> None:
+        with self._lock:
+            self.batch_bytes += batch_delta
+            self.resident_bytes += resident_delta
+            u = self.batch_bytes + self.resident_bytes
+            if u > self.peak_bytes:
+                self.peak_bytes = u
+
+    def over(self) -> bool:
+        return self.used > self.budget
+
+    def relieve(self) -> int:
+        """Spill loose in-memory batches, largest first over all spines, until usage is under
+        80% of the budget or nothing is left to spill. A thread that finds another spilling waits
+        for it, then checks again: memory does not grow while spills are under way. Returns the
+        bytes this call spilled."""
+        if not self.over() or getattr(self._spilling, "on", False):
+            return 0  # under budget, or re-entered from a spill's own change notification
+        freed = 0
+        with self._spill_lock:
+            t0 = time.perf_counter()
+            self._spilling.on = True
+            try:
+                target = int(self.budget * _LOW_WATER)
+                for _ in range(1000):  # a failed spill (merged meanwhile) just lists again
+                    if self.used <= target:
+                        break
+                    cands = []
+                    for sp in list(self._spines):
+                        for b in sp.loose_batches():
+                            if getattr(b, "is_file", False):
+                                continue
+                            nb = b.nbytes_in_memory
+                            if nb >= self.min_spill_bytes and nb > 0:
+                                cands.append((nb, id(b), b, sp))
+                    if not cands:
+                        break
+                    cands.sort(key=lambda c: c[0], reverse=True)
+                    for nb, _, b, sp in cands:
+                        if self.used <= target:
+                            break
+                        if spill(sp, b):
+                            freed += nb
+                            self.spills += 1
+                            self.spilled_bytes += nb
+            finally:
+                self._spilling.on = False
+                self.spill_seconds += time.perf_counter() - t0
+        return freed
+
+    def stats(self) -> dict:
+        return {"budget": self.budget, "used": self.used, "batch_bytes": self.batch_bytes,
+                "merging_bytes": self.merging_bytes, "peak_loose_bytes": self.peak_loose_bytes,
+                "resident_bytes": self.resident_bytes, "peak_bytes": self.peak_bytes,
+                "spills": self.spills, "spilled_bytes": self.spilled_bytes,
+                "spill_seconds": self.spill_seconds, "spines": len(self._spines)}
+
+
+def spill(spine: Any, batch: Any) -> bool:
+    """Write the loose in-memory ``batch`` of ``spine`` to a file and swap the file batch in.
+    False if the spine merged it meanwhile (the new file is then dropped)."""
+    from ..trace.file_batch import write_batch
+    st = spine.storage
+    with st.reserve_disk(batch.nbytes_in_memory, f"spill of {spine.name}"):
+        fb = write_batch(st, batch, spine.name)
+    if fb is None:
+        return False
+    return spine.replace_batch(batch, fb)
+
+
+# --- disk space -------------------------------------------------------------------------------------
+
+_disk_lock = threading.Lock()
+_reserved = 0
+
+
+def reserved_bytes() -> int:
+    """Disk bytes reserved by merges running now (in this process)."""
+    return _reserved
+
+
+# --- per-worker storage -----------------------------------------------------------------------------
+
+class WorkerStorage:
+    """One worker's view of the storage: its directory, file names, the shared backend and
+    accountant, and the disk-space gate (see the module doc)."""
+
+    def __init__(self, config: Any, worker: int = 0):
+        config = as_storage_config(config)
+        if config is None:
+            raise ValueError("WorkerStorage needs a StorageConfig or a directory")
+        self.config: StorageConfig = config
+        self.worker = worker
+        self.dir = os.path.join(config.dir, f"worker-{worker}")
+        os.makedirs(self.dir, exist_ok=True)
+        self.removed_temporaries = 0
+        for p in glob.glob(os.path.join(self.dir, "*.mut")):
+            try:
+                os.unlink(p)
+                self.removed_temporaries += 1
+            except FileNotFoundError:
+                pass
+        self.accountant = accountant_for(config)
+        self.disk_waits = 0
+        self.disk_wait_seconds = 0.0
+        self.files_written = 0
+        self.bytes_written = 0
+
+    def __repr__(self) -> str:
+        return f"WorkerStorage({self.dir!r}, budget={self.config.memory_budget_bytes})"
+
+    def __reduce__(self):  # a worker process rebuilds its own (own accountant, own backend)
+        return (WorkerStorage, (self.config, self.worker))
+
+    @property
+    def backend(self):
+        return backend_for(self.config)
+
+    def new_path(self) -> str:
+        """A fresh, unique file name in this worker's directory."""
+        return os.path.join(self.dir, f"b-{uuid.uuid4().hex}.dbsp")
+
+    # -- the spine hooks ------------------------------------------------------------------------
+    def hooks(self, spine: Any):
+        """``(merge_fn, on_change)`` that make ``spine`` storage-aware (see the module doc):
+        merges that involve a file or reach ``min_file_rows`` stream into a new file; every
+        change recounts the spine's memory and lets the accountant spill."""
+        self.accountant.register(spine)
+        ref = weakref.ref(spine)
+        acct = self.accountant
+
+        def merge_fn(parts):
+            from ..trace.merge_stream import merge_stream, sum_batches
+            sp = ref()
+            name = sp.name if sp is not None else ""
+            files = any(getattr(b, "is_file", False) for b in parts)
+            size = sum(b.file_bytes if getattr(b, "is_file", False) else b.nbytes_in_memory
+                       for b in parts)
+            # large (rows), or a large part of the budget: the output never sits whole in memory
+            to_file = sum(len(b) for b in parts) >= self.config.min_file_rows or \
+                size >= acct.budget // 4
+            if not to_file and not files:
+                return sum_batches(parts)
+            return merge_stream(parts, self, name=name, to_file=to_file)  # None: all cancelled
+
+        def on_change(sp):
+            acct.recount(sp)
+            if acct.over():
+                acct.relieve()
+
+        return merge_fn, on_change
+
+    def writer_options(self) -> dict:
+        c = self.config
+        return {"block_size": c.block_size, "compression": c.compression,
+                "bloom_fpr": c.bloom_fpr, "durable": c.durable, "index_fanout": c.index_fanout}
+
+    @contextlib.contextmanager
+    def reserve_disk(self, nbytes: int, what: str = "merge") -> Iterator[None]:
+        """Wait until the disk has ``nbytes`` (plus ``min_free_bytes`` and what other merges
+        reserved) free, hold that reservation for the block, release it afterwards."""
+        global _reserved
+        nbytes = max(int(nbytes), 0)
+        delay = 0.01
+        waited = 0.0
+        logged = False
+        while True:
+            with _disk_lock:
+                free = _config.free_space(self.dir)
+                if free - _reserved - nbytes >= self.config.min_free_bytes:
+                    _reserved += nbytes
+                    break
+            if not logged:
+                log.warning("%s in %s waits for disk space: needs %d B plus %d B kept free, "
+                            "%d B available (%d B reserved by other merges)", what, self.dir,
+                            nbytes, self.config.min_free_bytes, free, _reserved)
+                logged = True
+            self.disk_waits += 1
+            time.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, _MAX_BACKOFF)
+        if logged:
+            self.disk_wait_seconds += waited
+            log.warning("%s in %s resumed after waiting %.2f s for disk space", what, self.dir,
+                        waited)
+        try:
+            yield
+        finally:
+            with _disk_lock:
+                _reserved -= nbytes
+
+    def stats(self) -> dict:
+        d = {"dir": self.dir, "files_written": self.files_written,
+             "bytes_written": self.bytes_written, "disk_waits": self.disk_waits,
+             "disk_wait_seconds": self.disk_wait_seconds}
+        d.update({f"memory_{k}": v for k, v in self.accountant.stats().items()})
+        return d

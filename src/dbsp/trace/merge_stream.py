@@ -1,0 +1,180 @@
+"""Streaming merges: the sum of consolidated batches, chunk by chunk, never whole inputs at once.
+
+A spine's merge of file batches (or of in-memory batches whose sum is large) must not load its
+inputs: state larger than memory is exactly the case where it cannot. :func:`merge_pieces` reads
+every input in *pieces* (``iter_pieces``: about ``chunk_rows`` rows each, read ahead from files)
+and runs the native k-way merge (:meth:`OrdIndexedZSet.merge`) on one round of pieces at a time;
+:func:`merge_stream` writes the rounds into a new batch file (or keeps a small result in memory).
+
+Design
+------
+Each input has a *head* piece. A round may only emit rows that no later piece can precede, so its
+*bound* is the smallest last row ``(key code, value code)`` over the inputs that have more pieces
+after their head (inputs on their last piece do not bound anything). Every head's prefix of rows
+``<= bound`` goes into the round's merge; the rest of a head waits for the next round. The input
+whose head ends at the bound is consumed whole and reads its next piece, so every round makes
+progress, and memory holds one piece per input plus one round's output. Pieces may split a key's
+values; the file sink writes such a key once.
+
+The key bound of ``truncate_keys_below`` is applied by cutting the inputs first (file batches cut
+by one index seek); a ``retain_values`` filter is applied to each round's output, so it must be
+row-local (true of every filter the engine sets).
+
+Invariants
+----------
+* Rounds come out in ``(key, value)`` order, consolidated, with no row in two rounds: their
+  concatenation is the consolidated sum of the inputs.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ..algebra import kernels as K
+from ..algebra.codes import VarCodes
+from .batch import OrdIndexedZSet, OrdZSet, slice_codes
+
+__all__ = ["merge_pieces", "merge_stream", "sum_batches"]
+
+
+def _code_at(codes, i: int):
+    if isinstance(codes, np.ndarray):
+        return int(codes[i])
+    o = codes.offsets
+    return codes.data[o[i]:o[i + 1]].tobytes()
+
+
+def _probe(like, code):
+    if isinstance(like, np.ndarray):
+        return np.asarray([code], dtype=np.uint64)
+    return VarCodes.from_list([code])
+
+
+def _last(piece) -> tuple:
+    n = len(piece)
+    if piece.indexed:
+        return (_code_at(piece.kcodes, piece.num_keys - 1), _code_at(piece.vcodes, n - 1))
+    return (_code_at(piece.codes, n - 1),)
+
+
+def _count_le(piece, bound: tuple) -> int:
+    """Rows of a sorted piece whose ``(key, value)`` is ``<= bound``."""
+    if not piece.indexed:
+        return int(K.upper_bound(piece.codes, _probe(piece.codes, bound[0]))[0])
+    kc = piece.kcodes
+    bk, bv = bound
+    k = int(K.lower_bound(kc, _probe(kc, bk))[0])
+    off = piece.offsets
+    if k < piece.num_keys and _code_at(kc, k) == bk:
+        a, b = int(off[k]), int(off[k + 1])
+        vc = slice_codes(piece.vcodes, a, b)
+        return a + int(K.upper_bound(vc, _probe(vc, bv))[0])
+    return int(off[k])
+
+
+def _split(piece, p: int):
+    if piece.indexed:
+        return piece.row_slice(0, p), piece.row_slice(p, len(piece))
+    return piece.slice(0, p), piece.slice(p, len(piece))
+
+
+def sum_batches(parts: Sequence) -> object:
+    """The sum of non-empty in-memory consolidated batches of one kind (one native merge)."""
+    if len(parts) == 1:
+        return parts[0]
+    if parts[0].indexed:
+        return OrdIndexedZSet.merge(parts)
+    return OrdZSet.merge(parts)
+
+
+class _Source:
+    __slots__ = ("it", "left", "head")
+
+    def __init__(self, batch, chunk_rows: int):
+        self.it = iter(batch.iter_pieces(chunk_rows))
+        self.left = len(batch)
+        self.head = None
+        self.advance()
+
+    def advance(self) -> None:
+        h = next(self.it, None)
+        while h is not None and len(h) == 0:
+            h = next(self.it, None)
+        self.head = h
+        if h is not None:
+            self.left -= len(h)
+
+    @property
+    def more(self) -> bool:
+        return self.left > 0
+
+
+def merge_pieces(inputs: Sequence, chunk_rows: int, bound=None,
+                 keep: Optional[Callable] = None) -> Iterator:
+    """The consolidated sum of ``inputs`` (batches of one kind, in memory or in files) as
+    in-memory rounds in ``(key, value)`` order (see the module doc). ``bound``: drop keys
+    below it; ``keep``: a row filter applied to each round."""
+    srcs = []
+    for b in inputs:
+        if bound is not None:
+            b = b.cut_below(bound)
+        if len(b):
+            srcs.append(_Source(b, chunk_rows))
+    while True:
+        live = [s for s in srcs if s.head is not None]
+        if not live:
+            return
+        bounded = [_last(s.head) for s in live if s.more]
+        bnd = min(bounded) if bounded else None
+        parts = []
+        for s in live:
+            h = s.head
+            p = len(h) if bnd is None else _count_le(h, bnd)
+            if p == 0:
+                continue
+            if p == len(h):
+                parts.append(h)
+                s.advance()
+            else:
+                pre, s.head = _split(h, p)
+                parts.append(pre)
+        out = sum_batches(parts)
+        if keep is not None and len(out):
+            out = out.filter_rows(keep(out))
+        if len(out):
+            yield out
+
+
+def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callable] = None,
+                 name: str = "", to_file: Optional[bool] = None):
+    """Merge ``inputs`` chunk by chunk (:func:`merge_pieces`) into one batch: a new file
+    batch when ``to_file`` (default: when the inputs sum to ``storage.config.min_file_rows``
+    rows or more; the merge first reserves their size on disk, waiting if it must), else an
+    in-memory batch. Returns None when everything cancels."""
+    cfg = storage.config
+    total = sum(len(b) for b in inputs)
+    if to_file is None:
+        to_file = total >= cfg.min_file_rows
+    rounds = merge_pieces(inputs, cfg.merge_chunk_rows, bound, keep)
+    if not to_file:
+        outs = list(rounds)
+        if not outs:
+            return None
+        out = sum_batches(outs)
+        return out if len(out) else None
+    from .file_batch import BatchFileSink
+    need = sum(b.file_bytes if b.is_file else b.nbytes_in_memory for b in inputs)
+    keys = sum(b.num_keys for b in inputs)
+    with storage.reserve_disk(need, f"merge of {name or 'a spine'}"):
+        sink = None
+        try:
+            for r in rounds:
+                if sink is None:
+                    sink = BatchFileSink(storage, r, keys, name)
+                sink.append(r)
+        except BaseException:
+            if sink is not None:
+                sink.abort()
+            raise
+        return sink.finish() if sink is not None else None
