@@ -37,18 +37,20 @@ def _fmt(z: dict) -> str:
 def check_steps(workers: int, schemas: dict[str, Any], build: Callable[..., Any],
                 reference: Callable[..., dict], steps: list[dict[str, dict]],
                 linear: bool = False, keys: Optional[dict[str, list]] = None,
-                normalize: Optional[Callable[[dict], dict]] = None) -> Circuit:
+                normalize: Optional[Callable[[dict], dict]] = None,
+                storage: Any = None, runtime: str = "threads") -> Circuit:
     """Check ``build(*inputs) -> stream`` against ``reference(*input dicts) -> dict``.
 
     ``schemas``: input name -> schema (inputs are passed to ``build`` / ``reference`` in this
     order). ``steps``: one ``{input name: delta dict}`` per step (missing inputs get nothing).
     ``linear``: also check that the delta equals ``reference`` of the input deltas.
     ``normalize``: applied to both sides before comparing (e.g. to round floats).
+    ``storage`` / ``runtime``: passed to the circuit (state in layer files, worker processes).
     Returns the circuit (closed).
     """
     norm = normalize or (lambda z: z)
     names = list(schemas)
-    with Circuit(workers=workers) as c:
+    with Circuit(workers=workers, storage=storage, runtime=runtime) as c:
         inputs = [c.add_input(n, schemas[n], key=(keys or {}).get(n)) for n in names]
         out = build(*inputs).output()
         integ: dict[str, dict] = {n: {} for n in names}
@@ -77,12 +79,12 @@ def check_steps(workers: int, schemas: dict[str, Any], build: Callable[..., Any]
 
 
 def run_steps(workers: int, schemas: dict[str, Any], build: Callable[..., Any],
-              steps: list[dict[str, dict]]) -> list[dict]:
+              steps: list[dict[str, dict]], storage: Any = None) -> list[dict]:
     """Feed ``steps`` to ``build(*inputs)`` and return the output delta of every step (for
     operators that are not functions of the integrated input: delay, integrate, differentiate)."""
     names = list(schemas)
     out_deltas = []
-    with Circuit(workers=workers) as c:
+    with Circuit(workers=workers, storage=storage) as c:
         inputs = [c.add_input(n, schemas[n]) for n in names]
         out = build(*inputs).output(view=False)
         for step in steps:
