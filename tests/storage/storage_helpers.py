@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import decimal
-import os
 
 import numpy as np
 import pyarrow as pa

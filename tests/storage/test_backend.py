@@ -1,7 +1,6 @@
 """Backend selection and behaviour (``src/dbsp/storage/backend.py``)."""
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np

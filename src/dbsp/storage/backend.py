@@ -36,12 +36,12 @@ import queue
 import select
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from . import format as F
-from .format import HEADER, HEADER_SIZE, CorruptBlockError
+from .format import HEADER_SIZE, CorruptBlockError
 
 __all__ = ["Backend", "FileHandle", "MmapBackend", "PreadBackend", "LiburingBackend",
            "UringBackend", "make_backend", "available_backends", "default_backend",

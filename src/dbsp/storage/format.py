@@ -79,8 +79,7 @@ import base64
 import json
 import math
 import struct
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa

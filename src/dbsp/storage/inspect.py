@@ -43,7 +43,6 @@ def inspect_file(path) -> dict:
     path = os.fspath(path)
     m = read_metadata(path)
     streams = []
-    data_bytes = index_bytes = 0
     for sid, s in enumerate(m["streams"]):
         streams.append({
             "id": sid, "layer": s["layer"], "role": s["role"], "name": s["name"],
@@ -72,8 +71,7 @@ def inspect_file(path) -> dict:
                                              filt["k"]),
                  "offset": filt["offset"]}
     blocks = sum(s["data_blocks"] + s["index_blocks"] for s in streams)
-    for s in streams:
-        data_bytes += s["bytes_on_disk"]
+    data_bytes = sum(s["bytes_on_disk"] for s in streams)
     return {
         "path": path, "version": m["version"], "block_size": m["block_size"],
         "checksum": m["checksum"], "compression": m["compression"],

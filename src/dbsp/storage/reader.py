@@ -28,7 +28,7 @@ import pyarrow as pa
 from dbsp.algebra.codes import VarCodes
 
 from . import format as F
-from .format import (BLOCK_ALIGN, HEADER, HEADER_SIZE, NO_BUF, TAIL, CorruptBlockError,
+from .format import (BLOCK_ALIGN, HEADER_SIZE, TAIL, CorruptBlockError,
                      FormatVersionError, Physical, TruncatedFileError)
 
 __all__ = ["LayerFile", "LayerChunk", "StreamInfo", "read_metadata"]
