@@ -1,0 +1,67 @@
+"""The ``dbsp`` command end to end: a verified Nexmark run with JSON output, argument errors,
+``dbsp storage inspect|verify`` on a good and a corrupted file, and ``dbsp info``."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dbsp.cli.main import main
+from dbsp.storage.writer import LayerFileWriter, LayerSpec
+
+
+def test_nexmark_verified_run_writes_json(tmp_path, capsys):
+    out = tmp_path / "r" / "nexmark.json"
+    rc = main(["nexmark", "--events", "30000", "--queries", "q0,q3,q4,q7", "--workers", "2",
+               "--chunk", "7000", "--verify", "--no-progress", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    doc = json.loads(out.read_text())
+    assert set(doc["queries"]) == {"q0", "q3", "q4", "q7"}
+    for q, r in doc["queries"].items():
+        assert r["verified"] is True, (q, r.get("differences"))
+        assert r["events"] == 30000 and r["events_per_s"] > 0 and r["peak_rss_mb"] > 0
+    assert "q4" in text and "verified" in text
+
+
+def test_nexmark_refuses_unknown_queries_and_bad_sizes(capsys):
+    assert main(["nexmark", "--queries", "q0,q99", "--no-progress"]) == 2
+    assert "q99" in capsys.readouterr().err
+    assert main(["nexmark", "--events", "0", "--no-progress"]) == 2
+
+
+def _layer(path, n=5000):
+    with LayerFileWriter(path, LayerSpec("u64", pa.schema([("s", pa.string())])),
+                         block_size=8192, durable=False) as w:
+        w.append(np.arange(n, dtype=np.uint64), [pa.array([f"v{i}" for i in range(n)])],
+                 np.ones(n, np.int64))
+    return path
+
+
+def test_storage_inspect_and_verify(tmp_path, capsys):
+    p = _layer(str(tmp_path / "a.layer"))
+    assert main(["storage", "inspect", p]) == 0
+    assert "5000 rows" in capsys.readouterr().out
+    assert main(["storage", "verify", p]) == 0
+    capsys.readouterr()
+    data = bytearray(open(p, "rb").read())
+    data[8192 + 100] ^= 0x10  # a bit inside the second block
+    bad = tmp_path / "bad.layer"
+    bad.write_bytes(bytes(data))
+    assert main(["storage", "verify", str(bad)]) == 1
+    err = capsys.readouterr()
+    assert "bad.layer" in err.out + err.err and "offset" in err.out + err.err
+
+
+def test_info(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "native kernels: all" in out and "default backend" in out
+
+
+def test_usage_error_exits_2():
+    with pytest.raises(SystemExit) as e:
+        main(["nexmark", "--events", "many"])
+    assert e.value.code == 2
