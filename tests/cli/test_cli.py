@@ -65,3 +65,13 @@ def test_usage_error_exits_2():
     with pytest.raises(SystemExit) as e:
         main(["nexmark", "--events", "many"])
     assert e.value.code == 2
+
+
+def test_nexmark_with_state_on_disk(tmp_path, capsys):
+    store = tmp_path / "state"
+    rc = main(["nexmark", "--events", "40000", "--queries", "q4,q7", "--workers", "2",
+               "--chunk", "5000", "--storage", str(store), "--memory-budget", "1",
+               "--verify", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    assert list(store.rglob("*.dbsp")), "no layer file was written under the 1 MB budget"
+    assert main(["nexmark", "--memory-budget", "8", "--no-progress"]) == 2

@@ -34,6 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", choices=["threads", "processes"], default="threads",
                    help="workers as threads of one process or as forked processes")
     p.add_argument("--chunk", type=int, default=100_000, help="events per step")
+    p.add_argument("--storage", metavar="DIR",
+                   help="keep operator state beyond the memory budget in layer files under DIR")
+    p.add_argument("--memory-budget", type=int, metavar="MB", default=None,
+                   help="with --storage: memory for state (in-memory batches + block cache)")
+    p.add_argument("--backend", default="auto",
+                   help="with --storage: auto, uring, liburing, pread or mmap")
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--verify", action="store_true",
                    help="compare every final result with DuckDB computing it from scratch")
@@ -67,7 +73,8 @@ def _run_query_inner(name: str, args: argparse.Namespace, expected) -> dict:
     from .queries import QUERIES
 
     gen = NexmarkGenerator(seed=args.seed)
-    ctx = StreamContext(workers=args.workers, runtime=args.runtime, name=name)
+    ctx = StreamContext(workers=args.workers, runtime=args.runtime, name=name,
+                        storage=_storage(args, name))
     # events arrive in event-time order: no lateness (a late event would be counted and dropped)
     streams = {kind: ctx.stream(gen_schema(kind), name=kind, time="date_time")
                for kind in ("person", "auction", "bid")}
@@ -105,6 +112,16 @@ def _run_query_inner(name: str, args: argparse.Namespace, expected) -> dict:
     return result
 
 
+def _storage(args: argparse.Namespace, name: str):
+    if not args.storage:
+        return None
+    from ..storage.config import StorageConfig
+    kw = {"backend": args.backend}
+    if args.memory_budget is not None:
+        kw["memory_budget_bytes"] = args.memory_budget << 20
+    return StorageConfig(os.path.join(args.storage, name), **kw)
+
+
 def gen_schema(kind: str):
     from . import generator
     return {"person": generator.PERSON_SCHEMA, "auction": generator.AUCTION_SCHEMA,
@@ -133,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
     if args.events <= 0 or args.chunk <= 0 or args.workers <= 0:
         print("dbsp nexmark: --events, --chunk and --workers must be positive", file=sys.stderr)
         return 2
+    if (args.memory_budget is not None or args.backend != "auto") and not args.storage:
+        print("dbsp nexmark: --memory-budget and --backend need --storage DIR", file=sys.stderr)
+        return 2
     refs = _reference(args, names) if args.verify else {}
     ctx = mp.get_context("fork")
     results: dict[str, dict] = {}
@@ -160,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         doc = {"events": args.events, "workers": args.workers, "runtime": args.runtime,
+               "storage": args.storage, "memory_budget_mb": args.memory_budget,
                "chunk": args.chunk, "seed": args.seed, "cpus": os.cpu_count(),
                "queries": {q: {k: v for k, v in r.items() if k not in ("traceback",)}
                            for q, r in results.items()}}
