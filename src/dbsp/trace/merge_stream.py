@@ -146,6 +146,19 @@ def merge_pieces(inputs: Sequence, chunk_rows: int, bound=None,
             yield out
 
 
+def chunk_rows(inputs: Sequence, cfg) -> int:
+    """Rows to read from each input per round: ``cfg.merge_chunk_rows``, fewer when a round of
+    all the inputs would take more than ``cfg.merge_round_bytes`` (a round's merge holds about
+    three copies of its rows: the pieces, their concatenation, the merged output)."""
+    rows = sum(len(b) for b in inputs)
+    if rows == 0:
+        return cfg.merge_chunk_rows
+    size = sum(b.file_bytes if b.is_file else b.nbytes_in_memory for b in inputs)
+    per_row = max(size / rows, 8.0)
+    fit = int(cfg.round_bytes / (len(inputs) * per_row))
+    return max(min(cfg.merge_chunk_rows, fit), 256)
+
+
 def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callable] = None,
                  name: str = "", to_file: Optional[bool] = None):
     """Merge ``inputs`` chunk by chunk (:func:`merge_pieces`) into one batch: a new file
@@ -156,7 +169,7 @@ def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callab
     total = sum(len(b) for b in inputs)
     if to_file is None:
         to_file = total >= cfg.min_file_rows
-    rounds = merge_pieces(inputs, cfg.merge_chunk_rows, bound, keep)
+    rounds = merge_pieces(inputs, chunk_rows(inputs, cfg), bound, keep)
     if not to_file:
         outs = list(rounds)
         if not outs:
