@@ -338,3 +338,20 @@ def test_empty_value_columns_and_version_codes(tmp_path):
     f = write_batch(st_, v)
     assert f.max_val_code() == 199
     assert_same(f.to_memory(), v)
+
+
+def test_merge_output_filter_is_sized_for_its_keys(tmp_path):
+    """A k-way merge sizes its output's Bloom filter for the sum of its inputs' keys (an upper
+    bound); the writer folds it down to the keys written, so inputs sharing their keys (a trace
+    indexed by a small key) do not leave a k-times-too-big filter resident."""
+    st_ = make_storage(tmp_path, "pread", merge_chunk_rows=1000)
+    parts = [OrdIndexedZSet.from_loose(ZSet(pa.record_batch({
+        "k": pa.array(np.arange(2000).repeat(10)), "v": pa.array(np.arange(20_000) + 10**6 * s)}),
+        np.ones(20_000, np.int64)), ["k"]) for s in range(8)]
+    files = [write_batch(st_, p) for p in parts]
+    out = merge_stream(files, st_, to_file=True)
+    assert out.num_keys == 2000
+    one = files[0].lf._words.nbytes
+    assert out.lf._words.nbytes <= 2 * one  # not 8x
+    kc = parts[0].kcodes
+    assert out.lf.may_contain_many(kc).all()  # folding loses no key

@@ -449,8 +449,9 @@ class LayerFileWriter:
     bloom_fpr : float or None
         Target false-positive rate of the Bloom filter over layer 0's codes (None: no filter).
     expected_keys : int, optional
-        Layer 0's row count if known: the filter is then built while writing instead of from
-        8 bytes per key kept until ``finish``.
+        Layer 0's row count, or an upper bound on it: the filter is then built while writing
+        instead of from 8 bytes per key kept until ``finish``, and folded down at ``finish`` to
+        the keys actually written (within a factor of 2 of the right size).
     index_fanout : int, optional
         Cap on children per index block (tests use it to build deep trees from few rows).
     metadata : dict, optional
@@ -512,7 +513,7 @@ class LayerFileWriter:
         if bloom_fpr is not None:
             self._bloom_bpk, self._bloom_k = F.bloom_params(bloom_fpr)
             if expected_keys is not None:
-                self._words = self._alloc_filter(expected_keys)
+                self._words = self._alloc_filter(expected_keys, foldable=True)
 
     def _add_stream(self, layer, role, name, phys, nullable, keyed, arrow_type=None):
         s = _StreamWriter(self, len(self.streams), layer, role, name, phys, nullable, keyed,
@@ -520,9 +521,25 @@ class LayerFileWriter:
         self.streams.append(s)
         return s
 
-    def _alloc_filter(self, n: int) -> np.ndarray:
-        nblocks = max(1, int(np.ceil(max(n, 1) * self._bloom_bpk / 512)))
+    def _blocks_for(self, n: int) -> int:
+        return max(1, int(np.ceil(max(n, 1) * self._bloom_bpk / 512)))
+
+    def _alloc_filter(self, n: int, foldable: bool = False) -> np.ndarray:
+        nblocks = self._blocks_for(n)
+        if foldable and nblocks >= 64:  # a multiple of 64 blocks: up to 6 halvings at finish
+            nblocks = (nblocks + 63) // 64 * 64
         return np.zeros(nblocks * 8, dtype=np.uint64)
+
+    def _fold_filter(self, nkeys: int) -> None:
+        """Halve the filter while it stays big enough for the keys actually written: the block
+        of a hash is ``((h >> 32) * nblocks) >> 32``, so with half the blocks it is the old
+        block // 2, and OR-ing block pairs gives exactly the filter built at the smaller size
+        (``expected_keys`` need only be an upper bound, e.g. the sum over a merge's inputs)."""
+        w = self._words
+        need = self._blocks_for(nkeys)
+        while (len(w) // 8) % 2 == 0 and len(w) // 16 >= need:
+            w = np.bitwise_or(w.reshape(-1, 2, 8)[:, 0, :], w.reshape(-1, 2, 8)[:, 1, :]).reshape(-1)
+        self._words = np.ascontiguousarray(w)
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -681,6 +698,8 @@ class LayerFileWriter:
             for h in self._hashes:
                 _nb.bloom_add(self._words, self._bloom_k, h)
             self._hashes = []
+        else:
+            self._fold_filter(nkeys)
         ext = _make_block(F.KIND_FILTER, 0, 0xFFFF, 0, 0, 0, [self._words, None, None, None],
                           len(self._words), False)
         off = self._sink.put(ext)
