@@ -1,7 +1,8 @@
 """State 4x the memory budget: the join + per-category average workload runs to the right answer
 with the process's peak RSS within the budget plus a measured fixed overhead.
 
-Three subprocesses of ``ltm_workload.py`` (so each ``ru_maxrss`` is its own):
+Three subprocesses of ``ltm_workload.py``, each reporting its own peak RSS (``VmHWM``: the
+``ru_maxrss`` of a child carries its spawner's high-water mark across ``exec``, i.e. pytest's):
 
 1. ``memory``: the workload without storage: the expected result and the state's size;
 2. ``baseline``: the fixed overhead: interpreter, pyarrow, numpy, dbsp, a circuit with storage
@@ -9,13 +10,12 @@ Three subprocesses of ``ltm_workload.py`` (so each ``ru_maxrss`` is its own):
 3. ``disk``: the workload with ``StorageConfig(memory_budget_bytes=BUDGET)``.
 
 Measured here (2 vCPU, shared; 6M bids, 100K auctions, 100 steps, 32 MiB budget, uring):
-state 178-191 MiB (5.5-6x the budget), in-memory peak RSS 504-643 MiB in 1.4-2.5 s; fixed overhead
-139-140 MiB (of which 8 MiB slab pool, also part of the budget); on disk, peak RSS 182-188 MiB in
-3.7-4.6 s. Across budgets (8, 16, 32, 64 MiB) the on-disk peak is the fixed overhead plus about
-0.75x the budget (the batch share; the pool is the rest) plus a constant 20-22 MiB: the working set
-of a step over a large state (probe selections) while a background merge round runs beside it.
-With ``DBSP_SPINE_BACKGROUND=0`` (merges in the step) the peak is 167 MiB at a similar speed. The
-check allows ``TRANSIENT_MIB`` (24 MiB) above budget + fixed overhead. Without
+state 156-193 MiB (4.9-6x the budget; the figure is taken at the end, mid-merge), in-memory peak
+RSS 481-662 MiB in 1.3-1.5 s; fixed overhead 139-140 MiB (of which the 8 MiB slab pool, which is
+also part of the budget); on disk, peak RSS 180-187 MiB in 3.7-4.4 s: the budget plus the fixed
+overhead plus at most 15 MiB of transient (a step's working set over the large state while a
+background merge round, up to 3 x 2 MiB, runs beside it). The check allows ``TRANSIENT_MIB``
+(24 MiB). With ``DBSP_SPINE_BACKGROUND=0`` (merges in the step) the peak was 167 MiB. Without
 ``limit_allocators`` the same run peaks near 235 MiB: glibc's dynamic mmap threshold and mimalloc
 keep freed memory.
 """

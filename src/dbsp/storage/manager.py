@@ -30,8 +30,11 @@ operator's state becomes storage-aware without each operator passing it along.
 The accountant tracks bytes, not rows: each spine reports the ``nbytes_in_memory`` of its
 in-memory batches whenever its set of batches changes, and file batches report their resident
 filter and index bytes. ``relieve`` (called after inserts and merges) spills loose in-memory
-batches of at least ``min_spill_bytes``, the largest first over all spines, until usage is back
-under 80% of the budget; one thread spills at a time and the others go on.
+batches of at least ``min_spill_bytes`` over all spines, the coldest per byte first (``hits``:
+keys that probes found in the batch, summed into merge outputs) and among equally cold ones the
+largest, until usage is back under 80% of the budget; a thread that finds another spilling waits
+for it. So a trace that every step probes (a join's small side) stays in memory while a large
+trace that probes rarely reach goes to disk.
 
 *Allocators.* Freed memory that the allocators keep counts in the RSS as much as live state:
 glibc raises its mmap threshold dynamically (so large freed arrays stay in the heap), keeps an
@@ -146,7 +149,7 @@ class MemoryAccountant:
     def __init__(self, budget: int, config: Optional[StorageConfig] = None):
         self.budget = int(budget)
         self.config = config
-        self.min_spill_bytes = config.min_spill_bytes if config is not None else 0
+        self.min_spill_bytes = config.spill_floor if config is not None else 0
         self._lock = threading.Lock()
         self._spill_lock = threading.Lock()
         self._spines: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -237,16 +240,22 @@ class MemoryAccountant:
                         break
                     cands = []
                     for sp in list(self._spines):
+                        owing = _owing_levels(sp)
                         for b in sp.loose_batches():
                             if getattr(b, "is_file", False):
                                 continue
                             nb = b.nbytes_in_memory
                             if nb >= self.min_spill_bytes and nb > 0:
-                                cands.append((nb, id(b), b, sp))
+                                heat = getattr(b, "hits", 0) / nb
+                                soon = _level(len(b), sp.fanout) in owing
+                                cands.append((soon, heat, -nb, id(b), b, sp))
                     if not cands:
                         break
-                    cands.sort(key=lambda c: c[0], reverse=True)
-                    for nb, _, b, sp in cands:
+                    # batches a merge will take soon last (the merge frees them, often into a
+                    # file), then the coldest per byte, then the largest
+                    cands.sort(key=lambda c: c[:4])
+                    for _, _, nb, _, b, sp in cands:
+                        nb = -nb
                         if self.used <= target:
                             break
                         if spill(sp, b):
@@ -258,12 +267,40 @@ class MemoryAccountant:
                 self.spill_seconds += time.perf_counter() - t0
         return freed
 
+    def room_for(self, heat: float) -> int:
+        """Bytes a new in-memory batch of ``heat`` (hits per byte) may take: what is free
+        plus what :meth:`relieve` would spill before it (colder loose batches)."""
+        room = self.budget - self.used
+        for sp in list(self._spines):
+            for b in sp.loose_batches():
+                if getattr(b, "is_file", False):
+                    continue
+                nb = b.nbytes_in_memory
+                if nb >= self.min_spill_bytes and getattr(b, "hits", 0) / max(nb, 1) < heat:
+                    room += nb
+        return room
+
     def stats(self) -> dict:
         return {"budget": self.budget, "used": self.used, "batch_bytes": self.batch_bytes,
                 "merging_bytes": self.merging_bytes, "peak_loose_bytes": self.peak_loose_bytes,
                 "resident_bytes": self.resident_bytes, "peak_bytes": self.peak_bytes,
                 "spills": self.spills, "spilled_bytes": self.spilled_bytes,
                 "spill_seconds": self.spill_seconds, "spines": len(self._spines)}
+
+
+def _level(n: int, fanout: int) -> int:
+    """The spine level of a batch of ``n`` rows (``floor(log_fanout(n))``, as the spine files
+    it)."""
+    lvl = 0
+    while n >= fanout:
+        n //= fanout
+        lvl += 1
+    return lvl
+
+
+def _owing_levels(spine: Any) -> set:
+    """Levels of ``spine`` whose loose batches wait for a merge."""
+    return {lvl for lvl, sizes in spine.level_sizes().items() if len(sizes) >= spine.fanout}
 
 
 def spill(spine: Any, batch: Any) -> bool:
@@ -275,6 +312,7 @@ def spill(spine: Any, batch: Any) -> bool:
         fb = write_batch(st, batch, spine.name)
     if fb is None:
         return False
+    fb.hits = getattr(batch, "hits", 0)
     return spine.replace_batch(batch, fb)
 
 
@@ -364,8 +402,9 @@ class WorkerStorage:
     # -- the spine hooks ------------------------------------------------------------------------
     def hooks(self, spine: Any):
         """``(merge_fn, on_change)`` that make ``spine`` storage-aware (see the module doc):
-        merges that involve a file or reach ``min_file_rows`` stream into a new file; every
-        change recounts the spine's memory and lets the accountant spill."""
+        a merge whose output fits beside the memory in use (and is below ``min_file_rows``)
+        stays in memory, any other streams into a new file; every change recounts the spine's
+        memory and lets the accountant spill."""
         self.accountant.register(spine)
         ref = weakref.ref(spine)
         acct = self.accountant
@@ -377,12 +416,19 @@ class WorkerStorage:
             files = any(getattr(b, "is_file", False) for b in parts)
             size = sum(b.file_bytes if getattr(b, "is_file", False) else b.nbytes_in_memory
                        for b in parts)
-            # large (rows), or a large part of the budget: the output never sits whole in memory
+            # the output stays in memory when it fits beside what is there, counting as room
+            # the colder batches the accountant would spill first (so a trace every step probes
+            # stays in memory and cold ones go to disk); large merges always stream to a file
+            heat = sum(getattr(b, "hits", 0) for b in parts) / max(size, 1)
             to_file = sum(len(b) for b in parts) >= self.config.min_file_rows or \
-                size >= acct.budget // 4
-            if not to_file and not files:
-                return sum_batches(parts)
-            return merge_stream(parts, self, name=name, to_file=to_file)  # None: all cancelled
+                size > acct.room_for(heat)
+            if not to_file and not files and size <= self.config.round_bytes:
+                out = sum_batches(parts)  # small: one native merge (it holds ~3x its input)
+            else:  # in bounded rounds, into a file or (when it fits) into memory
+                out = merge_stream(parts, self, name=name, to_file=to_file)  # None: cancelled
+            if out is not None:  # the output is as hot as its inputs were
+                out.hits = sum(getattr(b, "hits", 0) for b in parts)
+            return out
 
         def on_change(sp):
             acct.recount(sp)

@@ -59,7 +59,8 @@ class BatchReader(Protocol):
     * ``cut_below(bound)``: the batch without its keys below a key code (``int`` / ``bytes``).
     * ``cursor()``, ``iter_pieces(rows)``: sequential reads (pieces may split a key's values).
     * ``to_memory()``, ``__len__`` (rows), ``num_keys``, ``nbytes_in_memory``, ``indexed``,
-      ``is_file``, ``max_val_code()``.
+      ``is_file``, ``max_val_code()``; ``hits``: keys found by ``match`` / ``row_weights`` so
+      far (how hot the batch is).
     """
 
     indexed: bool
@@ -149,12 +150,14 @@ class ZSet:
 class OrdZSet(ZSet):
     """A consolidated Z-set: ``ColumnLayer`` over whole rows (see the module doc)."""
 
-    __slots__ = ("codes", "codec")
+    __slots__ = ("codes", "codec", "_nb", "hits")
 
     def __init__(self, data: pa.RecordBatch, weights: np.ndarray, codes: Codes, codec: KeyCodec):
         super().__init__(data, weights)
         self.codes = codes
         self.codec = codec
+        self._nb = -1
+        self.hits = 0  # keys found by probes while stored (the accountant spills cold first)
 
     @classmethod
     def empty(cls, schema: pa.Schema) -> "OrdZSet":
@@ -224,7 +227,9 @@ class OrdZSet(ZSet):
 
     @property
     def nbytes_in_memory(self) -> int:
-        return self.data.nbytes + self.codes.nbytes + self.weights.nbytes
+        if self._nb < 0:  # immutable: computed once (Arrow's nbytes walks every buffer)
+            self._nb = self.data.nbytes + self.codes.nbytes + self.weights.nbytes
+        return self._nb
 
     def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, row_idx)`` of the sorted distinct row ``codes`` present here."""
@@ -234,6 +239,7 @@ class OrdZSet(ZSet):
 
     def match(self, codes: Codes):
         pi, ki = self.probe_keys(codes)
+        self.hits += len(pi)
         return None if len(pi) == 0 else (self, pi, ki)
 
     def select_keys(self, idx: np.ndarray) -> "OrdZSet":
@@ -245,6 +251,7 @@ class OrdZSet(ZSet):
         """The weight of each sorted distinct row code (0 where absent)."""
         out = np.zeros(len(codes), np.int64)
         pi, ki = self.probe_keys(codes)
+        self.hits += len(pi)
         if len(pi):
             out[pi] = self.weights[ki]
         return out
@@ -280,7 +287,8 @@ class OrdIndexedZSet:
     rows ``offsets[i]:offsets[i+1]`` of ``vals`` / ``vcodes`` / ``weights``, ascending by ``vcodes``.
     """
 
-    __slots__ = ("keys", "kcodes", "offsets", "vals", "vcodes", "weights", "kcodec", "vcodec")
+    __slots__ = ("keys", "kcodes", "offsets", "vals", "vcodes", "weights", "kcodec", "vcodec",
+                 "_nb", "hits")
 
     def __init__(self, keys: pa.RecordBatch, kcodes: Codes, offsets: np.ndarray,
                  vals: pa.RecordBatch, vcodes: Codes, weights: np.ndarray,
@@ -288,6 +296,8 @@ class OrdIndexedZSet:
         self.keys, self.kcodes, self.offsets = keys, kcodes, offsets
         self.vals, self.vcodes, self.weights = vals, vcodes, weights
         self.kcodec, self.vcodec = kcodec, vcodec
+        self._nb = -1
+        self.hits = 0  # keys found by probes while stored (the accountant spills cold first)
 
     # -- shape -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -360,18 +370,23 @@ class OrdIndexedZSet:
             raise ValueError("merge of no non-empty batches")
         if len(batches) == 1:
             return batches[0]
-        rows = [b.flat_kcodes() for b in batches]
+        kis = [b.key_index() for b in batches]
+        rows = [K.take(b.kcodes, ki) for b, ki in zip(batches, kis)]
         gidx, w = K.merge_consolidate([(rk, b.vcodes, b.weights) for rk, b in zip(rows, batches)])
         b0 = batches[0]
         kc = K.concat(rows)
         vc = K.concat([b.vcodes for b in batches])
-        keys = concat_batches(b0.key_schema, [b.key_rows() for b in batches])
+        # the key row of every value row, as an index into the concatenated *distinct* keys (the
+        # key columns are taken once per output key, never expanded to every value row)
+        koff = np.cumsum([0] + [b.num_keys for b in batches[:-1]])
+        kidx = np.concatenate([ki + o for ki, o in zip(kis, koff.tolist())])
+        keys = concat_batches(b0.key_schema, [b.keys for b in batches])
         vals = concat_batches(b0.val_schema, [b.vals for b in batches])
         # gidx is already sorted by (key, value): group it directly
         ks = K.take(kc, gidx)
         bounds = K.group_bounds(ks)
         first = bounds[:-1]
-        return OrdIndexedZSet(take(keys, gidx[first]), K.take(ks, first), bounds,
+        return OrdIndexedZSet(take(keys, kidx[gidx[first]]), K.take(ks, first), bounds,
                               take(vals, gidx), K.take(vc, gidx), w, b0.kcodec, b0.vcodec)
 
     # -- views ----------------------------------------------------------------------------
@@ -435,8 +450,10 @@ class OrdIndexedZSet:
 
     @property
     def nbytes_in_memory(self) -> int:
-        return (self.keys.nbytes + self.kcodes.nbytes + self.offsets.nbytes + self.vals.nbytes
-                + self.vcodes.nbytes + self.weights.nbytes)
+        if self._nb < 0:  # immutable: computed once (Arrow's nbytes walks every buffer)
+            self._nb = (self.keys.nbytes + self.kcodes.nbytes + self.offsets.nbytes
+                        + self.vals.nbytes + self.vcodes.nbytes + self.weights.nbytes)
+        return self._nb
 
     def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
@@ -447,6 +464,7 @@ class OrdIndexedZSet:
     def match(self, codes: Codes):
         """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy."""
         pi, ki = self.probe_keys(codes)
+        self.hits += len(pi)
         return None if len(pi) == 0 else (self, pi, ki)
 
     def prefetch_keys(self, codes: Codes) -> None:
@@ -471,9 +489,9 @@ class OrdIndexedZSet:
         if r0 == 0 and r1 == n:
             return self
         off = self.offsets
-        ka = int(np.searchsorted(off, r0, side="right")) - 1
-        kb = int(np.searchsorted(off, r1, side="left"))
-        offsets = np.clip(off[ka:kb + 1], r0, r1) - r0
+        ka = int(off.searchsorted(r0, side="right")) - 1
+        kb = int(off.searchsorted(r1, side="left"))
+        offsets = np.minimum(np.maximum(off[ka:kb + 1], r0), r1) - r0  # ufuncs: cheap calls
         return OrdIndexedZSet(self.keys.slice(ka, kb - ka), slice_codes(self.kcodes, ka, kb),
                               offsets, self.vals.slice(r0, r1 - r0),
                               slice_codes(self.vcodes, r0, r1), self.weights[r0:r1],

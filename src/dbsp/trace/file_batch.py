@@ -219,6 +219,7 @@ class _FileBatch:
         self._first: Any = None
         self._last: Any = None
         self._probe_memo: Optional[tuple] = None
+        self.hits = 0
         if self.k0 == 0:
             self._first = file.first_code
         if self.k1 == file.n_keys:
@@ -339,6 +340,7 @@ class _FileBatch:
     def match(self, codes: Codes):
         """``None`` or ``(in-memory batch of the matched keys, probe_idx, arange)``."""
         pi, ki = self.probe_keys(codes)
+        self.hits += len(pi)
         if len(pi) == 0:
             return None
         return self.select_keys(ki), pi, np.arange(len(ki), dtype=np.int64)
@@ -469,6 +471,7 @@ class FileOrdZSet(_FileBatch):
         """The weight of each sorted distinct row code (0 where absent)."""
         out = np.zeros(len(codes), np.int64)
         pi, ki = self.probe_keys(codes)
+        self.hits += len(pi)
         if len(pi):
             _, _, ws, _, _ = self._layer_take(0, ki + self.k0, columns=False)
             out[pi] = ws

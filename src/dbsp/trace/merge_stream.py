@@ -35,7 +35,7 @@ from ..algebra import kernels as K
 from ..algebra.codes import VarCodes
 from .batch import OrdIndexedZSet, OrdZSet, slice_codes
 
-__all__ = ["merge_pieces", "merge_stream", "sum_batches"]
+__all__ = ["merge_pieces", "merge_stream", "sum_batches", "concat_rounds", "chunk_rows"]
 
 
 def _code_at(codes, i: int):
@@ -86,6 +86,36 @@ def sum_batches(parts: Sequence) -> object:
     if parts[0].indexed:
         return OrdIndexedZSet.merge(parts)
     return OrdZSet.merge(parts)
+
+
+def concat_rounds(rounds: Sequence):
+    """One batch from consecutive rounds of :func:`merge_pieces` (ordered, disjoint; a key may
+    continue from one round into the next): a concatenation, no merge."""
+    if len(rounds) == 1:
+        return rounds[0]
+    r0 = rounds[0]
+    if not r0.indexed:
+        from ..algebra.schema import concat_batches
+        return OrdZSet(concat_batches(r0.schema, [r.data for r in rounds]),
+                       np.concatenate([r.weights for r in rounds]),
+                       K.concat([r.codes for r in rounds]), r0.codec)
+    from ..algebra.schema import concat_batches
+    keys, kcodes, offs = [], [], []
+    base = 0
+    last = None
+    for r in rounds:
+        skip = 1 if last is not None and _code_at(r.kcodes, 0) == last else 0
+        nk = r.num_keys
+        keys.append(r.keys.slice(skip) if skip else r.keys)
+        kcodes.append(slice_codes(r.kcodes, skip, nk))
+        offs.append(r.offsets[skip:nk] + base)
+        base += len(r)
+        last = _code_at(r.kcodes, nk - 1)
+    offs.append(np.asarray([base], dtype=np.int64))
+    return OrdIndexedZSet(concat_batches(r0.key_schema, keys), K.concat(kcodes),
+                          np.concatenate(offs), concat_batches(r0.val_schema, [r.vals for r in rounds]),
+                          K.concat([r.vcodes for r in rounds]),
+                          np.concatenate([r.weights for r in rounds]), r0.kcodec, r0.vcodec)
 
 
 class _Source:
@@ -174,8 +204,7 @@ def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callab
         outs = list(rounds)
         if not outs:
             return None
-        out = sum_batches(outs)
-        return out if len(out) else None
+        return concat_rounds(outs)
     from .file_batch import BatchFileSink
     need = sum(b.file_bytes if b.is_file else b.nbytes_in_memory for b in inputs)
     keys = sum(b.num_keys for b in inputs)
