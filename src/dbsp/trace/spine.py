@@ -773,8 +773,8 @@ class Spine:
         cached = self._consolidated
         if cached is not None and cached[0] is bs:
             return cached[1]
-        if len(bs) == 1:
-            out: Optional[Batch] = bs[0]
+        if len(bs) == 1:  # callers read its arrays: a batch in a layer file is read in
+            out: Optional[Batch] = _in_memory(bs[0])
         else:
             t0 = time.perf_counter()
             m = merge_batches(bs)
