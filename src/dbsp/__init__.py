@@ -12,8 +12,11 @@ The package, bottom up:
 * :mod:`dbsp.algebra`: schemas and input validation, normalized key codes, the kernel contract
   (:mod:`~dbsp.algebra.kernels_ref` specifies what the native kernels compute).
 * :mod:`dbsp.trace`: batches (``ZSet``, ``OrdZSet``, ``OrdIndexedZSet``, timed batches) over
-  Arrow record batches, cursors, and the spine (the LSM trace of operator state).
-* :mod:`dbsp.storage`: layer files, storage backends (mmap, io_uring, pread), buffer pool.
+  Arrow record batches, batches in layer files (``FileOrdZSet``, ``FileOrdIndexedZSet``), cursors,
+  streaming merges, and the spine (the LSM trace of operator state).
+* :mod:`dbsp.storage`: layer files, storage backends (mmap, io_uring, pread), buffer pool, and
+  ``StorageConfig`` / the memory accountant: ``Circuit(storage=StorageConfig(dir,
+  memory_budget_bytes=...))`` keeps state beyond the budget on disk.
 * :mod:`dbsp.circuit` and :mod:`dbsp.operators`: the circuit (one replica per worker, stepping
   in lockstep) and one module per operator.
 * :mod:`dbsp.runtime`: exchange transports (in-process, sockets) and worker processes.
@@ -40,8 +43,10 @@ from .algebra.schema import WEIGHT, InputError  # noqa: E402
 from .api import (StreamContext, avg, coalesce, col, count, count_distinct,  # noqa: E402
                   hopping, lit, max_, min_, session, sum_, tumbling, when)
 from .circuit.circuit import Circuit, CircuitError  # noqa: E402
+from .storage.config import StorageConfig  # noqa: E402
 from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 
 __all__ = ["Circuit", "CircuitError", "InputError", "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
+           "StorageConfig",
            "StreamContext", "col", "lit", "when", "coalesce", "count", "sum_", "avg", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session"]

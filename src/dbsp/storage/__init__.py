@@ -12,6 +12,12 @@ Bottom up:
   chunks) and ``LayerFile`` (row ranges as zero-copy views, ``lower_bound``, Bloom filter,
   prefetch) -- what file-backed batches and their cursors are built on.
 * :mod:`dbsp.storage.inspect`: ``inspect_file`` / ``verify_file`` (``dbsp storage inspect|verify``).
+* :mod:`dbsp.storage.config`: ``StorageConfig`` (directory, memory budget, backend, block size...),
+  given to ``Circuit(storage=...)`` / ``StreamContext(storage=...)``.
+* :mod:`dbsp.storage.manager`: the runtime: ``WorkerStorage`` per worker (``<dir>/worker-<i>/``),
+  the process-wide ``MemoryAccountant`` that spills cold batches when over budget, the disk-space
+  gate of merges, and the spine hooks. File-backed batches and streaming merges live in
+  :mod:`dbsp.trace.file_batch` and :mod:`dbsp.trace.merge_stream`.
 """
 from .format import (CorruptBlockError, FormatVersionError, StorageError,  # noqa: F401
                      TruncatedFileError)
@@ -28,6 +34,12 @@ def __getattr__(name):
     if name in ("make_backend", "available_backends", "default_backend"):
         from . import backend
         return getattr(backend, name)
+    if name in ("StorageConfig", "free_space"):
+        from . import config
+        return getattr(config, name)
+    if name in ("WorkerStorage", "MemoryAccountant"):
+        from . import manager
+        return getattr(manager, name)
     if name in ("inspect_file", "verify_file"):
         from . import inspect as _inspect
         return getattr(_inspect, name)
