@@ -1,14 +1,19 @@
-"""Process memory tuning: keep freed memory for reuse instead of returning it to the kernel.
+"""Process allocator policy: one place that sets glibc's ``mallopt`` knobs, with two policies.
 
-Every step allocates and frees large arrays (sort permutations, gathered columns, merge
-outputs). glibc serves blocks above its mmap threshold with fresh ``mmap`` calls and returns
-freed heap tops to the kernel, so each step pays page faults on memory it just gave back: on the
-Nexmark q4 step loop that cost 15–50% of a worker's time, and concurrent faults and ``munmap``
-calls serialise on the process's memory-map lock, which hurts worker threads most.
+* **throughput** (:func:`tune_malloc`, applied when a circuit starts): keep freed memory for
+  reuse. Every step allocates and frees large arrays (sort permutations, gathered columns, merge
+  outputs); by default glibc serves big blocks with fresh ``mmap`` calls and returns freed heap
+  tops to the kernel, so each step pays page faults on memory it just gave back (15-50% of the
+  Nexmark q4 step loop), and concurrent faults and ``munmap`` calls serialise on the process's
+  memory-map lock. Sets the mmap threshold to 32 MiB and the trim threshold to 2 GiB.
+* **bounded** (:func:`limit_allocator_retention`, applied by storage with a memory budget and
+  ``limit_allocators=True``): return freed memory promptly so the RSS tracks live state (mmap
+  threshold 256 KiB, trim 1 MiB, at most 2 arenas, Arrow on the system allocator); about 20%
+  slower steps, but a budget means something.
 
-:func:`tune_malloc` raises the mmap threshold to its maximum (32 MiB) and the trim threshold to
-2 GiB, once per process. It is called when a circuit starts. Set ``DBSP_TUNE_MALLOC=0`` to leave
-the allocator alone (e.g. in a host process that must return memory to the kernel promptly).
+Bounded wins: once a process is bounded, :func:`tune_malloc` leaves it alone, whatever the order
+of the calls. ``DBSP_TUNE_MALLOC=0`` disables the throughput policy (e.g. in a host process that
+must return memory to the kernel promptly).
 """
 from __future__ import annotations
 
@@ -18,24 +23,48 @@ import os
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-_done = False
+_M_ARENA_MAX = -8
+_policy: str | None = None  # None, "throughput" or "bounded"
 
 
-def tune_malloc() -> bool:
-    """Apply the tuning (glibc only); returns whether it is in effect."""
-    global _done
-    if _done:
-        return True
-    if os.environ.get("DBSP_TUNE_MALLOC", "1") == "0":
-        return False
+def _mallopt(settings: dict[int, int]) -> bool:
+    """Apply glibc ``mallopt`` settings; False where there is no glibc or one is refused."""
     name = ctypes.util.find_library("c")
     if not name:
         return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):  # not glibc
         return False
-    ok = mallopt(_M_MMAP_THRESHOLD, 32 << 20) == 1 and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
-    _done = ok
-    return ok
+    return all(mallopt(k, v) == 1 for k, v in settings.items())
+
+
+def policy() -> str | None:
+    """The policy in effect in this process (None: the allocators' defaults)."""
+    return _policy
+
+
+def tune_malloc() -> bool:
+    """The throughput policy; returns whether it is in effect."""
+    global _policy
+    if _policy is not None:
+        return _policy == "throughput"
+    if os.environ.get("DBSP_TUNE_MALLOC", "1") == "0":
+        return False
+    if _mallopt({_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 2**31 - 1}):
+        _policy = "throughput"
+    return _policy == "throughput"
+
+
+def limit_allocator_retention() -> bool:
+    """The bounded policy (see the module doc); returns whether glibc accepted it."""
+    global _policy
+    if _policy == "bounded":
+        return True
+    _policy = "bounded"
+    try:
+        import pyarrow as pa
+        pa.set_memory_pool(pa.system_memory_pool())
+    except Exception:  # pragma: no cover - an Arrow build without it
+        pass
+    return _mallopt({_M_MMAP_THRESHOLD: 256 << 10, _M_TRIM_THRESHOLD: 1 << 20, _M_ARENA_MAX: 2})

@@ -44,8 +44,8 @@ first :class:`WorkerStorage` of a process sets glibc's mmap threshold to 256 KiB
 arrays are mapped and unmapped), its trim threshold to 1 MiB, at most 2 arenas, and makes the
 system allocator Arrow's default pool: peak RSS then tracks live memory, at a cost of about 20% in
 step time (figures in ``tests/storage/test_larger_than_memory.py`` and
-``bench/workloads/bench_storage.py``). This overrides the speed tuning of
-:func:`dbsp.runtime.memory.tune_malloc` for that process.
+``bench/workloads/bench_storage.py``). This is the *bounded* policy of
+:mod:`dbsp.runtime.memory`, which takes precedence over its throughput policy in that process.
 
 Invariants
 ----------
@@ -327,35 +327,6 @@ def reserved_bytes() -> int:
     return _reserved
 
 
-# --- allocators ---------------------------------------------------------------------------------------
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-_allocators_limited = False
-
-
-def limit_allocator_retention() -> bool:
-    """Make freed memory go back to the kernel (see the module doc); once per process.
-    Returns whether glibc accepted the settings."""
-    global _allocators_limited
-    if _allocators_limited:
-        return True
-    _allocators_limited = True
-    try:
-        import pyarrow as pa
-        pa.set_memory_pool(pa.system_memory_pool())
-    except Exception:  # pragma: no cover - an Arrow build without it
-        pass
-    try:
-        import ctypes
-        import ctypes.util
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, 256 << 10) == 1 and
-                mallopt(_M_TRIM_THRESHOLD, 1 << 20) == 1 and mallopt(_M_ARENA_MAX, 2) == 1)
-
-
 # --- per-worker storage -----------------------------------------------------------------------------
 
 class WorkerStorage:
@@ -379,6 +350,7 @@ class WorkerStorage:
                 pass
         self.accountant = accountant_for(config)
         if config.limit_allocators:
+            from ..runtime.memory import limit_allocator_retention
             limit_allocator_retention()
         self.disk_waits = 0
         self.disk_wait_seconds = 0.0

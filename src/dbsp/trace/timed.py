@@ -30,11 +30,11 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import Codes, KeyCodec, VarCodes
 from ..algebra.schema import concat_batches, empty_batch, take
-from .batch import OrdIndexedZSet, OrdZSet, ZSet, ranges
+from .batch import _EMPTY_I64, OrdIndexedZSet, OrdZSet, ZSet, _empty_codes, ranges
+from .batch import _codec_for as _batch_codec_for
 
 __all__ = ["OrdKeyBatch", "OrdValBatch", "time_codes", "pack_codes"]
 
-_EMPTY_I64 = np.zeros(0, dtype=np.int64)
 _SIGN = np.uint64(1 << 63)
 
 
@@ -67,13 +67,8 @@ def pack_codes(*parts: Codes) -> VarCodes:
 
 
 def _codec_for(schema: pa.Schema) -> KeyCodec:
-    return KeyCodec([schema.field(n) for n in schema.names])
-
-
-def _empty_codes(codec: KeyCodec) -> Codes:
-    if codec.u64:
-        return np.zeros(0, dtype=np.uint64)
-    return VarCodes(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+    """The (cached) codec of all of ``schema``'s columns."""
+    return _batch_codec_for(schema, schema.names)
 
 
 def _bounds(*codes: Codes) -> np.ndarray:

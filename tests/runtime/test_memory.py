@@ -1,0 +1,36 @@
+"""The allocator policy: throughput by default when a circuit starts; storage's bounded policy
+wins whichever comes first; DBSP_TUNE_MALLOC=0 leaves the allocator alone."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CODE = """
+import pyarrow as pa, dbsp
+from dbsp.runtime import memory
+order = {order!r}
+if order == "bounded-first":
+    memory.limit_allocator_retention()
+c = dbsp.Circuit()
+c.add_input("t", [("x", pa.int64())]).output()
+c.step()
+if order == "circuit-first":
+    memory.limit_allocator_retention()
+memory.tune_malloc()
+print(memory.policy())
+"""
+
+
+@pytest.mark.parametrize("order,env,expected", [
+    ("none", {}, "throughput"),
+    ("circuit-first", {}, "bounded"),
+    ("bounded-first", {}, "bounded"),
+    ("none", {"DBSP_TUNE_MALLOC": "0"}, "None"),
+])
+def test_policy(order, env, expected):
+    out = subprocess.run([sys.executable, "-c", CODE.format(order=order)], capture_output=True,
+                         text=True, env={**os.environ, **env}, check=True, timeout=120)
+    assert out.stdout.strip() == expected
