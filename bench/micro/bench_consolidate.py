@@ -19,12 +19,9 @@ Also the u64 ``argsort`` alone against ``np.argsort(kind="stable")``.
 """
 from __future__ import annotations
 
-import statistics
-import time
-import tracemalloc
-
 import numpy as np
 import pytest
+from _timing import interleaved, peak_mb
 from dbsp._native import sort
 
 N = 10_000_000
@@ -40,26 +37,8 @@ def numpy_consolidate(k: np.ndarray, w: np.ndarray):
     return perm[starts][keep], sums[keep]
 
 
-def interleaved(fast, base, rounds=ROUNDS):
-    """Medians of alternating calls (a shared machine drifts; alternating keeps them fair)."""
-    tf, tb = [], []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fast()
-        tf.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        base()
-        tb.append(time.perf_counter() - t)
-    return statistics.median(tf), statistics.median(tb)
 
 
-def peak_mb(fn) -> float:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1] / 2 ** 20
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.fixture(scope="module", params=["wide", "narrow"])
@@ -79,7 +58,7 @@ def test_sort_consolidate(benchmark, rows):
     got, expect = fast(), base()
     assert all(np.array_equal(a, b) for a, b in zip(got, expect))
     benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    tf, tb = interleaved(fast, base)
+    tf, tb = interleaved(fast, base, ROUNDS)
     benchmark.extra_info.update(
         rows_per_s=N / tf, numpy_rows_per_s=N / tb,
         ratio_to_numpy=tb / tf, target_rows_per_s=50e6,
@@ -92,7 +71,7 @@ def test_argsort(benchmark, rows):
     fast = lambda: sort.argsort(k)
     base = lambda: np.argsort(k, kind="stable")
     benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    tf, tb = interleaved(fast, base)
+    tf, tb = interleaved(fast, base, ROUNDS)
     benchmark.extra_info.update(
         rows_per_s=N / tf, numpy_rows_per_s=N / tb,
         ratio_to_numpy=tb / tf, peak_alloc_MB=peak_mb(fast), numpy_peak_alloc_MB=peak_mb(base))

@@ -10,11 +10,9 @@ native call alone). ``extra_info``: ``rows_per_s``, ``numpy_rows_per_s``, ``rati
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 import pytest
+from _timing import interleaved
 from dbsp._native import hashing
 
 from dbsp.algebra import kernels_ref
@@ -32,17 +30,6 @@ def numpy_hash64(k: np.ndarray, seed: int = 0) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def interleaved(fast, base, rounds=ROUNDS):
-    """Medians of alternating calls (a shared machine drifts; alternating keeps them fair)."""
-    tf, tb = [], []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fast()
-        tf.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        base()
-        tb.append(time.perf_counter() - t)
-    return statistics.median(tf), statistics.median(tb)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +49,7 @@ def test_hash_u64(benchmark, codes, op):
         base = lambda: (numpy_hash64(codes) % np.uint64(ns)).astype(np.int64)
     np.testing.assert_array_equal(fast(), base())
     benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    tf, tb = interleaved(fast, base)
+    tf, tb = interleaved(fast, base, ROUNDS)
     benchmark.extra_info.update(rows_per_s=N / tf, numpy_rows_per_s=N / tb, ratio_to_numpy=tb / tf)
 
 

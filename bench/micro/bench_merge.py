@@ -18,38 +18,17 @@ Target: >= 250M rows/s per core for two runs (rows = input rows).
 """
 from __future__ import annotations
 
-import statistics
-import time
-import tracemalloc
-
 import numpy as np
 import pytest
+from _timing import interleaved, peak_mb
 from dbsp._native import merge
 
 N = 10_000_000
 ROUNDS = 7
 
 
-def interleaved(fast, base, rounds=ROUNDS):
-    """Medians of alternating calls (a shared machine drifts; alternating keeps them fair)."""
-    tf, tb = [], []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fast()
-        tf.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        base()
-        tb.append(time.perf_counter() - t)
-    return statistics.median(tf), statistics.median(tb)
 
 
-def peak_mb(fn) -> float:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1] / 2 ** 20
-    finally:
-        tracemalloc.stop()
 
 
 def sorted_distinct(rng, n, lo, hi):
@@ -80,7 +59,7 @@ def test_merge(benchmark, runs):
     out = np.concatenate([r[0] for r in rs])[gidx]
     assert np.all(out[1:] > out[:-1]) and w.sum() == sum(int(r[2].sum()) for r in rs)
     benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    tf, tb = interleaved(fast, base)
+    tf, tb = interleaved(fast, base, ROUNDS)
     benchmark.extra_info.update(
         rows_per_s=rows / tf, numpy_rows_per_s=rows / tb,
         ratio_to_numpy=tb / tf, target_rows_per_s=250e6 if len(rs) == 2 else None,

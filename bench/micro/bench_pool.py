@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 import pytest
-
 from dbsp._native.slab_pool import POLICIES, SlabPool
 
 SEED = 7

@@ -14,11 +14,9 @@ native call alone). ``extra_info``: ``probes_per_s`` / ``rows_per_s``, the numpy
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 import pytest
+from _timing import interleaved
 from dbsp._native import search
 
 N = 10_000_000
@@ -26,17 +24,6 @@ M = 1_000_000
 ROUNDS = 7
 
 
-def interleaved(fast, base, rounds=ROUNDS):
-    """Medians of alternating calls (a shared machine drifts; alternating keeps them fair)."""
-    tf, tb = [], []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fast()
-        tf.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        base()
-        tb.append(time.perf_counter() - t)
-    return statistics.median(tf), statistics.median(tb)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +44,7 @@ def test_lower_bound(benchmark, data, order):
     base = lambda: np.searchsorted(s, p, side="left")
     np.testing.assert_array_equal(fast(), base())
     benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    tf, tb = interleaved(fast, base)
+    tf, tb = interleaved(fast, base, ROUNDS)
     benchmark.extra_info.update(probes_per_s=M / tf,
                                 numpy_probes_per_s=M / tb, ratio_to_numpy=tb / tf)
 
@@ -86,5 +73,5 @@ def test_group_bounds(benchmark):
     base = lambda: np.r_[np.flatnonzero(np.r_[True, k[1:] != k[:-1]]), len(k)]
     np.testing.assert_array_equal(fast(), base())
     benchmark.pedantic(fast, rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    tf, tb = interleaved(fast, base)
+    tf, tb = interleaved(fast, base, ROUNDS)
     benchmark.extra_info.update(rows_per_s=N / tf, numpy_rows_per_s=N / tb, ratio_to_numpy=tb / tf)
