@@ -24,7 +24,6 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
-import numpy as np
 import pyarrow as pa
 
 from ..circuit.types import ZSetType
@@ -736,4 +735,3 @@ class RollingStream:
 
 __all__ = ["DataStream", "GroupedStream", "WindowedStream", "RollingStream", "TimeInfo",
            "compile_projection"]
-_ = np

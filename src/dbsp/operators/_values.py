@@ -7,7 +7,7 @@ import numpy as np
 
 from ..algebra.schema import concat_batches
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.batch import OrdIndexedZSet, ZSet
 
 
 def empty_of(type_) -> object:
@@ -31,14 +31,10 @@ def add(type_, values: Sequence[object]) -> object:
     return ZSet(data, w)
 
 
-def neg(value):
-    return value.neg()
-
-
 def consolidated(type_, value) -> object:
     if isinstance(type_, ZSetType):
         return value.consolidate()
     return value
 
 
-__all__ = ["empty_of", "add", "neg", "consolidated", "OrdZSet"]
+__all__ = ["empty_of", "add", "consolidated"]

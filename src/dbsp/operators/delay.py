@@ -44,7 +44,6 @@ class Feedback:
     """A delayed stream whose input is connected after it is used: ``x = f(z^-1(x))``."""
 
     def __init__(self, circuit, type_):
-        from ..circuit.circuit import Node  # noqa: F401
         self.circuit = circuit
         self.stream = circuit.add_node("feedback", lambda ctx: DelayOperator(ctx, type_), [],
                                        type_, strict=True)

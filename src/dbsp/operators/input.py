@@ -8,12 +8,12 @@ need co-located keys re-shard themselves).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from ..algebra.schema import InputError, conform, concat_batches, empty_batch
+from ..algebra.schema import InputError, conform, concat_batches
 from ..circuit.operator import Operator
 from ..circuit.stream import Stream
 from ..circuit.types import ZSetType
@@ -104,4 +104,3 @@ def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
 
 
 __all__ = ["InputStream", "InputOperator", "InputError", "add_input"]
-_ = (Iterable, empty_batch)

@@ -7,7 +7,6 @@ aggregate) keep a trace instead and never call this.
 from __future__ import annotations
 
 from ..circuit.operator import Operator
-from ..circuit.types import IndexedType
 from ..trace.spine import Spine
 from ._values import consolidated, empty_of
 
@@ -39,4 +38,4 @@ def integrate(stream):
                                    [stream], stream.type)
 
 
-__all__ = ["integrate", "IntegrateOperator", "IndexedType"]
+__all__ = ["integrate", "IntegrateOperator"]

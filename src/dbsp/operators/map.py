@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import pyarrow as pa
 
 from ..algebra.schema import as_schema
@@ -65,4 +64,3 @@ def map_rows(stream, fn: Callable, schema: Any):
 
 
 __all__ = ["map_batches", "map_rows", "MapOperator"]
-_ = np

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-import numpy as np
 
 from ..algebra.schema import as_schema
 from ..circuit.circuit import Circuit, Replica
@@ -257,4 +256,3 @@ def recursive(circuit: Circuit, fn: Callable, *streams, schema: Any = None,
 
 
 __all__ = ["recursive", "RecursiveOperator", "ChildCircuit", "is_monotone"]
-_ = np

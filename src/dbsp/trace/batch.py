@@ -591,4 +591,3 @@ ranges = _ranges
 
 __all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "ranges",
            "slice_codes"]
-_ = Any
