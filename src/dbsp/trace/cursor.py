@@ -139,14 +139,15 @@ def _key_range(codes: Codes, lo: Optional[Code], hi: Optional[Code]) -> tuple[in
 
 # --- cursors over one batch -------------------------------------------------------------------
 
-class OrdIndexedZSetCursor:
-    """A cursor over one :class:`OrdIndexedZSet`."""
+class _KeyValCursor:
+    """Key and value navigation over an ordered layer of keys whose values are rows
+    ``_off[k]:_off[k+1]`` of a value layer (shared by the indexed and the timed cursors)."""
 
     __slots__ = ("batch", "_kc", "_vc", "_off", "_nk", "_k", "_v", "_vend")
 
-    def __init__(self, batch: OrdIndexedZSet):
+    def __init__(self, batch, key_offsets: np.ndarray):
         self.batch = batch
-        self._kc, self._vc, self._off = batch.kcodes, batch.vcodes, batch.offsets
+        self._kc, self._vc, self._off = batch.kcodes, batch.vcodes, key_offsets
         self._nk = batch.num_keys
         self.rewind_keys()
 
@@ -199,9 +200,6 @@ class OrdIndexedZSetCursor:
     def val_code(self) -> Code:
         return _code_at(self._vc, self._v)
 
-    def weight(self) -> int:
-        return int(self.batch.weights[self._v])
-
     def step_val(self) -> None:
         if self._v < self._vend:
             self._v += 1
@@ -221,6 +219,18 @@ class OrdIndexedZSetCursor:
         if self._k >= self._nk:
             return 0, 0
         return int(self._off[self._k]), int(self._off[self._k + 1])
+
+
+class OrdIndexedZSetCursor(_KeyValCursor):
+    """A cursor over one :class:`OrdIndexedZSet`."""
+
+    __slots__ = ()
+
+    def __init__(self, batch: OrdIndexedZSet):
+        super().__init__(batch, batch.offsets)
+
+    def weight(self) -> int:
+        return int(self.batch.weights[self._v])
 
     # bulk
     def keys_between(self, lo: Optional[KeyLike] = None,
@@ -599,68 +609,15 @@ class OrdKeyBatchCursor:
         return int(self.batch.weights[int(o[self._k]):int(o[self._k + 1])].sum())
 
 
-class OrdValBatchCursor:
+class OrdValBatchCursor(_KeyValCursor):
     """A cursor over an :class:`~dbsp.trace.timed.OrdValBatch`: :meth:`weight` sums the current
     value's times, :meth:`times` lists them."""
 
+    __slots__ = ("_voff",)
+
     def __init__(self, batch):
-        self.batch = batch
-        self._kc, self._vc = batch.kcodes, batch.vcodes
-        self._koff, self._voff = batch.key_offsets, batch.val_offsets
-        self._nk = batch.num_keys
-        self.rewind_keys()
-
-    def _enter_key(self) -> None:
-        if self._k < self._nk:
-            self._v, self._vend = int(self._koff[self._k]), int(self._koff[self._k + 1])
-        else:
-            self._v = self._vend = 0
-
-    def key_valid(self) -> bool:
-        return self._k < self._nk
-
-    def key(self) -> tuple:
-        return _row(self.batch.keys, self._k)
-
-    def key_code(self) -> Code:
-        return _code_at(self._kc, self._k)
-
-    def step_key(self) -> None:
-        if self._k < self._nk:
-            self._k += 1
-            self._enter_key()
-
-    def seek_key(self, key: KeyLike) -> None:
-        self.seek_key_code(_as_code(self.batch.kcodec, key))
-
-    def seek_key_code(self, code: Code) -> None:
-        k = _gallop(self._kc, self._k, self._nk, code)
-        if k != self._k:
-            self._k = k
-            self._enter_key()
-
-    def rewind_keys(self) -> None:
-        self._k = 0
-        self._enter_key()
-
-    def val_valid(self) -> bool:
-        return self._v < self._vend
-
-    def val(self) -> tuple:
-        return _row(self.batch.vals, self._v)
-
-    def val_code(self) -> Code:
-        return _code_at(self._vc, self._v)
-
-    def step_val(self) -> None:
-        if self._v < self._vend:
-            self._v += 1
-
-    def seek_val(self, val: KeyLike) -> None:
-        self._v = _gallop(self._vc, self._v, self._vend, _as_code(self.batch.vcodec, val))
-
-    def rewind_vals(self) -> None:
-        self._enter_key()
+        self._voff = batch.val_offsets
+        super().__init__(batch, batch.key_offsets)
 
     def times(self) -> list[tuple[int, int]]:
         a, b = int(self._voff[self._v]), int(self._voff[self._v + 1])
