@@ -488,7 +488,9 @@ def _proto_call(what: str, impl: Callable[[], Value]) -> Value:
         raise _TypeFail(f"{what}: {e}") from None
 
 
-class Arith(Expr):
+class _Binary(Expr):
+    """An operator with two operands (arithmetic, comparison, logic)."""
+
     __slots__ = ("op", "left", "right")
 
     def __init__(self, op: str, left: Expr, right: Expr):
@@ -502,6 +504,10 @@ class Arith(Expr):
 
     def columns(self) -> set[str]:
         return self.left.columns() | self.right.columns()
+
+
+class Arith(_Binary):
+    __slots__ = ()
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a, b = self.left._bind(schema), self.right._bind(schema)
@@ -582,20 +588,8 @@ _CMP = {"==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
         ">": pc.greater, ">=": pc.greater_equal}
 
 
-class Compare(Expr):
-    __slots__ = ("op", "left", "right")
-
-    def __init__(self, op: str, left: Expr, right: Expr):
-        self.op, self.left, self.right = op, left, right
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
-
-    def output_name(self) -> Optional[str]:
-        return self.left.output_name() or self.right.output_name()
-
-    def columns(self) -> set[str]:
-        return self.left.columns() | self.right.columns()
+class Compare(_Binary):
+    __slots__ = ()
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a, b = self.left._bind(schema), self.right._bind(schema)
@@ -611,20 +605,8 @@ class Compare(Expr):
                       literal=a.literal and b.literal)
 
 
-class Logic(Expr):
-    __slots__ = ("op", "left", "right")
-
-    def __init__(self, op: str, left: Expr, right: Expr):
-        self.op, self.left, self.right = op, left, right
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.op} {self.right!r})"
-
-    def output_name(self) -> Optional[str]:
-        return self.left.output_name() or self.right.output_name()
-
-    def columns(self) -> set[str]:
-        return self.left.columns() | self.right.columns()
+class Logic(_Binary):
+    __slots__ = ()
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a, b = self.left._bind(schema), self.right._bind(schema)
