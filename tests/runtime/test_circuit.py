@@ -87,8 +87,6 @@ def test_integrate_differentiate_roundtrip(workers):
 
 
 def test_error_in_one_worker_fails_the_step_without_hanging():
-    calls = {"n": 0}
-
     def boom(b: pa.RecordBatch):
         if b.num_rows and pc.max(b["x"]).as_py() >= 100:
             raise ValueError("bad value in user function")
@@ -104,7 +102,6 @@ def test_error_in_one_worker_fails_the_step_without_hanging():
         assert any("map" in n for n in getattr(ei.value, "__notes__", []))
         with pytest.raises(dbsp.CircuitError, match="failed in an earlier step"):
             c.step()
-    assert calls["n"] == 0
 
 
 def test_adding_operators_after_start_is_refused():
