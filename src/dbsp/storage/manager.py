@@ -356,6 +356,20 @@ class WorkerStorage:
         self.disk_wait_seconds = 0.0
         self.files_written = 0
         self.bytes_written = 0
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Pay the one-time costs of writing and reading files now, at circuit start, not in
+        the first merge of a running step: importing the file modules, the Bloom parameters of
+        the configured rate (a numeric search, ~15 ms) and the backend with its slab pool (ring
+        set-up, one aligned allocation). Measured in the first spilling step of the storage
+        workload: about 30% of its file-merge time was these."""
+        from ..trace import file_batch, merge_stream  # noqa: F401
+        from . import reader, writer  # noqa: F401
+        from .format import bloom_params
+        if self.config.bloom_fpr is not None:
+            bloom_params(self.config.bloom_fpr)
+        self.backend  # noqa: B018 - built and cached per process
 
     def __repr__(self) -> str:
         return f"WorkerStorage({self.dir!r}, budget={self.config.memory_budget_bytes})"
