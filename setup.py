@@ -26,6 +26,7 @@ EXTENSIONS = {
     "codes": {},        # normalized, order-preserving key codes
     "sort": {},         # radix sort + consolidation
     "merge": {},        # k-way merge of sorted runs with consolidation
+    "merge_pairs": {},  # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "hashing": {},      # key hashing for the exchange
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)

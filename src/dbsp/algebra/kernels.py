@@ -18,7 +18,8 @@ _USE_REF = os.environ.get("DBSP_KERNELS") == "ref"
 _NATIVE = {
     "argsort": "sort",
     "sort_consolidate": "sort",
-    "merge_consolidate": "merge",
+    "merge_consolidate": "merge_pairs",  # (u64, u64) runs; other shapes go on to merge
+    "merge_indexed": "merge_pairs",
     "group_bounds": "search",
     "lower_bound": "search",
     "upper_bound": "search",
@@ -50,6 +51,7 @@ def _resolve(name: str):
 argsort = _resolve("argsort")
 sort_consolidate = _resolve("sort_consolidate")
 merge_consolidate = _resolve("merge_consolidate")
+merge_indexed = _resolve("merge_indexed")
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")

@@ -92,6 +92,29 @@ def merge_consolidate(runs: Sequence[tuple]):
     return sort_consolidate(k, v, w)
 
 
+def merge_indexed(runs: Sequence[tuple]):
+    """The sum of consolidated indexed batches with u64 codes, regrouped by key.
+
+    ``runs``: ``(kcodes, offsets, vcodes, weights)`` per batch. Returns ``(gidx, w, vcodes,
+    kcodes, offsets, ksrc)``: the rows of :func:`merge_consolidate` over the batches' flat
+    ``(key, value)`` rows (``gidx`` global value rows, ``w`` weights, ``vcodes`` their value
+    codes), then their distinct keys (``kcodes``), where each key's rows start (``offsets``) and
+    the global key row of the concatenated inputs each key was taken from (``ksrc``).
+    """
+    kflat = [np.repeat(np.asarray(kc, np.uint64), np.diff(off)) for kc, off, _, _ in runs]
+    gidx, w = merge_consolidate([(kf, r[2], r[3]) for kf, r in zip(kflat, runs)])
+    allk = np.concatenate(kflat) if kflat else np.zeros(0, np.uint64)
+    allv = np.concatenate([np.asarray(r[2], np.uint64) for r in runs]) if runs else allk
+    kbase = np.cumsum([0] + [len(r[0]) for r in runs])
+    row_key = np.concatenate([np.repeat(np.arange(len(r[0]), dtype=np.int64) + kbase[i],
+                                        np.diff(r[1])) for i, r in enumerate(runs)]) \
+        if runs else np.zeros(0, np.int64)
+    ks = allk[gidx]
+    bounds = group_bounds(ks)
+    first = bounds[:-1]
+    return gidx, w, allv[gidx], ks[first], bounds, row_key[gidx[first]]
+
+
 def group_bounds(kcodes: Codes) -> np.ndarray:
     """Offsets (int64, g+1) of the runs of equal codes in a sorted code array."""
     k = _keys(kcodes)

@@ -370,10 +370,19 @@ class OrdIndexedZSet:
             raise ValueError("merge of no non-empty batches")
         if len(batches) == 1:
             return batches[0]
+        b0 = batches[0]
+        if all(isinstance(b.kcodes, np.ndarray) and isinstance(b.vcodes, np.ndarray)
+               for b in batches):
+            # fixed-width keys and values: merge and regroup in one native pass
+            gidx, w, vc, kc, bounds, ksrc = K.merge_indexed(
+                [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])
+            keys = concat_batches(b0.key_schema, [b.keys for b in batches])
+            vals = concat_batches(b0.val_schema, [b.vals for b in batches])
+            return OrdIndexedZSet(take(keys, ksrc), kc, bounds, take(vals, gidx), vc, w,
+                                  b0.kcodec, b0.vcodec)
         kis = [b.key_index() for b in batches]
         rows = [K.take(b.kcodes, ki) for b, ki in zip(batches, kis)]
         gidx, w = K.merge_consolidate([(rk, b.vcodes, b.weights) for rk, b in zip(rows, batches)])
-        b0 = batches[0]
         kc = K.concat(rows)
         vc = K.concat([b.vcodes for b in batches])
         # the key row of every value row, as an index into the concatenated *distinct* keys (the
