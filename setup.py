@@ -25,7 +25,9 @@ ONLY = {n for n in os.environ.get("DBSP_ONLY", "").split(",") if n}
 EXTENSIONS = {
     "codes": {},        # normalized, order-preserving key codes
     "sort": {},         # radix sort + consolidation
-    "merge": {},        # k-way merge of sorted runs with consolidation
+    # k-way merge of sorted runs with consolidation; its AVX-512 kernel is a header (``depends``:
+    # rebuilt when it changes, shipped in the sdist)
+    "merge": {"depends": ["src/_native/merge_simd.h"]},
     "merge_pairs": {},  # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "hashing": {},      # key hashing for the exchange

@@ -11,7 +11,10 @@ zero sums are dropped. Nothing is re-sorted:
 * two u64 runs (the spine's common case): a branchless merge (both heads are loaded and the
   taken one is selected with masks, not branches, so random keys cost no mispredictions); where
   one run lies below the other's head for a stretch, the stretch is found by galloping and copied
-  in bulk;
+  in bulk. On CPUs with AVX-512F the branchless merge takes 8 rows per step instead
+  (``merge_simd.h``: merge path + bitonic network, picked at run time; ``set_simd(False)`` or
+  ``DBSP_MERGE_SIMD=0`` in the environment keeps the scalar loop), with the scalar loop for the
+  last rows of either side;
 * more runs, or var codes, or ``(k, v)`` pairs: a loser tree over the run heads, ties broken by
   run number (stable), comparisons by value for u64 and by ``memcmp`` for var codes.
 
@@ -30,9 +33,41 @@ from _native.types cimport var_t, codes_t
 from _native.codes_cmp cimport codes_cmp
 from _native.views cimport as_codes, as_i64, codes_view, shrink
 
+import os
+
 import numpy as np
 
 cnp.import_array()
+
+
+cdef extern from "merge_simd.h" nogil:
+    int dbsp_merge_avx512_supported()
+    void dbsp_merge2_avx512(const uint64_t* a, const int64_t* wa, const uint64_t* b,
+                            const int64_t* wb, int64_t* ip, int64_t* jp, int64_t steps,
+                            int64_t ba, int64_t bb, int64_t* og, int64_t* ow, int64_t* op,
+                            uint64_t* key, int64_t* first, int64_t* s)
+
+cdef bint _simd_available = dbsp_merge_avx512_supported() != 0
+cdef bint _simd = _simd_available and os.environ.get("DBSP_MERGE_SIMD", "1") != "0"
+
+
+def simd_available():
+    """Whether this CPU runs the AVX-512 two-run merge."""
+    return bool(_simd_available)
+
+
+def simd_enabled():
+    """Whether two-run u64 merges use the AVX-512 kernel (available and not switched off)."""
+    return bool(_simd)
+
+
+def set_simd(enabled):
+    """Use the AVX-512 two-run merge when available (``False``: the scalar loop everywhere, as
+    ``DBSP_MERGE_SIMD=0`` does at import). Returns the previous setting."""
+    global _simd
+    prev = bool(_simd)
+    _simd = bool(enabled) and _simd_available
+    return prev
 
 
 # --- runs and the open output group -------------------------------------------------------------
@@ -137,6 +172,7 @@ cdef inline int64_t gallop_le(const uint64_t* k, int64_t lo, int64_t hi, uint64_
 cdef enum:
     BULK_MIN = 64      # a stretch of one run below the other's head worth a bulk copy
     BLOCK = 256        # rows merged branchlessly between checks for bulk stretches
+    SIMD_STEPS = 32    # 8-row AVX-512 steps between those checks (as many rows as BLOCK)
 
 
 cdef void merge_block(const uint64_t* a, const int64_t* wa, const uint64_t* b,
@@ -182,8 +218,9 @@ cdef void merge_block(const uint64_t* a, const int64_t* wa, const uint64_t* b,
     out.key = key
 
 
-cdef void merge2_u64(const run_t* ra, const run_t* rb, out_t* out) noexcept nogil:
-    """Stable merge of two sorted u64 runs, consolidating."""
+cdef void merge2_u64(const run_t* ra, const run_t* rb, out_t* out, bint simd) noexcept nogil:
+    """Stable merge of two sorted u64 runs, consolidating (``simd``: AVX-512 steps while both
+    sides have 8 rows left)."""
     cdef const uint64_t* a = ra.k.u64
     cdef const uint64_t* b = rb.k.u64
     cdef const int64_t* wa = ra.w
@@ -220,6 +257,17 @@ cdef void merge2_u64(const run_t* ra, const run_t* rb, out_t* out) noexcept nogi
             i += ta
             j += not ta
             stop -= 1
+        if simd and na - i >= 8 and nb - j >= 8:
+            # 8-row steps (the group is open): each needs 8 rows left on both sides, so the
+            # scalar loop below takes the last rows of either side
+            stop = (na - i) // 8
+            if (nb - j) // 8 < stop:
+                stop = (nb - j) // 8
+            if stop > SIMD_STEPS:
+                stop = SIMD_STEPS
+            dbsp_merge2_avx512(a, wa, b, wb, &i, &j, stop, ba, bb, out.g, out.w, &out.o,
+                               &out.key, &out.first, &out.s)
+            continue
         merge_block(a, wa, b, wb, &i, &j, stop, ba, bb, out)
     copy_u64(a, wa, i, na, ba, out)
     copy_u64(b, wb, j, nb, bb, out)
@@ -459,7 +507,7 @@ def merge_consolidate(runs):
                     copy_u64(rs[live[0]].k.u64, rs[live[0]].w, 0, rs[live[0]].n, rs[live[0]].base,
                              &out)
                 else:
-                    merge2_u64(&rs[live[0]], &rs[live[1]], &out)
+                    merge2_u64(&rs[live[0]], &rs[live[1]], &out, _simd)
                 close_group(&out)
             else:
                 # the tree holds only the non-empty runs
