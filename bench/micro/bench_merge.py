@@ -14,7 +14,11 @@ interleaved (the machine is shared) and the rates and the ratio in ``extra_info`
 interleaved medians (the benchmark's own timings are the native call alone).
 Target: >= 250M rows/s per core for two runs (rows = input rows).
 
-``extra_info``: ``rows_per_s``, ``numpy_rows_per_s``, ``ratio_to_numpy``, ``peak_alloc_MB``.
+Two runs take the AVX-512 kernel where the CPU has it (``merge.simd_enabled()``); the scalar loop
+(``merge.set_simd(False)``) is timed interleaved with it in the same run for the speed-up.
+
+``extra_info``: ``rows_per_s``, ``numpy_rows_per_s``, ``ratio_to_numpy``, ``peak_alloc_MB``;
+for two runs also ``simd``, ``scalar_rows_per_s`` and ``ratio_to_scalar``.
 """
 from __future__ import annotations
 
@@ -25,10 +29,6 @@ from dbsp._native import merge
 
 N = 10_000_000
 ROUNDS = 7
-
-
-
-
 
 
 def sorted_distinct(rng, n, lo, hi):
@@ -64,3 +64,15 @@ def test_merge(benchmark, runs):
         rows_per_s=rows / tf, numpy_rows_per_s=rows / tb,
         ratio_to_numpy=tb / tf, target_rows_per_s=250e6 if len(rs) == 2 else None,
         peak_alloc_MB=peak_mb(fast), numpy_peak_alloc_MB=peak_mb(base))
+    if len(rs) == 2:
+        def scalar():
+            prev = merge.set_simd(False)
+            try:
+                return merge.merge_consolidate(rs)
+            finally:
+                merge.set_simd(prev)
+        g2, w2 = scalar()
+        assert np.array_equal(g2, gidx) and np.array_equal(w2, w)
+        tf2, ts = interleaved(fast, scalar, ROUNDS)
+        benchmark.extra_info.update(simd=merge.simd_enabled(), scalar_rows_per_s=rows / ts,
+                                    ratio_to_scalar=ts / tf2)
