@@ -195,10 +195,12 @@ QUERIES: tuple[str, ...] = tuple(QUERY_SCHEMAS)
 # --- SQL ------------------------------------------------------------------------------------
 # Helpers (DuckDB macros, created per connection):
 #   fl(x, w)  floor of x to a multiple of w;  ms(ts)  epoch milliseconds of a timestamp.
+# (the cast: DuckDB 2.0 fails "Unimplemented type for cast (INT64 -> INT64)" on epoch_ms of a
+# TIMESTAMP_MS column, the type Arrow's timestamp[ms] maps to)
 
 _MACROS = (
     "CREATE OR REPLACE TEMP MACRO fl(x, w) AS x - (((x % w) + w) % w)",
-    "CREATE OR REPLACE TEMP MACRO ms(ts) AS epoch_ms(ts)",
+    "CREATE OR REPLACE TEMP MACRO ms(ts) AS epoch_ms(CAST(ts AS TIMESTAMP))",
 )
 
 _WINNERS = """
