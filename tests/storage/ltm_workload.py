@@ -84,6 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--round-mib", type=float, default=None, help="merge_round_bytes")
     ap.add_argument("--min-spill-kib", type=float, default=None, help="min_spill_bytes")
+    ap.add_argument("--no-merge-helper", action="store_true", help="merge_process_rows=None")
     a = ap.parse_args(argv)
 
     import dbsp
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
             extra["merge_round_bytes"] = int(a.round_mib * (1 << 20))
         if a.min_spill_kib is not None:
             extra["min_spill_bytes"] = int(a.min_spill_kib * 1024)
+        if a.no_merge_helper:
+            extra["merge_process_rows"] = None
         storage = StorageConfig(a.dir, memory_budget_bytes=int(a.budget_mib * (1 << 20)),
                                 backend=a.backend, **extra)
     t0 = time.perf_counter()
@@ -123,12 +126,14 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - t0
         sbytes = state_bytes()
         stats = c.storage_stats()
+        from dbsp.storage.merge_process import helpers_stats
+        helpers = helpers_stats()
     final = {str(r[0]): [r[1], r[2]] for r, w in sorted(res.items()) if w}
     assert all(w == 1 for w in res.values() if w), "an aggregate row has weight != 1"
     print(json.dumps({"mode": a.mode, "result": final, "maxrss": peak_rss(),
         "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "state_bytes": sbytes, "seconds": seconds,
-        "storage": stats.get("memory", {}),
+        "storage": stats.get("memory", {}), "helpers": helpers,
         "files_written": sum(w["files_written"] for w in stats.get("workers", []))}))
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown (its allocations are not part of the run)

@@ -101,7 +101,9 @@ def make_worker_context(storage_config: Any, w: int, workers: int,
     storage = None
     if storage_config is not None:
         from ..storage.manager import WorkerStorage
+        from ..storage.merge_process import start_helper
         storage = WorkerStorage(storage_config, w)
+        start_helper(storage_config, w)
     return WorkerContext(w, workers, transport, storage)
 
 
@@ -128,6 +130,10 @@ class Circuit:
         if self.storage is not None:
             import os
             os.makedirs(self.storage.dir, exist_ok=True)
+            if runtime == "threads" or workers == 1:  # worker processes start their own
+                from ..storage.merge_process import start_helper
+                for w in range(workers):
+                    start_helper(self.storage, w)
         self.runtime = runtime
         self.name = name
         self.workers = workers
@@ -257,6 +263,9 @@ class Circuit:
         if self._executor is not None:
             self._executor.close()
             self._broken = self._broken or RuntimeError(f"circuit '{self.name}' was closed")
+        if self.storage is not None:
+            from ..storage.merge_process import stop_helpers
+            stop_helpers(self.storage)
 
     def __enter__(self) -> "Circuit":
         return self

@@ -69,6 +69,9 @@ class StorageConfig:
     ``durable``: fsync batch files when written (off by default: no checkpoint refers to them
     yet; a checkpoint syncs the files it lists).
     ``index_fanout``: cap on children per index block (tests use it for deep index trees).
+    ``merge_process_rows``: file merges of at least this many input rows run in a helper
+    process, off the step's GIL (:mod:`dbsp.storage.merge_process`); None: every merge runs in
+    the merger thread.
     ``limit_allocators``: make glibc and Arrow return freed memory to the kernel, so the peak
     RSS follows the budget (:mod:`dbsp.storage.manager`; costs about 20% of step time).
     """
@@ -88,6 +91,7 @@ class StorageConfig:
     durable: bool = False
     index_fanout: Optional[int] = None
     limit_allocators: bool = True
+    merge_process_rows: Optional[int] = 65536
 
     def __post_init__(self):
         object.__setattr__(self, "dir", os.fspath(self.dir))

@@ -74,6 +74,7 @@ __all__ = ["WorkerStorage", "MemoryAccountant", "current_storage", "use_storage"
 log = logging.getLogger("dbsp.storage")
 
 _MAX_BACKOFF = 2.0
+_NOT_DONE = object()
 _LOW_WATER = 0.8
 
 _tls = threading.local()
@@ -333,7 +334,7 @@ class WorkerStorage:
     """One worker's view of the storage: its directory, file names, the shared backend and
     accountant, and the disk-space gate (see the module doc)."""
 
-    def __init__(self, config: Any, worker: int = 0):
+    def __init__(self, config: Any, worker: int = 0, helper: bool = False):
         config = as_storage_config(config)
         if config is None:
             raise ValueError("WorkerStorage needs a StorageConfig or a directory")
@@ -342,7 +343,8 @@ class WorkerStorage:
         self.dir = os.path.join(config.dir, f"worker-{worker}")
         os.makedirs(self.dir, exist_ok=True)
         self.removed_temporaries = 0
-        for p in glob.glob(os.path.join(self.dir, "*.mut")):
+        # (a merge helper process shares the parent's directory: its temporaries are live)
+        for p in ([] if helper else glob.glob(os.path.join(self.dir, "*.mut"))):
             try:
                 os.unlink(p)
                 self.removed_temporaries += 1
@@ -406,12 +408,17 @@ class WorkerStorage:
             # the colder batches the accountant would spill first (so a trace every step probes
             # stays in memory and cold ones go to disk); large merges always stream to a file
             heat = sum(getattr(b, "hits", 0) for b in parts) / max(size, 1)
-            to_file = sum(len(b) for b in parts) >= self.config.min_file_rows or \
-                size > acct.room_for(heat)
-            if not to_file and not files and size <= self.config.round_bytes:
-                out = sum_batches(parts)  # small: one native merge (it holds ~3x its input)
-            else:  # in bounded rounds, into a file or (when it fits) into memory
-                out = merge_stream(parts, self, name=name, to_file=to_file)  # None: cancelled
+            rows = sum(len(b) for b in parts)
+            to_file = rows >= self.config.min_file_rows or size > acct.room_for(heat)
+            out = _NOT_DONE
+            if to_file and self.config.merge_process_rows is not None and \
+                    rows >= self.config.merge_process_rows:
+                out = self._merge_in_helper(parts, name, size)
+            if out is _NOT_DONE:  # here
+                if not to_file and not files and size <= self.config.round_bytes:
+                    out = sum_batches(parts)  # small: one native merge (holds ~3x its input)
+                else:  # in bounded rounds, into a file or (when it fits) into memory
+                    out = merge_stream(parts, self, name=name, to_file=to_file)  # None: cancelled
             if out is not None:  # the output is as hot as its inputs were
                 out.hits = sum(getattr(b, "hits", 0) for b in parts)
             return out
@@ -422,6 +429,28 @@ class WorkerStorage:
                 acct.relieve()
 
         return merge_fn, on_change
+
+    def _merge_in_helper(self, parts, name: str, size: int):
+        """Merge ``parts`` into a file in this worker's merge helper process (see
+        :mod:`dbsp.storage.merge_process`); ``_NOT_DONE`` when no helper can take it now."""
+        from .merge_process import HelperFailed, helper_for
+        h = helper_for(self)
+        if h is None:
+            return _NOT_DONE
+        with self.reserve_disk(size, f"merge of {name or 'a spine'}"):
+            try:
+                path = h.merge(parts, name)
+            except HelperFailed:
+                return _NOT_DONE
+        if path is None:
+            return None
+        from ..trace.file_batch import BatchFile
+        p = parts[0]
+        kc, vc = (p.kcodec, p.vcodec) if p.indexed else (p.codec, None)
+        bf = BatchFile(path, self.backend, kcodec=kc, vcodec=vc, accountant=self.accountant)
+        self.files_written += 1
+        self.bytes_written += bf.file_bytes
+        return bf.batch()
 
     def writer_options(self) -> dict:
         c = self.config

@@ -772,8 +772,8 @@ class BatchFileSink:
             m = int(piece.vcodes.max())
             self.vmax = m if self.vmax is None else max(self.vmax, m)
 
-    def finish(self):
-        """Close the file and return a file batch over it (None if nothing was written; the
+    def finish_path(self) -> Optional[str]:
+        """Close the file and return its path, not opened (None if nothing was written; the
         file is then removed)."""
         if self.rows == 0:
             self.w.abort()
@@ -781,7 +781,14 @@ class BatchFileSink:
         self.meta.update({"first": _code_json(self.first), "last": _code_json(self.last),
                           "vmax": self.vmax, "rows": self.rows, "keys": self.keys})
         self.w.metadata = self.meta
-        path = self.w.finish()
+        return self.w.finish()
+
+    def finish(self):
+        """Close the file and return a file batch over it (None if nothing was written; the
+        file is then removed)."""
+        path = self.finish_path()
+        if path is None:
+            return None
         st = self.storage
         st.files_written += 1
         bf = BatchFile(path, st.backend, kcodec=self.kcodec, vcodec=self.vcodec,

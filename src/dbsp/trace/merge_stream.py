@@ -190,11 +190,15 @@ def chunk_rows(inputs: Sequence, cfg) -> int:
 
 
 def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callable] = None,
-                 name: str = "", to_file: Optional[bool] = None):
+                 name: str = "", to_file: Optional[bool] = None, reserve: bool = True,
+                 open_output: bool = True, on_round: Optional[Callable] = None):
     """Merge ``inputs`` chunk by chunk (:func:`merge_pieces`) into one batch: a new file
     batch when ``to_file`` (default: when the inputs sum to ``storage.config.min_file_rows``
-    rows or more; the merge first reserves their size on disk, waiting if it must), else an
-    in-memory batch. Returns None when everything cancels."""
+    rows or more; the merge first reserves their size on disk, waiting if it must, unless
+    ``reserve`` is False because the caller did), else an in-memory batch. Returns None when
+    everything cancels. ``open_output=False``: return the new file's path, unopened (the merge
+    helper process, whose parent opens it). ``on_round``: called after each round is written
+    (the helper samples its memory there)."""
     cfg = storage.config
     total = sum(len(b) for b in inputs)
     if to_file is None:
@@ -208,15 +212,22 @@ def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callab
     from .file_batch import BatchFileSink
     need = sum(b.file_bytes if b.is_file else b.nbytes_in_memory for b in inputs)
     keys = sum(b.num_keys for b in inputs)
-    with storage.reserve_disk(need, f"merge of {name or 'a spine'}"):
+    import contextlib
+    gate = storage.reserve_disk(need, f"merge of {name or 'a spine'}") if reserve else \
+        contextlib.nullcontext()
+    with gate:
         sink = None
         try:
             for r in rounds:
                 if sink is None:
                     sink = BatchFileSink(storage, r, keys, name)
                 sink.append(r)
+                if on_round is not None:
+                    on_round()
         except BaseException:
             if sink is not None:
                 sink.abort()
             raise
-        return sink.finish() if sink is not None else None
+        if sink is None:
+            return None
+        return sink.finish() if open_output else sink.finish_path()
