@@ -95,11 +95,11 @@ class Replica:
 
 
 def make_worker_context(storage_config: Any, w: int, workers: int,
-                        transport: Any) -> WorkerContext:
+                        transport: Any, storage: Any = None) -> WorkerContext:
     """A worker's context, with its own :class:`~dbsp.storage.manager.WorkerStorage` when the
-    circuit has storage (built where the worker runs: in a process runtime, after the fork)."""
-    storage = None
-    if storage_config is not None:
+    circuit has storage (``storage`` when the circuit built it already; else built here, where
+    the worker runs: in a process runtime, after the fork)."""
+    if storage is None and storage_config is not None:
         from ..storage.manager import WorkerStorage
         from ..storage.merge_process import start_helper
         storage = WorkerStorage(storage_config, w)
@@ -127,13 +127,21 @@ class Circuit:
         if runtime not in ("threads", "processes"):
             raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
         self.storage = as_storage_config(storage)
+        self._worker_storage: dict = {}
         if self.storage is not None:
             import os
             os.makedirs(self.storage.dir, exist_ok=True)
             if runtime == "threads" or workers == 1:  # worker processes start their own
+                # set up now, not in the first step: merge helpers (forked before the storage
+                # opens its ring and pool, which a helper builds for itself), then each worker's
+                # storage (imports, Bloom parameters, backend: ~40 ms that otherwise land in the
+                # first step)
+                from ..storage.manager import WorkerStorage
                 from ..storage.merge_process import start_helper
                 for w in range(workers):
                     start_helper(self.storage, w)
+                self._worker_storage = {w: WorkerStorage(self.storage, w)
+                                        for w in range(workers)}
         self.runtime = runtime
         self.name = name
         self.workers = workers
@@ -202,7 +210,8 @@ class Circuit:
         from ..runtime.exchange import InProcTransport
         transport = self._transport or InProcTransport(self.workers)
         self._replicas = [Replica(self.nodes,
-                                  make_worker_context(self.storage, w, self.workers, transport))
+                                  make_worker_context(self.storage, w, self.workers, transport,
+                                                      self._worker_storage.get(w)))
                           for w in range(self.workers)]
         self._executor = _ThreadPool(self._replicas, transport)
 
