@@ -316,7 +316,10 @@ def _serve(sock: socket.socket, config: Any, worker: int) -> None:
             return  # the parent is gone
         if msg[0] == "stats":
             mem.sample()
-            wire.send(sock, ("ok", {"private_peak_bytes": mem.peak, "pid": os.getpid()}))
+            try:
+                wire.send(sock, ("ok", {"private_peak_bytes": mem.peak, "pid": os.getpid()}))
+            except (OSError, wire.WireError):
+                return
             continue
         try:
             _, name, descs = msg
@@ -329,4 +332,7 @@ def _serve(sock: socket.socket, config: Any, worker: int) -> None:
             wire.send(sock, ("ok", path))
         except BaseException as e:  # noqa: BLE001 - reported to the parent
             from ..runtime.process import _portable_exception
-            wire.send(sock, ("err", _portable_exception(e)))
+            try:
+                wire.send(sock, ("err", _portable_exception(e)))
+            except (OSError, wire.WireError):
+                return  # the parent is gone (exited mid-merge): nothing to report to
