@@ -7,37 +7,46 @@
 workload of ``bench/operators/bench_workload.py``, same data, 1 worker). ``memory`` keeps the state
 in memory; every other case runs with ``StorageConfig(memory_budget_bytes=12 MiB, backend=...)``:
 the join's bid trace (about 33 of the 40 MB of state at the end) goes to layer files, the auction
-trace that every bid probes stays in memory (the accountant spills cold batches first).
-``uring-fg`` merges in the inserting thread (``DBSP_SPINE_BACKGROUND=0``): on this 2-vCPU box a
-background merger thread running Python glue fights the step for the GIL, and file merges carry
-more of it than in-memory ones. ``uring-fast`` is uring with ``limit_allocators=False``.
+trace that every bid probes mostly stays in memory (the accountant spills cold batches first).
+``uring-fg`` merges in the inserting thread (``DBSP_SPINE_BACKGROUND=0``). Every other storage
+case runs its large file merges in the merge helper process (:mod:`dbsp.storage.merge_process`);
+``uring-thread`` runs them in the background merger thread instead (``merge_process_rows=None``),
+where their Python glue fights the step for the GIL. ``uring-fast`` is uring with
+``limit_allocators=False``.
 
 Each run is a forked child (fresh allocator state; the data is generated once, outside the clock);
 each round of a storage case also runs the in-memory case right after it, so the ratio compares
 neighbours on this shared, drifting machine. ``extra_info``: ``events_per_s`` (best round),
 ``memory_events_per_s`` and ``ratio_to_memory`` (median in-memory time / median on-disk time;
 target >= 0.5), ``rss_growth_mb`` (peak RSS of the child minus its RSS when forked: the parent's
-pages, data included, are not counted), ``on_disk_fraction`` (bytes of state in files at the end),
-``files_written``, ``spills``.
+pages, data included, are not counted), ``helper_private_mb`` (the merge helper's peak private
+memory, not in ``rss_growth_mb``), ``helper_jobs``, ``on_disk_fraction`` (bytes of state in
+files at the end), ``files_written`` (merge outputs and spills), ``spills``.
 
-Measured (2 vCPU shared box, two runs of 3 rounds; in memory 0.39-0.42 s = 2.8M events/s; state
-35-38 MB at the end, 70-85% of it in files; ratio = in-memory time / on-disk time):
+Measured (2 vCPU Intel Xeon with AVX-512, two runs of 5 rounds; in memory 0.31 s = 3.6M
+events/s; state 35-41 MB at the end, about 80% of it in files):
 
-==========  ===========  ==========  =============  =====================================
-case        median s     ratio       RSS growth MB  notes
-==========  ===========  ==========  =============  =====================================
-memory      0.39-0.42    1           147-159
-mmap        0.84-0.96    0.42-0.50   67-69          mapped file pages count in the RSS
-pread       1.10-1.18    0.34-0.37   51
-liburing    1.10-1.15    0.36-0.37   49-52
-uring       1.08-1.16    0.34-0.37   51
-uring-fg    0.77-0.83    0.50-0.52   41-42          merges in the step: no GIL fight
-uring-fast  0.94-0.96    0.42        86             allocators keep freed memory
-==========  ===========  ==========  =============  =====================================
+============  ==========  ===========  =======  ==========  ===========================
+case          median s    ratio        RSS MB   helper MB   notes
+============  ==========  ===========  =======  ==========  ===========================
+memory        0.31        1            131-138
+mmap          0.53-0.54   0.57-0.58    67-69    39-40       page cache outside the budget
+pread         0.65        0.48-0.49    57       24
+liburing      0.68-0.70   0.44-0.45    62       24-25
+uring         0.68        0.44-0.45    61       24          the default (``auto``)
+uring-thread  0.73-0.77   0.39-0.42    60-62    -           merges beside the step, GIL
+uring-fg      0.57-0.59   0.52-0.54    51       -           merges in the step
+uring-fast    0.61-0.62   0.49-0.50    89-92    43-44       allocators keep freed memory
+============  ==========  ===========  =======  ==========  ===========================
 
-Where the on-disk time goes (py-spy, uring): the background merger thread's file merges (reading
-pieces, the native merge per round, writing blocks: about 2x an in-memory merge per row in
-isolation, 3-4x beside a busy step) and, in the step, probes of file batches and spills.
+On the 2 vCPU AMD EPYC box of the previous runs the order of uring and uring-fg was the other
+way round (uring 0.49-0.50, uring-fg 0.48, uring-thread 0.41). What separates the cases: with
+merges in the step, a merge's inputs leave memory before the next batch arrives, so the
+accountant spills less (15 files written vs 30-37 with background merges) and fewer probes of
+the join's auction trace go to files; ``mmap`` keeps the whole 12 MiB for batches (its page
+cache is outside the budget, where the pooled backends give a quarter of it to the slab pool)
+and reads blocks as views. With the same budget for batches (15 MiB in all, of which 3.75 MiB
+pool) uring reaches 0.50.
 """
 from __future__ import annotations
 
@@ -54,10 +63,10 @@ from _workload import build_query, workload_steps  # noqa: E402
 
 N_BIDS = int(os.environ.get("DBSP_BENCH_BIDS", 1_000_000))
 N_AUCTIONS = N_BIDS // 10
-STEPS, ROUNDS = 100, 3
+STEPS, ROUNDS = 100, 5
 BUDGET = int(float(os.environ.get("DBSP_BENCH_BUDGET_MIB", 12)) * (1 << 20))
 EVENTS = N_BIDS + N_AUCTIONS
-CASES = ["memory", "mmap", "pread", "liburing", "uring", "uring-fg", "uring-fast"]
+CASES = ["memory", "mmap", "pread", "liburing", "uring", "uring-thread", "uring-fg", "uring-fast"]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +95,9 @@ def _child(data, case: str) -> dict:
         tmp = tempfile.mkdtemp(prefix="dbsp-bench-storage-")
         backend = case.split("-")[0]
         storage = StorageConfig(tmp, memory_budget_bytes=BUDGET, backend=backend,
-                                limit_allocators=case != "uring-fast")
+                                limit_allocators=case != "uring-fast",
+                                merge_process_rows=None if case in ("uring-thread", "uring-fg")
+                                else 65536)
     with dbsp.Circuit(storage=storage) as c:
         auctions, bids, out = build_query(c)
         t0 = time.perf_counter()
@@ -104,7 +115,12 @@ def _child(data, case: str) -> dict:
                 else:
                     in_memory += b.nbytes_in_memory
         stats = c.storage_stats()
-    return {"seconds": seconds, "rss_growth_mb": (_status_kib("VmHWM") - rss0) / 1024,
+        from dbsp.storage.merge_process import helpers_stats
+        helpers = helpers_stats()
+    return {"helper_private_mb": max([h.get("private_peak_bytes", 0) for h in helpers],
+                                     default=0) / (1 << 20),
+            "helper_jobs": sum(h.get("jobs", 0) for h in helpers),
+            "seconds": seconds, "rss_growth_mb": (_status_kib("VmHWM") - rss0) / 1024,
             "on_disk_fraction":
         in_files / max(in_files + in_memory, 1), "state_mb": (in_files + in_memory) / 1e6,
         "files_written": sum(w["files_written"] for w in stats.get("workers", [])),
@@ -157,7 +173,9 @@ def test_join_avg_state_in_memory_vs_on_disk(benchmark, data, case):
             "events_per_s": EVENTS / min(secs), "median_s": statistics.median(secs),
             "rss_growth_mb": max(r["rss_growth_mb"] for r in runs),
             "state_mb": last["state_mb"], "on_disk_fraction": last["on_disk_fraction"],
-            "files_written": last["files_written"], "spills": last["spills"]}
+            "files_written": last["files_written"], "spills": last["spills"],
+            "helper_private_mb": max(r["helper_private_mb"] for r in runs),
+            "helper_jobs": last["helper_jobs"]}
     if base:
         bsecs = [r["seconds"] for r in base]
         info["memory_events_per_s"] = EVENTS / min(bsecs)
