@@ -167,6 +167,38 @@ def test_accountant_spills_largest_batches_and_keeps_the_state(tmp_path):
     assert sp.compact().to_memory().to_dict() == want
 
 
+def test_accountant_spills_never_probed_batches_before_probed_ones(tmp_path):
+    """A batch that probes read (a join's hot side) stays in memory while batches nobody
+    probed can go, even those a merge is about to take."""
+    from dbsp.trace.spine import Merger
+    cfg = StorageConfig(str(tmp_path), memory_budget_bytes=64 << 20, backend="pread",
+                        block_size=4096, cache_bytes=64 << 10, min_file_rows=1 << 30,
+                        min_spill_bytes=0, min_free_bytes=0)
+    st_ = WorkerStorage(cfg, 0)
+    acct = st_.accountant
+    m = Merger(name="paused")
+    m.pause()  # merges are owed, none runs
+    try:
+        cold = Spine(name="cold", storage=st_, merger=m, fanout=4)
+        hot = Spine(name="hot", storage=st_, merger=m, fanout=4)
+        for b in _batches(4, 2000, seed=3):
+            cold.insert(b)
+        hot.insert(_batches(1, 8000, seed=4)[0])
+        hb = hot.batches()[0]
+        hb.hits = 10_000  # probed
+        cold_bytes = sum(b.nbytes_in_memory for b in cold.batches())
+        assert all(not b.is_file for b in cold.batches()) and acct.spills == 0
+        # spilling half of the cold spine is enough to get under 80% of the budget
+        acct.budget = int((hb.nbytes_in_memory + cold_bytes // 2) / 0.8)
+        assert acct.over()
+        acct.relieve()
+        assert not hot.batches()[0].is_file
+        assert any(b.is_file for b in cold.batches())
+        assert acct.used <= acct.budget * 0.8
+    finally:
+        m.shutdown(wait=False)
+
+
 def test_files_are_deleted_when_batches_are_merged_away(tmp_path):
     cfg = StorageConfig(str(tmp_path), backend="pread", block_size=4096, min_file_rows=1,
                         min_free_bytes=0, merge_chunk_rows=500)

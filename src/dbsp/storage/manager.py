@@ -249,13 +249,17 @@ class MemoryAccountant:
                             if nb >= self.min_spill_bytes and nb > 0:
                                 heat = getattr(b, "hits", 0) / nb
                                 soon = _level(len(b), sp.fanout) in owing
-                                cands.append((soon, heat, -nb, id(b), b, sp))
+                                cands.append((heat > 0, soon, heat, -nb, id(b), b, sp))
                     if not cands:
                         break
-                    # batches a merge will take soon last (the merge frees them, often into a
-                    # file), then the coldest per byte, then the largest
-                    cands.sort(key=lambda c: c[:4])
-                    for _, _, nb, _, b, sp in cands:
+                    # batches no probe ever read first, and of those the ones a merge will take
+                    # soon last (the merge frees them, often into a file); then the coldest per
+                    # byte, then the largest. A probed batch spilled costs block reads in every
+                    # later step that probes it; a cold one owed a merge costs one write (measured
+                    # on the storage workload: with "soon" first, the join's auction trace, probed
+                    # by every step's bids, went to disk whenever a merge of the bid trace ran)
+                    cands.sort(key=lambda c: c[:5])
+                    for _, _, _, nb, _, b, sp in cands:
                         nb = -nb
                         if self.used <= target:
                             break
