@@ -23,30 +23,29 @@ pages, data included, are not counted), ``helper_private_mb`` (the merge helper'
 memory, not in ``rss_growth_mb``), ``helper_jobs``, ``on_disk_fraction`` (bytes of state in
 files at the end), ``files_written`` (merge outputs and spills), ``spills``.
 
-Measured (2 vCPU Intel Xeon with AVX-512, two runs of 5 rounds; in memory 0.31 s = 3.6M
-events/s; state 35-41 MB at the end, about 80% of it in files):
+Measured (2 vCPU Intel Xeon with AVX-512, two runs of 5 rounds; in memory 0.30-0.31 s = 3.6M
+events/s; state 35-43 MB at the end, about 80% of it in files):
 
 ============  ==========  ===========  =======  ==========  ===========================
 case          median s    ratio        RSS MB   helper MB   notes
 ============  ==========  ===========  =======  ==========  ===========================
-memory        0.31        1            131-138
-mmap          0.53-0.54   0.57-0.58    67-69    39-40       page cache outside the budget
-pread         0.65        0.48-0.49    57       24
-liburing      0.68-0.70   0.44-0.45    62       24-25
-uring         0.68        0.44-0.45    61       24          the default (``auto``)
-uring-thread  0.73-0.77   0.39-0.42    60-62    -           merges beside the step, GIL
-uring-fg      0.57-0.59   0.52-0.54    51       -           merges in the step
-uring-fast    0.61-0.62   0.49-0.50    89-92    43-44       allocators keep freed memory
+memory        0.30-0.31   1            140-150
+mmap          0.47        0.65-0.66    66       39-40       page cache outside the budget
+pread         0.53-0.56   0.56-0.58    56-57    23-24
+liburing      0.53        0.57-0.59    56-57    23-24
+uring         0.51-0.54   0.56-0.59    56       23-24       the default (``auto``)
+uring-thread  0.77-0.83   0.37-0.39    60-61    -           merges beside the step, GIL
+uring-fg      0.58-0.59   0.52-0.54    51-52    -           merges in the step
+uring-fast    0.48-0.50   0.62-0.63    87       42-45       allocators keep freed memory
 ============  ==========  ===========  =======  ==========  ===========================
 
-On the 2 vCPU AMD EPYC box of the previous runs the order of uring and uring-fg was the other
-way round (uring 0.49-0.50, uring-fg 0.48, uring-thread 0.41). What separates the cases: with
-merges in the step, a merge's inputs leave memory before the next batch arrives, so the
-accountant spills less (15 files written vs 30-37 with background merges) and fewer probes of
-the join's auction trace go to files; ``mmap`` keeps the whole 12 MiB for batches (its page
-cache is outside the budget, where the pooled backends give a quarter of it to the slab pool)
-and reads blocks as views. With the same budget for batches (15 MiB in all, of which 3.75 MiB
-pool) uring reaches 0.50.
+What separates them: the join's auction trace (probed by every step's bids) must stay in
+memory; the accountant spills batches no probe has read first (before that rule, a merge of the
+bid trace running in the helper left only the auction trace to spill, and uring fell to
+0.44-0.45). ``mmap`` keeps the whole 12 MiB budget for batches (its page cache is outside the
+budget, where the pooled backends give a quarter of it to the slab pool) and reads blocks as
+views. Merges in the merger thread lose a third of the throughput to the GIL; merges in the
+step spill least (15 files written vs 45-58) but the step does them.
 """
 from __future__ import annotations
 
