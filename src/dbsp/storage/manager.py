@@ -418,7 +418,7 @@ class WorkerStorage:
             if to_file and self.config.merge_process_rows is not None and \
                     rows >= self.config.merge_process_rows:
                 out = self._merge_in_helper(parts, name, size)
-            if out is _NOT_DONE:  # here
+            if out is _NOT_DONE:  # in this thread: small, in memory, or no helper to take it
                 if not to_file and not files and size <= self.config.round_bytes:
                     out = sum_batches(parts)  # small: one native merge (holds ~3x its input)
                 else:  # in bounded rounds, into a file or (when it fits) into memory
@@ -448,13 +448,8 @@ class WorkerStorage:
                 return _NOT_DONE
         if path is None:
             return None
-        from ..trace.file_batch import BatchFile
-        p = parts[0]
-        kc, vc = (p.kcodec, p.vcodec) if p.indexed else (p.codec, None)
-        bf = BatchFile(path, self.backend, kcodec=kc, vcodec=vc, accountant=self.accountant)
-        self.files_written += 1
-        self.bytes_written += bf.file_bytes
-        return bf.batch()
+        from ..trace.file_batch import batch_codecs, open_written
+        return open_written(self, path, *batch_codecs(parts[0]))
 
     def writer_options(self) -> dict:
         c = self.config

@@ -707,6 +707,21 @@ class FileBatchCursor:
 
 # --- writing -----------------------------------------------------------------------------------------
 
+def batch_codecs(proto) -> tuple:
+    """``(key codec, value codec or None)`` of the batches like ``proto``."""
+    return (proto.kcodec, proto.vcodec) if proto.indexed else (proto.codec, None)
+
+
+def open_written(storage, path: str, kcodec, vcodec):
+    """The batch of a file just written for ``storage`` (by a sink here or by the worker's merge
+    helper), counted in its statistics and its resident memory in the accountant."""
+    storage.files_written += 1
+    bf = BatchFile(path, storage.backend, kcodec=kcodec, vcodec=vcodec,
+                   accountant=storage.accountant)
+    storage.bytes_written += bf.file_bytes
+    return bf.batch()
+
+
 class BatchFileSink:
     """Writes consolidated in-memory pieces, in order, into one new batch file.
 
@@ -717,8 +732,8 @@ class BatchFileSink:
         self.storage = storage
         self.indexed = bool(proto.indexed)
         self.path = storage.new_path()
+        self.kcodec, self.vcodec = batch_codecs(proto)
         if self.indexed:
-            self.kcodec, self.vcodec = proto.kcodec, proto.vcodec
             kcode = "u64" if self.kcodec.u64 else "var"
             kcode = _codes_kind(proto, "k", kcode)
             vcode = _codes_kind(proto, "v", "u64" if self.vcodec.u64 else "var")
@@ -727,7 +742,6 @@ class BatchFileSink:
             md = {"kind": "indexed", "kcodec": _schema_b64(self.kcodec.fields),
                   "vcodec": _schema_b64(self.vcodec.fields)}
         else:
-            self.kcodec, self.vcodec = proto.codec, None
             kcode = _codes_kind(proto, "k", "u64" if self.kcodec.u64 else "var")
             specs = [LayerSpec(kcode, proto.schema, weights=True)]
             md = {"kind": "zset", "kcodec": _schema_b64(self.kcodec.fields)}
@@ -787,14 +801,8 @@ class BatchFileSink:
         """Close the file and return a file batch over it (None if nothing was written; the
         file is then removed)."""
         path = self.finish_path()
-        if path is None:
-            return None
-        st = self.storage
-        st.files_written += 1
-        bf = BatchFile(path, st.backend, kcodec=self.kcodec, vcodec=self.vcodec,
-                       accountant=st.accountant)
-        st.bytes_written += bf.file_bytes
-        return bf.batch()
+        return None if path is None else open_written(self.storage, path, self.kcodec,
+                                                      self.vcodec)
 
     def abort(self) -> None:
         self.w.abort()
