@@ -126,12 +126,14 @@ class Circuit:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if runtime not in ("threads", "processes"):
             raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
+        self.runtime = runtime
+        self.workers = workers
         self.storage = as_storage_config(storage)
         self._worker_storage: dict = {}
         if self.storage is not None:
             import os
             os.makedirs(self.storage.dir, exist_ok=True)
-            if runtime == "threads" or workers == 1:  # worker processes start their own
+            if not self._worker_processes:  # worker processes build their own, after the fork
                 # set up now, not in the first step: merge helpers (forked before the storage
                 # opens its ring and pool, which a helper builds for itself), then each worker's
                 # storage (imports, Bloom parameters, backend: ~40 ms that otherwise land in the
@@ -142,9 +144,7 @@ class Circuit:
                     start_helper(self.storage, w)
                 self._worker_storage = {w: WorkerStorage(self.storage, w)
                                         for w in range(workers)}
-        self.runtime = runtime
         self.name = name
-        self.workers = workers
         self.nodes: list[Node] = []
         self.inputs: dict[str, Any] = {}
         self.outputs: list[Any] = []
@@ -194,13 +194,18 @@ class Circuit:
 
     # -- running --------------------------------------------------------------------------
     @property
+    def _worker_processes(self) -> bool:
+        """Whether the workers run in processes of their own (one worker runs here)."""
+        return self.runtime == "processes" and self.workers > 1
+
+    @property
     def running(self) -> bool:
         return self._executor is not None
 
     def _start(self) -> None:
         from ..runtime.memory import tune_malloc
         tune_malloc()
-        if self.runtime == "processes" and self.workers > 1:
+        if self._worker_processes:
             from ..runtime.process import ProcessPool
             # each worker process has its own accountant: it gets an equal share of the budget
             cfg = None if self.storage is None else self.storage.share(self.workers)
