@@ -8,8 +8,19 @@ import pyarrow as pa
 import pytest
 
 from dbsp.storage.backend import available_backends, make_backend
+from dbsp.storage.config import StorageConfig
 
 BACKENDS = ["mmap", "pread", "liburing", "uring"]
+
+
+def tiny(root, backend: str = "auto", **kw) -> StorageConfig:
+    """Everything goes to files: a 16 KiB budget (all but nothing spills), merges of 3 rows or
+    more write files, read 2 rows at a time (so keys split across pieces), 4 KiB blocks."""
+    opts = dict(memory_budget_bytes=16 << 10, backend=backend, block_size=4096,
+                min_file_rows=3, min_spill_bytes=0, merge_chunk_rows=2, cache_bytes=1 << 20,
+                min_free_bytes=0)
+    opts.update(kw)
+    return StorageConfig(str(root), **opts)
 
 
 def backend_or_skip(kind: str, **kw):

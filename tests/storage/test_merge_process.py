@@ -1,6 +1,7 @@
 """File merges in a helper process (dbsp.storage.merge_process): the same results as merges in
 the merger thread, the helper really takes the merges, a killed helper costs nothing but speed,
-and closing circuits with several helpers never waits for ever."""
+and closing circuits with several helpers never waits for ever. (The operator tests of
+``test_spill.py`` run their random cases with merges in the helper and in the thread.)"""
 from __future__ import annotations
 
 import os
@@ -9,17 +10,11 @@ import signal
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from dbsp import Circuit
 from dbsp.storage import merge_process as mp
 from dbsp.storage.config import StorageConfig
-from dbsp.testing import reference as ref
-from dbsp.testing import strategies as S
-from dbsp.testing.harness import check_steps
-
-HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
+from storage_helpers import tiny
 
 L = pa.schema([pa.field("k", pa.int64()), pa.field("a", pa.string())])
 R = pa.schema([pa.field("k", pa.int64()), pa.field("b", pa.int64())])
@@ -27,11 +22,7 @@ R = pa.schema([pa.field("k", pa.int64()), pa.field("b", pa.int64())])
 
 def helper_config(root, **kw) -> StorageConfig:
     """Every merge of 3 rows or more writes a file, and every one of them goes to the helper."""
-    opts = dict(memory_budget_bytes=16 << 10, block_size=4096, min_file_rows=3,
-                min_spill_bytes=0, merge_chunk_rows=2, cache_bytes=1 << 20, min_free_bytes=0,
-                merge_process_rows=3)
-    opts.update(kw)
-    return StorageConfig(str(root), **opts)
+    return tiny(root, **dict({"merge_process_rows": 3}, **kw))
 
 
 def _join(l, r):
@@ -89,17 +80,22 @@ def test_killed_helper_merges_fall_back_to_the_thread(tmp_path, caplog):
     assert "merge helper of worker 0 failed" in caplog.text
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=HC)
-@given(data=st.data())
-def test_joins_with_helper_merges_random(tmp_path_factory, workers, data):
-    ls = pa.schema([data.draw(S.fields("k")), data.draw(S.fields("a"))])
-    rs = pa.schema([pa.field("k", ls.field("k").type), data.draw(S.fields("b"))])
-    steps = [{"l": l, "r": r} for l, r in zip(data.draw(S.deltas(ls, steps=8, max_rows=8)),
-                                              data.draw(S.deltas(rs, steps=8, max_rows=8)))]
-    check_steps(workers, {"l": ls, "r": rs}, _join, lambda l, r: ref.join(l, r, [0], [0]),
-                steps, storage=helper_config(tmp_path_factory.mktemp("h")))
-
-
 def test_helpers_off(tmp_path):
     got, stats, _ = _run(helper_config(tmp_path, merge_process_rows=None), _steps(3, seed=5))
     assert stats == [] and got
+
+
+def test_fork_refused_merges_in_the_thread(tmp_path, monkeypatch, caplog):
+    import gc
+
+    def refuse():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refuse)
+    steps = _steps(6, seed=6)
+    want, _, _ = _run(None, steps)
+    with caplog.at_level("WARNING", logger="dbsp.storage"):
+        got, stats, _ = _run(helper_config(tmp_path), steps)
+    assert got == want and stats == []
+    assert gc.get_freeze_count() == 0  # the parent's heap is not left frozen
+    assert "cannot start a merge helper" in caplog.text

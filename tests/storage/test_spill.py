@@ -24,18 +24,13 @@ from dbsp.testing import strategies as S
 from dbsp.testing.harness import check_steps
 from dbsp.trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from dbsp.trace.spine import Spine
+from storage_helpers import tiny
 
 HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
 
 
-def tiny(root, backend: str = "auto", **kw) -> StorageConfig:
-    """Everything goes to files: a 16 KiB budget (all but nothing spills), merges of 3 rows or
-    more write files, read 2 rows at a time (so keys split across pieces), 4 KiB blocks."""
-    opts = dict(memory_budget_bytes=16 << 10, backend=backend, block_size=4096,
-                min_file_rows=3, min_spill_bytes=0, merge_chunk_rows=2, cache_bytes=1 << 20,
-                min_free_bytes=0)
-    opts.update(kw)
-    return StorageConfig(str(root), **opts)
+# where file merges run: the merger thread, or the merge helper process for every one of them
+MERGES_IN = st.sampled_from([None, 3]).map(lambda rows: {"merge_process_rows": rows})
 
 
 def _ix(s, key=("k",)):
@@ -75,7 +70,7 @@ def test_joins_with_storage_random(tmp_path_factory, workers, data):
             "left_join": lambda l, r: ref.left_join(l, r, [0], [0], 1),
             "antijoin": lambda l, r: ref.antijoin(l, r, [0], [0])}[kind]
     check_steps(workers, {"l": ls, "r": rs}, build, want, steps,
-                storage=tiny(tmp_path_factory.mktemp("j")))
+                storage=tiny(tmp_path_factory.mktemp("j"), **data.draw(MERGES_IN)))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=HC)
@@ -83,7 +78,7 @@ def test_joins_with_storage_random(tmp_path_factory, workers, data):
 def test_distinct_with_storage_random(tmp_path_factory, workers, schema, data):
     steps = [{"t": d} for d in data.draw(S.deltas(schema, steps=8, max_rows=8))]
     check_steps(workers, {"t": schema}, lambda t: t.distinct(), ref.distinct, steps,
-                storage=tiny(tmp_path_factory.mktemp("d")))
+                storage=tiny(tmp_path_factory.mktemp("d"), **data.draw(MERGES_IN)))
 
 
 AGGS = [{"n": ("count", None), "s": ("sum", "x"), "a": ("avg", "x")},
@@ -98,7 +93,7 @@ def test_aggregates_with_storage_random(tmp_path_factory, workers, aggs, data):
     specs = [(k, A.names.index(c) - 1 if c else None) for k, c in aggs.values()]
     check_steps(workers, {"t": A}, lambda t: _ix(t).aggregate(aggs),
                 lambda t: ref.aggregate(t, [0], specs), steps,
-                storage=tiny(tmp_path_factory.mktemp("a")))
+                storage=tiny(tmp_path_factory.mktemp("a"), **data.draw(MERGES_IN)))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=HC)
@@ -107,15 +102,15 @@ def test_topk_with_storage_random(tmp_path_factory, workers, k, desc, data):
     steps = [{"t": d} for d in data.draw(S.deltas(A, steps=8, max_rows=8, valid=True))]
     check_steps(workers, {"t": A}, lambda t: _ix(t).topk(k, ["x"], descending=desc),
                 lambda t: ref.topk(t, [0], k, [0], desc), steps,
-                storage=tiny(tmp_path_factory.mktemp("t")))
+                storage=tiny(tmp_path_factory.mktemp("t"), **data.draw(MERGES_IN)))
 
 
 def test_join_with_storage_on_worker_processes(tmp_path):
     steps = [{"l": {(i % 5, f"x{i}"): 1 for i in range(30)}, "r": {(i, i): 1 for i in range(5)}},
              {"l": {(i % 5, f"x{i}"): -1 for i in range(0, 30, 2)}, "r": {(2, 7): 1}}]
     check_steps(2, {"l": L, "r": R}, lambda l, r: _ix(l).join(_ix(r)),
-                lambda l, r: ref.join(l, r, [0], [0]), steps, storage=tiny(tmp_path),
-                runtime="processes")
+                lambda l, r: ref.join(l, r, [0], [0]), steps,
+                storage=tiny(tmp_path, merge_process_rows=3), runtime="processes")
     assert sorted(os.listdir(tmp_path)) == ["worker-0", "worker-1"]
 
 

@@ -14,9 +14,9 @@ another core while the step runs here.
 Design
 ------
 One helper per worker storage, forked when the circuit is built (:func:`start_helper`) and
-stopped when it closes; storage used outside a circuit merges in its thread. A fork starts at once and shares the parent's loaded modules
-(an interpreter started afresh took ~0.2 s of a core to import dbsp: a third of a 1M-event
-benchmark run). The helper never touches what the parent's other threads held at the fork: it
+stopped when it closes; storage used outside a circuit merges in its thread. A fork starts at
+once and shares the parent's loaded modules (an interpreter started afresh took ~0.2 s of a core
+to import dbsp: a third of a 1M-event benchmark run). The helper never touches what the parent's other threads held at the fork: it
 builds a :class:`~dbsp.storage.manager.WorkerStorage` of the same config and worker with its own
 backend and pool (the storage module resets its per-process caches in a forked child), skips the
 temporaries cleanup (the files are the parent's), and runs only the merge code.
@@ -43,11 +43,11 @@ Memory: the helper shares the parent's pages until either writes them. What it a
 anonymous private memory (``Private_Dirty``): one merge's rounds (``merge_round_bytes`` times
 about three), a 16-block pool, and the inherited pages it writes: its allocations land in the
 free slots of inherited heap pages and touched objects get their reference counts written, so
-about 40 MB of the parent's heap is copied in its first merge; measured 57-60 MiB at its peak on
-the 4x-budget test (``tests/storage/test_larger_than_memory.py``). The parent freezes its
+about 40 MB of the parent's heap is copied in its first merge; measured 57-66 MiB at its peak on
+the 4x-budget test (23-45 MiB on the 1M-event storage benchmark) (``tests/storage/test_larger_than_memory.py``). The parent freezes its
 objects for the fork (``gc.freeze``) so the helper's collector never walks, and copies, the
-whole inherited heap. ``merge_process_rows=None`` trades that memory back for the GIL fight. The budget bounds the parent's
-batches; the helper's share is part of the fixed overhead reported by
+whole inherited heap. ``merge_process_rows=None`` trades that memory back for the GIL fight.
+The budget bounds the parent's batches; the helper's share is part of the fixed overhead reported by
 ``tests/storage/test_larger_than_memory.py``.
 """
 from __future__ import annotations
@@ -88,10 +88,14 @@ class MergeHelper:
         gc.freeze()
         try:
             pid = os.fork()
-        finally:
-            if pid != 0:
-                gc.unfreeze()
-        if pid == 0:  # the helper: serve until the parent goes away, never return
+        except BaseException:
+            gc.unfreeze()
+            parent.close()
+            child.close()
+            raise
+        if pid != 0:
+            gc.unfreeze()
+        else:  # the helper: serve until the parent goes away, never return
             code = 0
             try:
                 parent.close()
@@ -117,10 +121,6 @@ class MergeHelper:
                         "thread from now on", self.worker, e)
         self.failed = True
 
-    @property
-    def usable(self) -> bool:
-        return not self.failed
-
     def merge(self, parts: Sequence, name: str) -> Optional[str]:
         """Merge ``parts`` into a new file; its path (None if everything cancelled). Raises
         :class:`HelperFailed` when the helper cannot do it (the caller merges itself).
@@ -131,7 +131,7 @@ class MergeHelper:
         descs = [("file", b.path, b.k0, b.k1) if getattr(b, "is_file", False) else
                  ("mem", len(b), b.num_keys, b.nbytes_in_memory, bool(b.indexed)) for b in parts]
         with self._lock:
-            if not self.usable:
+            if self.failed:
                 raise HelperFailed("merge helper not available")
             try:
                 wire.send(self.sock, ("merge", name, descs))
@@ -210,7 +210,7 @@ def helper_for(storage: Any) -> Optional[MergeHelper]:
     must not start one again), after it failed, or when the config turns helpers off."""
     with _helpers_lock:
         h = _helpers.get((os.getpid(), storage.config.dir, storage.worker))
-    return h if h is not None and h.usable else None
+    return h if h is not None and not h.failed else None
 
 
 def helpers_stats() -> list[dict]:
@@ -220,24 +220,18 @@ def helpers_stats() -> list[dict]:
     return [dict(h.stats(), jobs=h.jobs, worker=h.worker) for h in hs if not h.failed]
 
 
-def stop_helpers(config: Any) -> None:
-    """Stop this process's helpers of ``config``'s directory (a circuit closing)."""
-    if config is None:
-        return
+def stop_helpers(config: Any = None) -> None:
+    """Stop this process's helpers of ``config``'s directory (a circuit closing), or all of
+    them (``None``: at exit)."""
     with _helpers_lock:
-        keys = [k for k in _helpers if k[0] == os.getpid() and k[1] == config.dir]
+        keys = [k for k in _helpers if k[0] == os.getpid() and
+                (config is None or k[1] == config.dir)]
         hs = [_helpers.pop(k) for k in keys]
     for h in hs:
         h.close()
 
 
-@atexit.register
-def _close_all() -> None:
-    with _helpers_lock:
-        hs = [h for (pid, _, _), h in _helpers.items() if pid == os.getpid()]
-        _helpers.clear()
-    for h in hs:
-        h.close()
+atexit.register(stop_helpers)
 
 
 # --- the helper's side ------------------------------------------------------------------------------
