@@ -95,8 +95,8 @@ def _child(data, case: str) -> dict:
         backend = case.split("-")[0]
         storage = StorageConfig(tmp, memory_budget_bytes=BUDGET, backend=backend,
                                 limit_allocators=case != "uring-fast",
-                                merge_process_rows=None if case in ("uring-thread", "uring-fg")
-                                else 65536)
+                                **({"merge_process_rows": None}
+                                   if case in ("uring-thread", "uring-fg") else {}))
     with dbsp.Circuit(storage=storage) as c:
         auctions, bids, out = build_query(c)
         t0 = time.perf_counter()
