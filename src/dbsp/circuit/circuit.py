@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -48,6 +48,9 @@ class Node:
     type: Any
     strict: bool = False
     kind: str = "op"  # "input", "output", "op"
+    #: facts about the operator the planner reads (``index_key``, ``exchange``): see
+    #: :mod:`dbsp.circuit.placement`
+    info: dict = field(default_factory=dict)
 
 
 class CircuitError(RuntimeError):
@@ -57,12 +60,15 @@ class CircuitError(RuntimeError):
 class Replica:
     """One worker's instance of a circuit: operator instances plus the step loop."""
 
-    def __init__(self, nodes: list[Node], ctx: WorkerContext):
+    def __init__(self, nodes: list[Node], ctx: WorkerContext,
+                 local_exchanges: frozenset = frozenset()):
         from ..storage.manager import use_storage
         self.nodes = nodes
         self.ctx = ctx
         with use_storage(ctx.storage):  # every spine the operators build gets this storage
             self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
+        for i in local_exchanges:  # their input arrives sharded (dbsp.circuit.placement)
+            self.ops[i].local = True
         self.values: list[Any] = [None] * len(nodes)
         self.timing = np.zeros(len(nodes), dtype=np.float64)
 
@@ -151,6 +157,7 @@ class Circuit:
         self._transport = transport
         self._replicas: Optional[list[Replica]] = None
         self._executor: Any = None
+        self._placement: Any = None
         self.steps = 0
         self._broken: Optional[BaseException] = None
 
@@ -204,19 +211,22 @@ class Circuit:
 
     def _start(self) -> None:
         from ..runtime.memory import tune_malloc
+        from .placement import plan
         tune_malloc()
+        self._placement = plan(self.nodes, self.workers)
+        local = self._placement.local_exchanges
         if self._worker_processes:
             from ..runtime.process import ProcessPool
             # each worker process has its own accountant: it gets an equal share of the budget
             cfg = None if self.storage is None else self.storage.share(self.workers)
             self._executor = ProcessPool(self.nodes, self.workers,
-                                         functools.partial(make_worker_context, cfg))
+                                         functools.partial(make_worker_context, cfg), local)
             return
         from ..runtime.exchange import InProcTransport
         transport = self._transport or InProcTransport(self.workers)
         self._replicas = [Replica(self.nodes,
                                   make_worker_context(self.storage, w, self.workers, transport,
-                                                      self._worker_storage.get(w)))
+                                                      self._worker_storage.get(w)), local)
                           for w in range(self.workers)]
         self._executor = _ThreadPool(self._replicas, transport)
 
@@ -229,8 +239,9 @@ class Circuit:
             self._start()
         W = self.workers
         per_worker: list[dict] = [{} for _ in range(W)]
+        keys = self._placement.input_keys
         for inp in self.inputs.values():
-            for w, part in enumerate(inp._split(W)):
+            for w, part in enumerate(inp._split(W, keys.get(inp.node))):
                 if part is not None:
                     per_worker[w][inp.node] = part
         try:

@@ -3,7 +3,8 @@
 Each worker hashes the codes of its batch (:func:`dbsp.algebra.kernels.shard`, the same function
 in every process), splits the batch into one part per worker, and swaps parts through the
 circuit's transport. Received parts are sorted runs, so they are combined by one k-way merge.
-With one worker the operator passes its input through.
+With one worker, or when its input arrives already sharded by the same hash (an input the
+driver dealt by this key, :mod:`dbsp.circuit.placement`), the operator passes its input through.
 """
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ class ExchangeOperator(Operator):
     def __init__(self, ctx, type_):
         super().__init__(ctx)
         self.type = type_
+        #: set by the replica when the input arrives already sharded by this exchange's hash
+        #: (an input dealt by key at the driver, :mod:`dbsp.circuit.placement`)
+        self.local = False
 
     def eval(self, value):
         W = self.ctx.workers
-        if W == 1:
+        if W == 1 or self.local:
             return value if isinstance(self.type, IndexedType) else value.consolidate()
         if isinstance(self.type, IndexedType):
             parts = _split_indexed(value, W)
@@ -62,8 +66,10 @@ def _split_zset(z: OrdZSet, W: int) -> list:
 
 
 def shard(stream):
-    return stream.circuit.add_node("exchange", lambda ctx: ExchangeOperator(ctx, stream.type),
-                                   [stream], stream.type)
+    out = stream.circuit.add_node("exchange", lambda ctx: ExchangeOperator(ctx, stream.type),
+                                  [stream], stream.type)
+    stream.circuit.nodes[out.node].info["exchange"] = True
+    return out
 
 
 __all__ = ["shard", "ExchangeOperator"]

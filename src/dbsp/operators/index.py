@@ -40,8 +40,10 @@ def index_by(stream, key: Sequence[str]):
         raise ValueError(f"duplicate key columns {key}")
     t = IndexedType(pa.schema([schema.field(k) for k in key]),
                     pa.schema([f for f in schema if f.name not in key]))
-    return stream.circuit.add_node(f"index_by{key}", lambda ctx: IndexOperator(ctx, key, t),
-                                   [stream], t)
+    out = stream.circuit.add_node(f"index_by{key}", lambda ctx: IndexOperator(ctx, key, t),
+                                  [stream], t)
+    stream.circuit.nodes[out.node].info["index_key"] = tuple(key)
+    return out
 
 
 def flatten(stream):

@@ -3,8 +3,9 @@
 Every push is validated and converted to the input's schema *when it is made*
 (:func:`dbsp.algebra.schema.conform`); a refused push raises :class:`InputError` naming the
 input, column and row, and leaves the pending data and the circuit untouched. At the next step
-the pending rows are split into one contiguous slice per worker (no hashing: the operators that
-need co-located keys re-shard themselves).
+the pending rows are split into one part per worker: by the hash of the key of the exchange the
+input feeds (:mod:`dbsp.circuit.placement`), else in contiguous slices (the operators that need
+co-located keys re-shard themselves).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..algebra.schema import InputError, conform, concat_batches
+from ..algebra.schema import InputError, conform, concat_batches, take
+from ..circuit.placement import deal
 from ..circuit.operator import Operator
 from ..circuit.stream import Stream
 from ..circuit.types import ZSetType
@@ -76,13 +78,18 @@ class InputStream(Stream):
     def pending_rows(self) -> int:
         return self._pending_rows
 
-    def _split(self, workers: int) -> list:
-        """Take the pending rows: one contiguous slice per worker (None where empty)."""
+    def _split(self, workers: int, key: Optional[tuple] = None) -> list:
+        """Take the pending rows: one part per worker (None where empty), dealt by the hash of
+        ``key`` (column names, key schema) when the circuit's placement gives one
+        (:mod:`dbsp.circuit.placement`), else contiguous slices."""
         parts, self._pending, self._pending_rows = self._pending, [], 0
         if not parts:
             return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
         w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        if workers > 1 and key is not None:
+            return [ZSet(take(data, idx), w[idx]) if len(idx) else None
+                    for idx in deal(data, key, workers)]
         bounds = np.linspace(0, data.num_rows, workers + 1).astype(np.int64)
         out = []
         for i in range(workers):

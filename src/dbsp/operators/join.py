@@ -175,8 +175,11 @@ def _recode(stream, ks: pa.Schema, other: pa.Schema):
     if target == ks:
         return stream
     vs = stream.val_schema
-    return stream.circuit.add_node("recode_keys", lambda ctx: RecodeKeysOperator(ctx, target, vs),
-                                   [stream], IndexedType(target, vs))
+    out = stream.circuit.add_node("recode_keys",
+                                  lambda ctx: RecodeKeysOperator(ctx, target, vs),
+                                  [stream], IndexedType(target, vs))
+    stream.circuit.nodes[out.node].info["recode_keys"] = True
+    return out
 
 
 def prepare(left, right, what: str):

@@ -1,0 +1,81 @@
+"""Input placement: deal each input's rows to the workers by the key its first exchange uses.
+
+Every operator is correct whatever rows a worker holds; the ones that need keys together (join,
+aggregate, distinct, top-k) put an exchange in front of themselves. The exchange is the costly
+part of a multi-worker step: every worker splits its batch, serialises a part for every other
+worker, waits for the slowest one, and merges what it received. When the rows of an input reach
+an exchange only through ``index_by(key)``, the driver can instead deal the input's rows by the
+hash of that same key when it splits the step's input (the codes and the hash are the very ones
+the exchange computes, :func:`dbsp.algebra.kernels.shard` over the key codec's codes). Every key
+then already lives on the worker the exchange would send it to, and that exchange passes its
+input through: no split, no transfer, no wait.
+
+:func:`plan` picks, for each input of the top-level circuit, the key used by the most exchanges
+directly downstream of an ``index_by`` of it (ties: the first built), and names the exchanges
+that this makes local (also through a join's ``recode_keys``, which only widens the key's
+nullability: the driver then encodes with the widened schema). Exchanges over other keys, over streams derived further (a map, a join
+output), and inside nested circuits are unaffected. With one worker there is nothing to place.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Placement:
+    #: input node id -> ``(key column names, key schema at the exchange)`` its rows are dealt by
+    input_keys: dict = field(default_factory=dict)
+    #: exchange node ids whose input arrives already sharded (they pass it through)
+    local_exchanges: frozenset = frozenset()
+
+
+def plan(nodes: Sequence, workers: int) -> Placement:
+    """The placement of the inputs of ``nodes`` (a frozen circuit's node list)."""
+    if workers <= 1:
+        return Placement()
+    uses: dict = defaultdict(list)  # input id -> [((names, key schema), exchange id)]
+    for e in nodes:
+        if not e.info.get("exchange") or not e.inputs:
+            continue
+        src = nodes[e.inputs[0]]
+        if src.info.get("recode_keys"):  # a join aligning key nullability: same columns
+            src = nodes[src.inputs[0]]
+        names = src.info.get("index_key")
+        if names is None or nodes[src.inputs[0]].kind != "input":
+            continue
+        # the exchange hashes codes of its own key schema (nullability included)
+        uses[src.inputs[0]].append(((names, e.type.key), e.id))
+    keys: dict = {}
+    local: set = set()
+    for inp, us in uses.items():
+        counts = Counter(k for k, _ in us)
+        best = max(counts.values())
+        key = next(k for k, _ in us if counts[k] == best)
+        keys[inp] = key
+        local.update(e for k, e in us if k == key)
+    return Placement(keys, frozenset(local))
+
+
+def deal(data: pa.RecordBatch, key: tuple, workers: int) -> list:
+    """Row indices of ``data`` for each worker, by the hash of ``key`` = ``(column names, key
+    schema)`` as the exchange after ``index_by(names)`` computes it."""
+    from ..algebra import kernels as K
+    from ..trace.batch import _codec_for
+    names, schema = key
+    cols = data.select(list(names)).columns
+    codes = _codec_for(schema, schema.names).encode(cols, data.num_rows)
+    dest = K.shard(codes, workers)
+    if workers == 2:
+        mask = dest.astype(bool)
+        return [np.flatnonzero(~mask), np.flatnonzero(mask)]
+    order = np.argsort(dest, kind="stable")
+    bounds = np.searchsorted(dest[order], np.arange(workers + 1))
+    return [order[bounds[w]:bounds[w + 1]] for w in range(workers)]
+
+
+__all__ = ["Placement", "plan", "deal"]
