@@ -37,7 +37,9 @@ def test_processes_match_threads():
     assert (-1, "neg") not in results[0][0]
 
 
-def test_process_worker_error_is_reported():
+@pytest.mark.parametrize("rows", [[(1, "a"), (5000, "b")],   # fails in forked worker 1
+                                  [(5000, "b"), (1, "a")]])  # fails in worker 0, the driver
+def test_process_worker_error_is_reported(rows):
     def bad(b):
         if b.num_rows and pc.max(b["k"]).as_py() > 1000:
             raise ValueError("user function failed on a big key")
@@ -46,8 +48,10 @@ def test_process_worker_error_is_reported():
     with dbsp.Circuit(workers=2, runtime="processes") as c:
         t = c.add_input("t", SCHEMA)
         t.map(bad, SCHEMA).index_by(["k"]).shard().flatten().output()
-        t.insert([(1, "a"), (5000, "b")])
+        t.insert(rows)
         with pytest.raises(ValueError, match="big key"):
+            c.step()
+        with pytest.raises(dbsp.CircuitError, match="failed in an earlier step"):
             c.step()
 
 

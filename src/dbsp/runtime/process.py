@@ -1,4 +1,5 @@
-"""Worker processes: W forked replicas of a circuit, exchanging batches over a socket mesh.
+"""Worker processes: W replicas of a circuit, worker 0 in the driver and the others forked,
+exchanging batches over a socket mesh.
 
 Threads share one interpreter, so only the GIL-free parts of a step (native kernels, Arrow and
 numpy loops) run in parallel. Forked processes run *everything* in parallel, at the price of
@@ -45,10 +46,11 @@ def _portable_exception(e: BaseException) -> BaseException:
         return r
 
 
-def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx) -> None:
+def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx,
+                 local: frozenset) -> None:
     from ..circuit.circuit import Replica
     transport = SocketTransport(w, peers, workers)
-    replica = Replica(nodes, make_ctx(w, workers, transport))
+    replica = Replica(nodes, make_ctx(w, workers, transport), local)
     out_nodes = [n.id for n in nodes if n.kind == "output"]
     while True:
         try:
@@ -89,14 +91,21 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
 
 
 class ProcessPool:
-    """The driver's side: forks the workers, sends them steps, collects outputs."""
+    """The driver's side: runs worker 0 itself, forks workers ``1..W-1``, sends them each step
+    and collects their outputs.
 
-    def __init__(self, nodes, workers: int, make_ctx):
+    Worker 0 stepping in the driver process saves a process and the copy of its input and
+    output; it exchanges with the others over the same socket mesh. The driver sends the other
+    workers their step before running its own, so all replicas start together.
+    """
+
+    def __init__(self, nodes, workers: int, make_ctx, local: frozenset = frozenset()):
+        from ..circuit.circuit import Replica
         self.workers = workers
         mesh = socketpair_mesh(workers)
-        self.ctrl: list[socket.socket] = []
-        self.pids: list[int] = []
-        for w in range(workers):
+        self.ctrl: dict[int, socket.socket] = {}
+        self.pids: dict[int, int] = {}
+        for w in range(1, workers):
             parent, child = socket.socketpair()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -105,61 +114,86 @@ class ProcessPool:
                 code = 0
                 try:
                     parent.close()
-                    for c in self.ctrl:
+                    for c in self.ctrl.values():
                         c.close()
                     for v, socks in enumerate(mesh):
                         if v != w:
                             for s in socks.values():
                                 s.close()
-                    _worker_main(nodes, w, workers, child, mesh[w], make_ctx)
+                    _worker_main(nodes, w, workers, child, mesh[w], make_ctx, local)
                 except BaseException:
                     traceback.print_exc()
                     code = 1
                 finally:
                     os._exit(code)
             child.close()
-            self.ctrl.append(parent)
-            self.pids.append(pid)
-        for socks in mesh:  # the driver keeps none of the workers' mesh sockets
-            for s in socks.values():
-                s.close()
+            self.ctrl[w] = parent
+            self.pids[w] = pid
+        for v, socks in enumerate(mesh):  # the driver keeps worker 0's mesh sockets only
+            if v != 0:
+                for s in socks.values():
+                    s.close()
+        self.transport = SocketTransport(0, mesh[0], workers)
+        self.replica = Replica(nodes, make_ctx(0, workers, self.transport), local)
 
-    def _roundtrip(self, msgs: list[Any]) -> list[Any]:
-        for w, m in enumerate(msgs):
+    def _send(self, msgs: dict) -> None:
+        for w, m in msgs.items():
             try:
                 wire.send(self.ctrl[w], m)
             except OSError:
                 raise WorkerDied(f"worker process {w} (pid {self.pids[w]}) is gone") from None
-        replies = []
-        for w in range(self.workers):
+
+    def _replies(self, local_error: BaseException | None = None) -> list[Any]:
+        """Every forked worker's reply; raises the first real error (a dead worker before an
+        error raised in the driver's own worker, before another worker's report)."""
+        replies, died = [], None
+        for w in self.ctrl:
             try:
                 replies.append(wire.recv(self.ctrl[w]))
             except (wire.WireError, OSError):
-                raise WorkerDied(f"worker process {w} (pid {self.pids[w]}) died during the "
-                                 f"step") from None
-        errs = [r[1] for r in replies if r[0] == "err"]
+                died = died or WorkerDied(f"worker process {w} (pid {self.pids[w]}) died "
+                                          f"during the step")
+                replies.append(("err", died))
+        if died is not None:
+            raise died
+        from .exchange import TransportAborted
+        errs = ([local_error] if local_error is not None else []) + \
+            [r[1] for r in replies if r[0] == "err"]
         if errs:
-            from .exchange import TransportAborted
             real = [e for e in errs if not isinstance(e, TransportAborted)]
             raise (real or errs)[0]
         return [r[1] for r in replies]
 
     def step(self, inputs: list[dict]) -> list[dict]:
-        return self._roundtrip([("step", inp) for inp in inputs])
+        from ..circuit.circuit import _collect_outputs
+        self._send({w: ("step", inputs[w]) for w in self.ctrl})
+        r = self.replica
+        for node, value in inputs[0].items():
+            r.ops[node].pending = value
+        try:
+            r.step()
+        except BaseException as e:  # wake the workers waiting on an exchange, then report
+            self.transport.abort()
+            self._replies(e)
+            raise
+        return [_collect_outputs(r)] + self._replies()
 
     def call(self, name: str) -> list[Any]:
-        return self._roundtrip([("call", name)] * self.workers)
+        self._send({w: ("call", name) for w in self.ctrl})
+        mine = self.replica.state_rows() if name == "state_rows" else self.replica.timing.copy()
+        return [mine] + self._replies()
 
     def close(self) -> None:
-        for c in self.ctrl:
+        for c in self.ctrl.values():
             try:
                 wire.send(c, ("stop",))
             except OSError:
                 pass
             c.close()
-        for pid in self.pids:
+        for pid in self.pids.values():
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-        self.ctrl, self.pids = [], []
+        self.transport.close()
+        self.ctrl, self.pids = {}, {}
