@@ -33,6 +33,8 @@ Invariants
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -199,6 +201,11 @@ def _column_bytes(arr: pa.Array, nullable: bool) -> list[bytes]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _codec_from_ipc(b: bytes) -> "KeyCodec":
+    return KeyCodec(list(pa.ipc.read_schema(pa.py_buffer(b))))
+
+
 class KeyCodec:
     """Encodes the key columns of one schema into codes (see the module doc)."""
 
@@ -211,6 +218,14 @@ class KeyCodec:
         self.fixed = all(w is not None for w in widths)
         self.width = sum(widths) if self.fixed else None  # type: ignore[arg-type]
         self.u64 = self.fixed and self.width is not None and self.width <= 8
+
+    def __reduce__(self):
+        # a codec is rebuilt from its fields; sent as an Arrow IPC schema (pickling the fields
+        # one by one costs several microseconds each, on every batch an exchange sends)
+        b = self.__dict__.get("_ipc")
+        if b is None:
+            b = self._ipc = pa.schema(self.fields).serialize().to_pybytes()
+        return _codec_from_ipc, (b,)
 
     def __repr__(self) -> str:
         kind = "u64" if self.u64 else "var"

@@ -24,20 +24,28 @@ class WireError(ConnectionError):
 
 
 class _Pickler(pickle.Pickler):
-    """Pickle protocol 5, with sliced Arrow record batches sent as only their rows.
+    """Pickle protocol 5, with small or sliced Arrow record batches in the Arrow IPC format.
 
     Arrow pickles a slice with its parent's whole buffers (a worker given half a batch would
-    receive all of it); the Arrow IPC format writes just the slice, read back without a copy.
+    receive all of it); the IPC format writes just the slice, read back without a copy. It is
+    also 3x cheaper than Arrow's pickling for small batches (about 20 us against 57 us to write
+    and read a 3-column batch of 2,500 rows: pickling rebuilds the schema, every field and every
+    array through Python calls). Large contiguous batches keep pickle's out-of-band buffers,
+    which travel without the IPC writer's copy.
     """
 
     def reducer_override(self, obj):
-        if isinstance(obj, pa.RecordBatch) and obj.num_rows and \
-                obj.get_total_buffer_size() > obj.nbytes + (obj.nbytes >> 3) + 4096:
+        if isinstance(obj, pa.RecordBatch) and (
+                obj.nbytes <= _IPC_BELOW or
+                obj.get_total_buffer_size() > obj.nbytes + (obj.nbytes >> 3) + 4096):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, obj.schema) as w:
                 w.write_batch(obj)
             return _record_batch_from_ipc, (pickle.PickleBuffer(sink.getvalue()),)
         return NotImplemented
+
+
+_IPC_BELOW = 1 << 18  # bytes: a copy of this much costs about what pickling saves
 
 
 def _record_batch_from_ipc(buf) -> "pa.RecordBatch":
