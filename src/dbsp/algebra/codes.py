@@ -34,7 +34,6 @@ Invariants
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 from typing import Sequence, Union
 

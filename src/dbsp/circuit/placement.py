@@ -13,8 +13,8 @@ input through: no split, no transfer, no wait.
 :func:`plan` picks, for each input of the top-level circuit, the key used by the most exchanges
 directly downstream of an ``index_by`` of it (ties: the first built), and names the exchanges
 that this makes local (also through a join's ``recode_keys``, which only widens the key's
-nullability: the driver then encodes with the widened schema). Exchanges over other keys, over streams derived further (a map, a join
-output), and inside nested circuits are unaffected. With one worker there is nothing to place.
+nullability: the driver then encodes with the widened schema). Exchanges over other keys, over
+streams derived further (a map, a join output), and inside nested circuits are unaffected. With one worker there is nothing to place.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 import pyarrow as pa
 
 
@@ -68,14 +67,7 @@ def deal(data: pa.RecordBatch, key: tuple, workers: int) -> list:
     from ..trace.batch import _codec_for
     names, schema = key
     cols = data.select(list(names)).columns
-    codes = _codec_for(schema, schema.names).encode(cols, data.num_rows)
-    dest = K.shard(codes, workers)
-    if workers == 2:
-        mask = dest.astype(bool)
-        return [np.flatnonzero(~mask), np.flatnonzero(mask)]
-    order = np.argsort(dest, kind="stable")
-    bounds = np.searchsorted(dest[order], np.arange(workers + 1))
-    return [order[bounds[w]:bounds[w + 1]] for w in range(workers)]
+    return K.shard_rows(_codec_for(schema, schema.names).encode(cols, data.num_rows), workers)
 
 
 __all__ = ["Placement", "plan", "deal"]

@@ -662,9 +662,7 @@ class LinearAggregateOperator(Operator):
         parts: list = [None] * W
         if len(d):
             local = P.to_arrow(P.of_delta(d))
-            dest = K.shard(d.kcodes, W)
-            for w in range(W):
-                idx = np.flatnonzero(dest == w)
+            for w, idx in enumerate(K.shard_rows(d.kcodes, W)):
                 if len(idx):
                     parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), take(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]

@@ -8,8 +8,6 @@ driver dealt by this key, :mod:`dbsp.circuit.placement`), the operator passes it
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..algebra import kernels as K
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType
@@ -48,18 +46,15 @@ class ExchangeOperator(Operator):
 def _split_indexed(ix: OrdIndexedZSet, W: int) -> list:
     if ix.num_keys == 0:
         return [None] * W
-    dest = K.shard(ix.kcodes, W)
-    return [ix.select_keys(np.flatnonzero(dest == w)) for w in range(W)]
+    return [ix.select_keys(idx) for idx in K.shard_rows(ix.kcodes, W)]
 
 
 def _split_zset(z: OrdZSet, W: int) -> list:
     if len(z) == 0:
         return [None] * W
     from ..algebra.schema import take
-    dest = K.shard(z.codes, W)
     out = []
-    for w in range(W):
-        idx = np.flatnonzero(dest == w)
+    for idx in K.shard_rows(z.codes, W):
         out.append(OrdZSet(take(z.data, idx), z.weights[idx], K.take(z.codes, idx), z.codec)
                    if len(idx) else None)
     return out
