@@ -68,6 +68,20 @@ def test_killed_worker_fails_the_step():
             c.step()
 
 
+def test_unknown_call_is_refused_and_the_workers_keep_working():
+    with dbsp.Circuit(workers=2, runtime="processes") as c:
+        t = c.add_input("t", SCHEMA)
+        out = t.index_by(["k"]).shard().flatten().output()
+        t.insert([(1, "a")])
+        c.step()
+        with pytest.raises(ValueError, match="unknown call 'bogus'"):
+            c._executor.call("bogus")
+        t.insert([(2, "b")])
+        c.step()
+        assert out.view_dict() == {(1, "a"): 1, (2, "b"): 1}
+        assert len(c.profile()) == len(c.nodes)
+
+
 def test_state_rows_from_processes():
     with dbsp.Circuit(workers=2, runtime="processes") as c:
         t = c.add_input("t", SCHEMA)

@@ -96,8 +96,29 @@ class Replica:
         for i in range(len(values)):
             values[i] = None  # release this step's batches
 
+    def feed(self, inputs: dict) -> None:
+        """Hand this step's input parts (``{input node: ZSet}``) to the input operators."""
+        for node, value in inputs.items():
+            self.ops[node].pending = value
+
+    def take_outputs(self) -> dict:
+        """``{output node: value}`` of the step just run (the operators let go of them)."""
+        outs = {}
+        for n in self.nodes:
+            if n.kind == "output":
+                op = self.ops[n.id]
+                outs[n.id], op.last = op.last, None
+        return outs
+
+    #: what a driver may ask a replica between steps (:meth:`call` of the executors)
+    CALLS = ("state_rows", "profile")
+
     def state_rows(self) -> int:
         return sum(op.state_rows() for op in self.ops)
+
+    def profile(self) -> np.ndarray:
+        """Seconds spent in each operator so far."""
+        return self.timing.copy()
 
 
 def make_worker_context(storage_config: Any, w: int, workers: int,
@@ -305,15 +326,6 @@ class Circuit:
             pass
 
 
-def _collect_outputs(replica: Replica) -> dict:
-    outs = {}
-    for n in replica.nodes:
-        if n.kind == "output":
-            op = replica.ops[n.id]
-            outs[n.id], op.last = op.last, None
-    return outs
-
-
 class _ThreadPool:
     """W replicas in one process: inline for one worker, else one persistent thread each,
     stepping in lockstep with the driver."""
@@ -356,8 +368,7 @@ class _ThreadPool:
 
     def step(self, inputs: list[dict]) -> list[dict]:
         for r, inp in zip(self.replicas, inputs):
-            for node, value in inp.items():
-                r.ops[node].pending = value
+            r.feed(inp)
         if not self._threads:
             self.replicas[0].step()
         else:
@@ -369,7 +380,7 @@ class _ThreadPool:
                 from ..runtime.exchange import TransportAborted
                 real = [e for e in errs if not isinstance(e, TransportAborted)]
                 raise (real or errs)[0]
-        return [_collect_outputs(r) for r in self.replicas]
+        return [r.take_outputs() for r in self.replicas]
 
     def call(self, name: str) -> list:
         return [getattr(r, name)() for r in self.replicas]

@@ -87,7 +87,7 @@ class InputStream(Stream):
             return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
         w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-        if workers > 1 and key is not None:
+        if key is not None:
             return [ZSet(take(data, idx), w[idx]) if len(idx) else None
                     for idx in deal(data, key, workers)]
         bounds = np.linspace(0, data.num_rows, workers + 1).astype(np.int64)

@@ -71,7 +71,7 @@ def sharded(stream):
     """``stream`` sharded by key (indexed) or row (Z-set) hash, unless it already comes straight
     out of an exchange (so chained operators do not re-shard)."""
     from .exchange import shard
-    if stream.circuit.nodes[stream.node].name == "exchange":
+    if stream.circuit.nodes[stream.node].info.get("exchange"):
         return stream
     return shard(stream)
 

@@ -51,7 +51,6 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
     from ..circuit.circuit import Replica
     transport = SocketTransport(w, peers, workers)
     replica = Replica(nodes, make_ctx(w, workers, transport), local)
-    out_nodes = [n.id for n in nodes if n.kind == "output"]
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -62,21 +61,11 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
             return
         try:
             if cmd == "step":
-                for node, value in msg[1].items():
-                    replica.ops[node].pending = value
+                replica.feed(msg[1])
                 replica.step()
-                outs = {}
-                for node in out_nodes:
-                    op = replica.ops[node]
-                    outs[node], op.last = op.last, None
-                wire.send(ctrl, ("ok", outs))
+                wire.send(ctrl, ("ok", replica.take_outputs()))
             elif cmd == "call":
-                if msg[1] == "state_rows":
-                    wire.send(ctrl, ("ok", replica.state_rows()))
-                elif msg[1] == "profile":
-                    wire.send(ctrl, ("ok", replica.timing.copy()))
-                else:
-                    wire.send(ctrl, ("err", ValueError(f"unknown call {msg[1]!r}")))
+                wire.send(ctrl, ("ok", _call(replica, msg[1])))
             else:
                 wire.send(ctrl, ("err", ValueError(f"unknown command {cmd!r}")))
         except BaseException as e:  # reported to the driver
@@ -88,6 +77,12 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
                 wire.send(ctrl, ("err", _portable_exception(e)))
             except OSError:
                 return
+
+
+def _call(replica, name: str) -> Any:
+    if name not in replica.CALLS:
+        raise ValueError(f"unknown call {name!r} (known: {', '.join(replica.CALLS)})")
+    return getattr(replica, name)()
 
 
 class ProcessPool:
@@ -144,8 +139,9 @@ class ProcessPool:
                 raise WorkerDied(f"worker process {w} (pid {self.pids[w]}) is gone") from None
 
     def _replies(self, local_error: BaseException | None = None) -> list[Any]:
-        """Every forked worker's reply; raises the first real error (a dead worker before an
-        error raised in the driver's own worker, before another worker's report)."""
+        """Every forked worker's reply (all are read, so none is left on a socket); raises the
+        first real error: a dead worker, then an error of the driver's own worker, then one a
+        worker reported (an aborted exchange only when there is nothing else)."""
         replies, died = [], None
         for w in self.ctrl:
             try:
@@ -153,7 +149,6 @@ class ProcessPool:
             except (wire.WireError, OSError):
                 died = died or WorkerDied(f"worker process {w} (pid {self.pids[w]}) died "
                                           f"during the step")
-                replies.append(("err", died))
         if died is not None:
             raise died
         from .exchange import TransportAborted
@@ -165,22 +160,20 @@ class ProcessPool:
         return [r[1] for r in replies]
 
     def step(self, inputs: list[dict]) -> list[dict]:
-        from ..circuit.circuit import _collect_outputs
         self._send({w: ("step", inputs[w]) for w in self.ctrl})
         r = self.replica
-        for node, value in inputs[0].items():
-            r.ops[node].pending = value
+        r.feed(inputs[0])
         try:
             r.step()
         except BaseException as e:  # wake the workers waiting on an exchange, then report
             self.transport.abort()
-            self._replies(e)
+            self._replies(e)  # raises: e, or a worse error from the others
             raise
-        return [_collect_outputs(r)] + self._replies()
+        return [r.take_outputs()] + self._replies()
 
     def call(self, name: str) -> list[Any]:
+        mine = _call(self.replica, name)  # refuses an unknown name before asking the others
         self._send({w: ("call", name) for w in self.ctrl})
-        mine = self.replica.state_rows() if name == "state_rows" else self.replica.timing.copy()
         return [mine] + self._replies()
 
     def close(self) -> None:
