@@ -82,26 +82,34 @@ def test_deal_sends_each_row_where_the_exchange_would(rows, workers):
 def _run(workers, runtime, steps):
     with dbsp.Circuit(workers=workers, runtime=runtime) as c:
         a, b, out = _query(c)
-        for auc, bids in steps:
-            a.push(auc)
-            b.push(bids)
+        for (auc, aw), (bids, bw) in steps:
+            a.push(auc, aw)
+            b.push(bids, bw)
             c.step()
         return out.view_dict()
+
+
+def _weighted(schema, rows):
+    """``(batch, weights)`` of ``[(row, weight)]``."""
+    return (pa.RecordBatch.from_pylist([dict(zip(schema.names, r)) for r, _ in rows], schema),
+            np.array([w for _, w in rows], np.int64))
 
 
 @pytest.mark.parametrize("runtime", ["threads", "processes"])
 def test_placed_join_and_aggregate_match_one_worker(runtime):
     rng = np.random.default_rng(7)
-    steps = []
+    steps, first_bids = [], []
     for s in range(6):
         ids = list(range(s * 20, (s + 1) * 20))
-        auc = [(i, None if i % 7 == 0 else f"c{i % 5}") for i in ids]
-        bids = [(None if j % 11 == 0 else int(rng.integers(0, (s + 1) * 20)),
-                 int(rng.integers(1, 100))) for j in range(50)]
-        if s == 4:  # retract some of the first step's bids and an auction
-            auc.append((3, None if 3 % 7 == 0 else "c3"))
-        steps.append((pa.RecordBatch.from_pylist([dict(zip(A.names, r)) for r in auc], A),
-                      pa.RecordBatch.from_pylist([dict(zip(B.names, r)) for r in bids], B)))
+        auc = [((i, None if i % 7 == 0 else f"c{i % 5}"), 1) for i in ids]
+        bids = [((None if j % 11 == 0 else int(rng.integers(0, (s + 1) * 20)),
+                  int(rng.integers(1, 100))), 1) for j in range(50)]
+        if s == 0:
+            first_bids = bids
+        if s == 4:  # retract ten of the first step's bids and auction 3
+            auc.append(((3, "c3"), -1))
+            bids += [(r, -1) for r, _ in first_bids[:10]]
+        steps.append((_weighted(A, auc), _weighted(B, bids)))
     want = _run(1, "threads", steps)
     assert want
     assert _run(2, runtime, steps) == want
