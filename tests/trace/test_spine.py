@@ -59,7 +59,7 @@ def check_levels(sp: Spine) -> None:
     """At rest, every level holds fewer than ``fanout`` batches, each at the level of its size."""
     for lvl, sizes in sp.level_sizes().items():
         assert len(sizes) < sp.fanout, sp.level_sizes()
-        assert all(_level(n, sp.fanout) == lvl for n in sizes)
+        assert all(sp.level_of(n) == lvl for n in sizes)
 
 
 # --- model-based insert sequences ---------------------------------------------------------------
@@ -169,6 +169,31 @@ def test_levels_and_batch_count_stay_logarithmic():
 def test_level_function():
     assert [_level(n, 4) for n in (0, 1, 3, 4, 15, 16, 63, 64)] == [0, 0, 0, 1, 1, 2, 2, 3]
     assert _level(10_000, 10) == 4
+    # with a base, every batch under base * fanout rows shares level 0
+    assert [_level(n, 4, 256) for n in (0, 255, 1023, 1024, 4095, 4096)] == [0, 0, 0, 1, 1, 2]
+    assert Spine(fanout=4, base_rows=256).level_of(5000) == 2
+    with pytest.raises(ValueError, match="base_rows"):
+        Spine(base_rows=0)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_small_state_stays_in_few_batches(background):
+    """Small deltas of varied sizes (3 to 150 rows, as an aggregate's changed keys are). Below
+    ``base_rows * fanout`` rows all batches share level 0, so at rest fewer than ``fanout``
+    batches remain (a probe pays a fixed cost per batch); without the floor the same deltas
+    spread over the tiny levels 0..3, up to three batches each."""
+    def run(base_rows: int) -> Spine:
+        sp = Spine(fanout=4, name="small", base_rows=base_rows, background=background)
+        for step in range(12):  # 609 rows: all under base_rows * fanout
+            n = (3, 10, 40, 150)[step % 4]
+            sp.insert(ikv([(step * 1000 + k, "v", 1) for k in range(n)]))
+        sp.flush()
+        check_levels(sp)
+        return sp
+    floor, plain = run(256), run(1)
+    assert floor.num_batches < 4
+    assert state_of(floor.batches()) == state_of(plain.batches())
+    assert plain.num_batches == 12  # three at each of the levels 0..3
 
 
 def test_retractions_cancel_to_an_empty_spine():

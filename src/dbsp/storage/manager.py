@@ -248,7 +248,7 @@ class MemoryAccountant:
                             nb = b.nbytes_in_memory
                             if nb >= self.min_spill_bytes and nb > 0:
                                 heat = getattr(b, "hits", 0) / nb
-                                soon = _level(len(b), sp.fanout) in owing
+                                soon = sp.level_of(len(b)) in owing
                                 cands.append((heat > 0, soon, heat, -nb, id(b), b, sp))
                     if not cands:
                         break
@@ -291,16 +291,6 @@ class MemoryAccountant:
                 "resident_bytes": self.resident_bytes, "peak_bytes": self.peak_bytes,
                 "spills": self.spills, "spilled_bytes": self.spilled_bytes,
                 "spill_seconds": self.spill_seconds, "spines": len(self._spines)}
-
-
-def _level(n: int, fanout: int) -> int:
-    """The spine level of a batch of ``n`` rows (``floor(log_fanout(n))``, as the spine files
-    it)."""
-    lvl = 0
-    while n >= fanout:
-        n //= fanout
-        lvl += 1
-    return lvl
 
 
 def _owing_levels(spine: Any) -> set:
