@@ -37,6 +37,28 @@ def test_processes_match_threads():
     assert (-1, "neg") not in results[0][0]
 
 
+def test_linear_aggregate_partials_cross_processes():
+    """count / sum / avg over int, float and decimal columns, with retractions, on 2 worker
+    processes: each worker's partial sums travel to the key's owner (numpy columns, decimal
+    sums as Arrow arrays) and are added there; the answer matches the reference model."""
+    from decimal import Decimal
+
+    from dbsp.testing import reference as ref
+    from dbsp.testing.harness import check_steps
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("x", pa.int64()),
+                        pa.field("f", pa.float64()), pa.field("d", pa.decimal128(9, 2))])
+    aggs = {"n": ("count", None), "sx": ("sum", "x"), "sf": ("sum", "f"), "sd": ("sum", "d"),
+            "ax": ("avg", "x"), "ad": ("avg", "d")}
+    spec = [("count", None), ("sum", 0), ("sum", 1), ("sum", 2), ("avg", 0), ("avg", 2)]
+    rows = {(k % 7, k, k / 4, Decimal(k) / 4 if k % 3 else None): 1 for k in range(60)}
+    steps = [rows, {r: -1 for r in list(rows)[:25]},
+             {(3, None, 1.5, Decimal("2.50")): 2, (100, 5, 0.5, Decimal("0.01")): 1}]
+    check_steps(2, {"t": schema},
+                lambda t: t.index_by(["k"]).aggregate(aggs),
+                lambda z: ref.aggregate(z, [0], spec), [{"t": st} for st in steps],
+                runtime="processes")
+
+
 @pytest.mark.parametrize("rows", [[(1, "a"), (5000, "b")],   # fails in forked worker 1
                                   [(5000, "b"), (1, "a")]])  # fails in worker 0, the driver
 def test_process_worker_error_is_reported(rows):

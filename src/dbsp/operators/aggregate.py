@@ -607,6 +607,15 @@ class _Partials:
         return out
 
 
+def _take_cols(cols: list, idx: np.ndarray) -> list:
+    """Rows ``idx`` of partial columns (numpy arrays, or Arrow arrays for decimal sums)."""
+    return [c.take(pa.array(idx)) if isinstance(c, pa.Array) else c[idx] for c in cols]
+
+
+def _concat_col(parts: list):
+    return pa.concat_arrays(parts) if isinstance(parts[0], pa.Array) else np.concatenate(parts)
+
+
 class LinearAggregateOperator(Operator):
     """count / sum / avg from running partials per key (never reads the input history).
 
@@ -657,29 +666,33 @@ class LinearAggregateOperator(Operator):
 
     def _exchange_partials(self, d: OrdIndexedZSet):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
-        partial columns)`` of the keys this worker owns, or None."""
+        partial columns)`` of the keys this worker owns, or None.
+
+        Partials cross the exchange as they are computed (numpy columns; decimal sums as Arrow
+        arrays), not as a record batch: building one, and reading it back on the other side,
+        cost more than the rows themselves (a few dozen keys a step).
+        """
         P, W = self.partials, self.ctx.workers
         parts: list = [None] * W
         if len(d):
-            local = P.to_arrow(P.of_delta(d))
+            local = P.of_delta(d)
             for w, idx in enumerate(K.shard_rows(d.kcodes, W)):
                 if len(idx):
-                    parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), take(local, idx))
+                    parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
         if not got:
             return None
         codec = d.kcodec if len(d) else KeyCodec(list(self.key_schema))
         if len(got) == 1:  # one consolidated part: keys already sorted and distinct
-            keys, kcodes, pb = got[0]
-            return keys, kcodes, codec, P.from_arrow(pb, np.ones(pb.num_rows, dtype=bool))
+            return got[0][0], got[0][1], codec, got[0][2]
         kcodes = K.concat([g[1] for g in got])
         perm = K.argsort(kcodes)
         sk = K.take(kcodes, perm)
         bounds = K.group_bounds(sk)
         first = bounds[:-1]
         keys = take(pa.concat_batches([g[0] for g in got]), perm[first])
-        pb = take(pa.concat_batches([g[2] for g in got]), perm)
-        cols = P.from_arrow(pb, np.ones(pb.num_rows, dtype=bool))
+        cols = _take_cols([_concat_col([g[2][i] for g in got]) for i in range(len(P.schema))],
+                          perm)
         return keys, K.take(sk, first), codec, P.sum_groups(cols, bounds)
 
     def clock_start(self) -> None:
