@@ -16,7 +16,7 @@ at most ``C / one_worker_cores`` times faster (``speedup_bound``), even with fre
 and no driver work they are at most ``T(1 worker, full steps) / T(1 worker, steps 1/W the size)``
 faster. Both are measured interleaved (untimed, before each round), so the report separates the
 cost of the fixed per-step work every worker repeats (the ceiling) from the cost of exchanging
-(the gap between the ceiling and ``speedup_vs_1_worker``). On a 2-vCPU VM: ceiling 1.30-1.43x.
+(the gap between the ceiling and ``speedup_vs_1_worker``). On a 2-vCPU VM: ceiling 1.22-1.44x.
 """
 from __future__ import annotations
 
