@@ -14,7 +14,8 @@ input through: no split, no transfer, no wait.
 directly downstream of an ``index_by`` of it (ties: the first built), and names the exchanges
 that this makes local (also through a join's ``recode_keys``, which only widens the key's
 nullability: the driver then encodes with the widened schema). Exchanges over other keys, over
-streams derived further (a map, a join output), and inside nested circuits are unaffected. With one worker there is nothing to place.
+streams derived further (a map, a join output), and inside nested circuits are unaffected.
+With one worker there is nothing to place.
 """
 from __future__ import annotations
 

@@ -20,19 +20,21 @@ Design
 default; ``B`` = ``base_rows``, 256), level 0 for every batch under ``B * F`` rows. Without the
 floor, a small state (an aggregate's few hundred rows per step, retracted and re-inserted) is
 spread over up to ``F - 1`` batches at each of the tiny levels 0..4, and every probe pays a
-fixed cost per batch: the linear aggregate of ``bench_workload`` held 7 batches for 100 keys and
-spent ~1 ms a step in lookups. With the floor those batches merge four at a time (a few hundred
-rows: cheap), and the state stays in 1-4 batches. A level that holds ``F`` or more *loose* batches (batches not being merged) owes a
-merge: the merger takes up to ``max_merge`` of its oldest loose batches, merges them in one
-k-way merge, and files the result at the level of its size (usually one up, lower when
-retractions cancel). At rest every level holds fewer than ``F`` batches, so a spine of ``N`` rows
-holds at most ``(F - 1) * log_F(N)`` batches and every row is merged about ``log_F(N / delta)``
-times. Several merges of one spine (even of one level) may run at once: Z-set addition is
-commutative, so the order in which batches are combined never matters. When the merger falls
-behind, a level collects more than ``F`` batches and one wider merge (up to ``max_merge``, 16)
-takes them: per row it costs about what the tree of 4-way merges it replaces would (measured:
-4-way 25M rows/s, 16-way 13M/s, 64-way 8.5M/s on 10K-row batches), and the cap keeps each merge
-short and the memory it holds small.
+fixed cost per batch: the linear aggregate of ``bench_workload`` held 7 batches for 100 keys.
+With the floor those batches merge four at a time (a few hundred rows: cheap) and the state
+stays in 1-4 batches; at 100 bids a step the workload's step took 0.76-0.83 of the time (A/B
+interleaved in one process).
+
+A level that holds ``F`` or more *loose* batches (batches not being merged) owes a merge: the merger
+takes up to ``max_merge`` of its oldest loose batches, merges them in one k-way merge, and files the
+result at the level of its size (usually one up, lower when retractions cancel). At rest every level
+holds fewer than ``F`` batches, so a spine of ``N`` rows holds at most ``(F - 1) * log_F(N)``
+batches and every row is merged about ``log_F(N / delta)`` times. Several merges of one spine (even
+of one level) may run at once: Z-set addition is commutative, so the order in which batches are
+combined never matters. When the merger falls behind, a level collects more than ``F`` batches and
+one wider merge (up to ``max_merge``, 16) takes them: per row it costs about what the tree of 4-way
+merges it replaces would (measured: 4-way 25M rows/s, 16-way 13M/s, 64-way 8.5M/s on 10K-row
+batches), and the cap keeps each merge short and the memory it holds small.
 
 *Threads.* One :class:`Merger` per process (:func:`default_merger`) serves every spine, with
 :func:`default_threads` worker threads (``DBSP_MERGER_THREADS``; by default one per 4 cores,
