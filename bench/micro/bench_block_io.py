@@ -54,8 +54,6 @@ VARIANTS = [
     ("mmap", "mmap", False),
     ("pread", "pread", False),
     ("pread-direct", "pread", True),
-    ("liburing", "liburing", False),
-    ("liburing-direct", "liburing", True),
     ("uring", "uring", False),
     ("uring-direct", "uring", True),
 ]

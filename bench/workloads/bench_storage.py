@@ -32,7 +32,7 @@ case          median s    ratio        RSS MB   helper MB   notes
 memory        0.30-0.31   1            140-150
 mmap          0.47        0.65-0.66    66       39-40       page cache outside the budget
 pread         0.53-0.56   0.56-0.58    56-57    23-24
-liburing      0.53        0.57-0.59    56-57    23-24
+liburing      0.53        0.57-0.59    56-57    23-24       python-liburing, since removed
 uring         0.51-0.54   0.56-0.59    56       23-24       the default (``auto``)
 uring-thread  0.77-0.83   0.37-0.39    60-61    -           merges beside the step, GIL
 uring-fg      0.58-0.59   0.52-0.54    51-52    -           merges in the step
@@ -65,7 +65,7 @@ N_AUCTIONS = N_BIDS // 10
 STEPS, ROUNDS = 100, 5
 BUDGET = int(float(os.environ.get("DBSP_BENCH_BUDGET_MIB", 12)) * (1 << 20))
 EVENTS = N_BIDS + N_AUCTIONS
-CASES = ["memory", "mmap", "pread", "liburing", "uring", "uring-thread", "uring-fg", "uring-fast"]
+CASES = ["memory", "mmap", "pread", "uring", "uring-thread", "uring-fg", "uring-fast"]
 
 
 @pytest.fixture(scope="module")

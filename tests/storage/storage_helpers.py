@@ -10,7 +10,7 @@ import pytest
 from dbsp.storage.backend import available_backends, make_backend
 from dbsp.storage.config import StorageConfig
 
-BACKENDS = ["mmap", "pread", "liburing", "uring"]
+BACKENDS = ["mmap", "pread", "uring"]
 
 
 def tiny(root, backend: str = "auto", **kw) -> StorageConfig:

@@ -16,7 +16,7 @@ from storage_helpers import backend_or_skip
 def test_auto_picks_the_best_available():
     av = available_backends()
     be = make_backend("auto", budget=1 << 20)
-    expected = next(k for k in ("uring", "liburing", "pread") if av[k] is None)
+    expected = next(k for k in ("uring", "pread") if av[k] is None)
     assert be.name == expected
     with pytest.raises(ValueError, match="unknown backend"):
         make_backend("floppy")
@@ -31,7 +31,7 @@ def file_u64(tmp_path):
     return p, n
 
 
-@pytest.mark.parametrize("kind", ["pread", "liburing", "uring"])
+@pytest.mark.parametrize("kind", ["pread", "uring"])
 def test_direct_io_and_duplicate_extents(kind, file_u64):
     p, n = file_u64
     be = backend_or_skip(kind, direct=True, slot_size=65536, budget=4 << 20)
@@ -45,7 +45,7 @@ def test_direct_io_and_duplicate_extents(kind, file_u64):
     be.shutdown()
 
 
-@pytest.mark.parametrize("kind", ["pread", "uring", "liburing", "mmap"])
+@pytest.mark.parametrize("kind", ["pread", "uring", "mmap"])
 def test_threads_read_concurrently(kind, file_u64):
     p, n = file_u64
     be = backend_or_skip(kind, slot_size=65536, budget=1 << 20)   # 16 slots: lots of eviction

@@ -27,7 +27,7 @@ from dbsp.trace.file_batch import FileBatchCursor, open_batch, write_batch
 from dbsp.trace.merge_stream import merge_stream, sum_batches
 from storage_helpers import ALL_TYPES, make_column
 
-BACKENDS = ["mmap", "pread", "liburing", "uring"]
+BACKENDS = ["mmap", "pread", "uring"]
 TYPES = dict(ALL_TYPES)
 HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
 

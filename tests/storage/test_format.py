@@ -179,7 +179,7 @@ def test_views_are_zero_copy_and_pin(tmp):
 
 
 def test_prefetch_then_read(tmp):
-    for kind in ["mmap", "pread", "uring", "liburing"]:
+    for kind in ["mmap", "pread", "uring"]:
         be = backend_or_skip(kind, slot_size=65536, budget=8 << 20)
         n = 200_000
         codes = np.arange(n, dtype=np.uint64) * 7

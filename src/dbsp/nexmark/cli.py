@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", type=int, metavar="MB", default=None,
                    help="with --storage: memory for state (in-memory batches + block cache)")
     p.add_argument("--backend", default="auto",
-                   help="with --storage: auto, uring, liburing, pread or mmap")
+                   help="with --storage: auto, uring, pread or mmap")
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--verify", action="store_true",
                    help="compare every final result with DuckDB computing it from scratch")

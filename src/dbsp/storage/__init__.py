@@ -6,8 +6,8 @@ Bottom up:
   S3-FIFO eviction) shared by every reader of the process.
 * :mod:`dbsp.storage.format`: the layer file format (fixed-size checksummed blocks, per-stream
   B-tree index, Bloom filter, versioned trailer).
-* :mod:`dbsp.storage.backend`: ``mmap``, ``uring`` (Cython + liburing, nogil), ``liburing``
-  (python-liburing) and ``pread`` backends behind one interface; ``make_backend("auto")``.
+* :mod:`dbsp.storage.backend`: ``mmap``, ``uring`` (Cython + liburing, nogil) and ``pread``
+  backends behind one interface; ``make_backend("auto")``.
 * :mod:`dbsp.storage.writer` / :mod:`dbsp.storage.reader`: ``LayerFileWriter`` (streaming, sorted
   chunks) and ``LayerFile`` (row ranges as zero-copy views, ``lower_bound``, Bloom filter,
   prefetch) -- what file-backed batches and their cursors are built on.

@@ -12,16 +12,18 @@ returning one buffer per block (verified, decompressed, ready for ``np.frombuffe
               and the mapping is ``MADV_RANDOM``. No pool: the OS page cache is the cache.
 ``uring``     Cython + liburing (static), ``nogil`` refill loop, ~1-2 MiB in flight, CRC
               checked in C as reads complete. Reads into slab pool slots; optional O_DIRECT.
-``liburing``  python-liburing: ``prep_readv`` into one pre-built ``Iovec`` per slab slot,
-              batches of 32, completions signalled on a registered eventfd that is waited on
-              with ``select`` (so the GIL is *not* held while waiting, unlike the binding's
-              own wait calls).
 ``pread``     ``os.preadv`` into slab slots from a small thread pool (GIL released in the
               syscall); portable fallback when io_uring is disabled (sysctl, seccomp).
 ============  ==========================================================================
 
 ``make_backend("auto")`` picks ``uring`` when the Cython module is built and io_uring works
-here (``kernel.io_uring_disabled``, EPERM/ENOSYS from setup), then ``liburing``, then ``pread``.
+here (``kernel.io_uring_disabled``, EPERM/ENOSYS from setup), else ``pread``.
+
+There is one io_uring backend: the Cython one. A second one over python-liburing was removed:
+its wheel (a Zig build) dies with SIGILL at ring set-up on CPUs without the instructions it was
+built for (an AMD EPYC here), taking the process down with it, and where it ran it was no
+faster than the Cython path (0.58 against 0.51-0.61 of in-memory speed on the storage workload,
+within noise) while holding the GIL for every submission.
 
 Every pooled backend keys the pool by ``(file_id, offset // 4096)``, pins what it returns
 (:class:`~dbsp._native.slab_pool.BlockRef`), verifies the checksum of every block it reads
@@ -33,7 +35,6 @@ from __future__ import annotations
 import mmap as _mmap
 import os
 import queue
-import select
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
@@ -43,7 +44,7 @@ import numpy as np
 from . import format as F
 from .format import HEADER_SIZE, CorruptBlockError
 
-__all__ = ["Backend", "FileHandle", "MmapBackend", "PreadBackend", "LiburingBackend",
+__all__ = ["Backend", "FileHandle", "MmapBackend", "PreadBackend",
            "UringBackend", "make_backend", "available_backends", "default_backend",
            "aligned_empty"]
 
@@ -513,107 +514,6 @@ class PreadBackend(_PooledBackend):
             self._exec = None
 
 
-class LiburingBackend(_PooledBackend):
-    """python-liburing: ``prep_readv`` into pre-built per-slot ``Iovec``s (module doc)."""
-
-    name = "liburing"
-
-    def __init__(self, pool=None, *, batch: int = 32, **kw):
-        super().__init__(pool, **kw)
-        import liburing  # noqa: F401  (ImportError tells make_backend it is not there)
-        self.batch = batch
-        self._tls = threading.local()
-        self._iov: dict = {}
-        self._iov_lock = threading.Lock()
-
-    def _ring(self):
-        r = getattr(self._tls, "ring", None)
-        if r is None:
-            import liburing
-            ring = liburing.Ring()
-            liburing.io_uring_queue_init(max(2 * self.batch, 8), ring)
-            efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            liburing.io_uring_register_eventfd(ring, efd)
-            r = self._tls.ring = (ring, efd, liburing.Cqe())
-        return r
-
-    def _iovec(self, slot: int):
-        # one Iovec per slot, built once: python-liburing's Iovec leaks the buffer export it
-        # takes, so building one per read would leak memory
-        iov = self._iov.get(slot)
-        if iov is None:
-            import liburing
-            with self._iov_lock:
-                iov = self._iov.get(slot)
-                if iov is None:
-                    ss = self.slot_size
-                    iov = self._iov[slot] = liburing.Iovec([self._slab[slot * ss:(slot + 1) * ss]])
-        return iov
-
-    def _load(self, fh, offs, lens, slots):
-        import liburing
-        ring, efd, cqe = self._ring()
-        offs_l, lens_l, slots_l = offs.tolist(), lens.tolist(), slots.tolist()
-        n = len(offs_l)
-        res = [0] * n
-        nxt = 0
-        inflight = 0
-        done = 0
-        while done < n:
-            while inflight < self.batch and nxt < n:
-                sqe = liburing.io_uring_get_sqe(ring)
-                if sqe is None:
-                    break
-                liburing.io_uring_prep_readv(sqe, fh.fd, self._iovec(slots_l[nxt]), offs_l[nxt])
-                sqe.user_data = nxt
-                nxt += 1
-                inflight += 1
-            liburing.io_uring_submit(ring)
-            # wait on the eventfd with select: releases the GIL, unlike io_uring_wait_cqe
-            got_any = False
-            while not got_any:
-                try:
-                    liburing.io_uring_peek_cqe(ring, cqe)
-                    got_any = True
-                except BlockingIOError:
-                    try:
-                        select.select([efd], [], [], 1.0)
-                    except InterruptedError:
-                        pass
-                    try:
-                        os.eventfd_read(efd)
-                    except BlockingIOError:
-                        pass
-            while True:
-                c = cqe[0]
-                k = c.user_data
-                try:
-                    r = c.res
-                except OSError as e:
-                    r = -(e.errno or 5)
-                liburing.io_uring_cqe_seen(ring, c)
-                inflight -= 1
-                if 0 < r < lens_l[k]:
-                    # short read (reading the whole slot may stop at the end of the file)
-                    r = self._finish_short(fh, offs_l[k], lens_l[k], slots_l[k], r)
-                res[k] = r
-                done += 1
-                try:
-                    liburing.io_uring_peek_cqe(ring, cqe)
-                except BlockingIOError:
-                    break
-        return res, False
-
-    def _finish_short(self, fh, off, ext, slot, got):
-        base = slot * self.slot_size
-        while got < ext:
-            n = os.preadv(fh.fd, [self._slab[base + got:base + ext]], off + got)
-            if n <= 0:
-                return got
-            got += n
-        return got
-
-
 class UringBackend(_PooledBackend):
     """Cython + liburing, ``nogil`` refill loop with CRC checks in C (module doc)."""
 
@@ -653,44 +553,22 @@ def _uring_problem() -> Optional[str]:
     return _u.probe()
 
 
-def _liburing_problem() -> Optional[str]:
-    try:
-        import liburing
-    except ImportError:
-        return "python-liburing is not installed"
-    try:
-        with open("/proc/sys/kernel/io_uring_disabled") as f:
-            if f.read().strip() == "2":
-                return "io_uring disabled by sysctl kernel.io_uring_disabled=2"
-    except OSError:
-        pass
-    try:
-        ring = liburing.Ring()
-        liburing.io_uring_queue_init(8, ring)
-        liburing.io_uring_queue_exit(ring)
-    except OSError as e:
-        return f"io_uring setup failed: {e}"
-    return None
-
-
 def available_backends() -> dict:
     """name -> None if usable here, else why not."""
-    return {"uring": _uring_problem(), "liburing": _liburing_problem(), "pread": None,
-            "mmap": None}
+    return {"uring": _uring_problem(), "pread": None, "mmap": None}
 
 
 def make_backend(kind: str = "auto", pool=None, **kw) -> Backend:
-    """A backend by name: ``auto``, ``uring``, ``liburing``, ``pread`` or ``mmap``.
+    """A backend by name: ``auto``, ``uring``, ``pread`` or ``mmap``.
 
     Keyword arguments go to the backend (``budget``, ``slot_size``, ``policy``, ``direct``,
-    ``queue_depth``, ``threads`` ...). ``auto`` takes the first usable of uring, liburing,
-    pread."""
+    ``queue_depth``, ``threads`` ...). ``auto`` takes ``uring`` where it works here, else
+    ``pread``."""
     if kind == "mmap":
         return MmapBackend()
     if kind == "auto":
-        for k in ("uring", "liburing"):
-            if (_uring_problem() if k == "uring" else _liburing_problem()) is None:
-                return make_backend(k, pool, **kw)
+        if _uring_problem() is None:
+            return make_backend("uring", pool, **kw)
         kw.pop("batch", None)
         kw.pop("ring_entries", None)
         return PreadBackend(pool, **kw)
@@ -701,18 +579,11 @@ def make_backend(kind: str = "auto", pool=None, **kw) -> Backend:
         kw.pop("threads", None)
         kw.pop("batch", None)
         return UringBackend(pool, **kw)
-    if kind == "liburing":
-        p = _liburing_problem()
-        if p:
-            raise OSError(f"liburing backend unavailable: {p}")
-        kw.pop("threads", None)
-        kw.pop("ring_entries", None)
-        return LiburingBackend(pool, **kw)
     if kind == "pread":
         kw.pop("batch", None)
         kw.pop("ring_entries", None)
         return PreadBackend(pool, **kw)
-    raise ValueError(f"unknown backend {kind!r}; choose auto, uring, liburing, pread or mmap")
+    raise ValueError(f"unknown backend {kind!r}; choose auto, uring, pread or mmap")
 
 
 _DEFAULT: Optional[Backend] = None

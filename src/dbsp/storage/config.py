@@ -46,7 +46,7 @@ class StorageConfig:
 
     ``dir``: the storage directory (created if missing); files go to ``dir/worker-<i>/``.
     ``memory_budget_bytes``: in-memory batches + block cache, per circuit and process.
-    ``backend``: ``auto``, ``uring``, ``liburing``, ``pread`` or ``mmap``
+    ``backend``: ``auto``, ``uring``, ``pread`` or ``mmap``
     (:func:`dbsp.storage.backend.make_backend`); ``mmap`` has no pool, its cache is the page
     cache (mapped pages count in the RSS while touched).
     ``block_size``: data block size of batch files (and the pool's slot size).
@@ -100,8 +100,8 @@ class StorageConfig:
         if self.block_size % 4096 or self.block_size < 4096:
             raise ValueError(f"block_size must be a positive multiple of 4096, got "
                              f"{self.block_size}")
-        if self.backend not in ("auto", "uring", "liburing", "pread", "mmap"):
-            raise ValueError(f"unknown backend {self.backend!r}; choose auto, uring, liburing, "
+        if self.backend not in ("auto", "uring", "pread", "mmap"):
+            raise ValueError(f"unknown backend {self.backend!r}; choose auto, uring, "
                              f"pread or mmap")
         if self.compression not in (None, "lz4"):
             raise ValueError(f"compression must be None or 'lz4', got {self.compression!r}")
