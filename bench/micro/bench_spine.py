@@ -31,7 +31,7 @@ import pyarrow as pa
 import pytest
 
 from dbsp.trace.batch import OrdIndexedZSet
-from dbsp.trace.cursor import SpineCursor
+from dbsp.trace.spine_cursor import SpineCursor
 from dbsp.trace.spine import Merger, Spine
 
 BATCHES = int(os.environ.get("DBSP_BENCH_SPINE_BATCHES", "1000"))

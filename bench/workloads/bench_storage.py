@@ -9,7 +9,7 @@ in memory; every other case runs with ``StorageConfig(memory_budget_bytes=12 MiB
 the join's bid trace (about 33 of the 40 MB of state at the end) goes to layer files, the auction
 trace that every bid probes mostly stays in memory (the accountant spills cold batches first).
 ``uring-fg`` merges in the inserting thread (``DBSP_SPINE_BACKGROUND=0``). Every other storage
-case runs its large file merges in the merge helper process (:mod:`dbsp.storage.merge_process`);
+case runs its large file merges in the merge helper process (:mod:`dbsp.trace.merge_helper`);
 ``uring-thread`` runs them in the background merger thread instead (``merge_process_rows=None``),
 where their Python glue fights the step for the GIL. ``uring-fast`` is uring with
 ``limit_allocators=False``.
@@ -114,7 +114,7 @@ def _child(data, case: str) -> dict:
                 else:
                     in_memory += b.nbytes_in_memory
         stats = c.storage_stats()
-        from dbsp.storage.merge_process import helpers_stats
+        from dbsp.trace.merge_helper import helpers_stats
         helpers = helpers_stats()
     return {"helper_private_mb": max([h.get("private_peak_bytes", 0) for h in helpers],
                                      default=0) / (1 << 20),

@@ -42,7 +42,8 @@ __version__ = "0.1.0"
 from .algebra.schema import WEIGHT, InputError  # noqa: E402
 from .api import (StreamContext, avg, coalesce, col, count, count_distinct,  # noqa: E402
                   hopping, lit, max_, min_, session, sum_, tumbling, when)
-from .circuit.circuit import Circuit, CircuitError  # noqa: E402
+from .circuit.graph import CircuitError  # noqa: E402
+from .runtime.circuit import Circuit  # noqa: E402
 from .storage.config import StorageConfig  # noqa: E402
 from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 

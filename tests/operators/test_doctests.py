@@ -8,7 +8,7 @@ import pytest
 
 MODULES = [f"dbsp.operators.{m}" for m in
            ("distinct", "join", "aggregate", "topk", "recursive", "upsert", "map")]
-MODULES.append("dbsp.circuit.circuit")
+MODULES.append("dbsp.runtime.circuit")
 
 
 @pytest.mark.parametrize("name", MODULES)

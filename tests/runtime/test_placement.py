@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import dbsp
 from dbsp.algebra import kernels as K
-from dbsp.circuit.placement import deal, plan
+from dbsp.circuit.exchange import deal
+from dbsp.runtime.placement import plan
 from dbsp.trace.batch import OrdIndexedZSet
 
 A = pa.schema([pa.field("id", pa.int64(), False), pa.field("cat", pa.string())])

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from dbsp.runtime.exchange import TransportAborted
+from dbsp.circuit.exchange import TransportAborted
 from dbsp.runtime.socket_transport import SocketTransport, socketpair_mesh, tcp_mesh
 
 
@@ -88,7 +88,7 @@ def test_a_slice_travels_without_its_parent():
 
     import pyarrow as pa
 
-    from dbsp.runtime import wire
+    from dbsp.storage import wire
     big = pa.record_batch({"x": np.arange(1_000_000, dtype=np.int64),
                            "s": pa.array([f"row{i}" for i in range(1_000_000)])})
     part = big.slice(250_000, 1000)

@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - t0
         sbytes = state_bytes()
         stats = c.storage_stats()
-        from dbsp.storage.merge_process import helpers_stats
+        from dbsp.trace.merge_helper import helpers_stats
         helpers = helpers_stats()
     final = {str(r[0]): [r[1], r[2]] for r, w in sorted(res.items()) if w}
     assert all(w == 1 for w in res.values() if w), "an aggregate row has weight != 1"

@@ -20,9 +20,9 @@ from dbsp.algebra import kernels as K
 from dbsp.algebra.codes import VarCodes
 from dbsp.storage.backend import available_backends
 from dbsp.storage.config import StorageConfig
-from dbsp.storage.manager import WorkerStorage
+from dbsp.trace.spill import SpineStorage
 from dbsp.trace.batch import OrdIndexedZSet, OrdZSet, ZSet
-from dbsp.trace.cursor import SpineCursor
+from dbsp.trace.spine_cursor import SpineCursor
 from dbsp.trace.file_batch import FileBatchCursor, open_batch, write_batch
 from dbsp.trace.merge_stream import merge_stream, sum_batches
 from storage_helpers import ALL_TYPES, make_column
@@ -33,14 +33,14 @@ HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.dat
 
 
 def make_storage(root, backend: str, block_size: int = 4096, index_fanout=None,
-                 **kw) -> WorkerStorage:
+                 **kw) -> SpineStorage:
     why = available_backends()[backend]
     if why:
         pytest.skip(f"{backend} backend unavailable: {why}")
     cfg = StorageConfig(str(root), memory_budget_bytes=64 << 20, backend=backend,
                         block_size=block_size, cache_bytes=4 << 20, index_fanout=index_fanout,
                         min_free_bytes=0, **kw)
-    return WorkerStorage(cfg, 0)
+    return SpineStorage(cfg, 0)
 
 
 # --- data ---------------------------------------------------------------------------------------

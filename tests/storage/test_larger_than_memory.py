@@ -15,7 +15,7 @@ state 176-183 MiB (5.5-5.7x the budget; taken at the end, mid-merge), in-memory 
 489-583 MiB in 0.8-1.1 s; fixed overhead 140-141 MiB (of which the 8 MiB slab pool, also part of
 the budget); on disk, peak RSS 171-173 MiB in 1.9-2.1 s, plus the merge helper process's
 private memory, 57-66 MiB at its peak (about 40 MiB of it the inherited heap pages it writes in
-its first merge; see :mod:`dbsp.storage.merge_process`). The check allows ``TRANSIENT_MIB``
+its first merge; see :mod:`dbsp.trace.merge_helper`). The check allows ``TRANSIENT_MIB``
 (24 MiB) above budget + fixed overhead for the circuit's process (a step's working set over the
 large state while a background merge runs) and ``HELPER_MIB`` (80 MiB) for the helper. With
 ``merge_process_rows=None`` (merges in the merger thread, ``ltm_workload.py --no-merge-helper``)
@@ -74,7 +74,7 @@ def test_state_four_times_the_budget_runs_within_budget_plus_overhead(tmp_path):
     assert len(disk["result"]) == 100
     assert disk["files_written"] > 0 and disk["storage"]["spills"] > 0, report
     assert disk["maxrss"] <= budget + base["maxrss"] + TRANSIENT_MIB * MiB, report
-    # the merge helper process (dbsp.storage.merge_process) adds its private memory: a fixed
+    # the merge helper process (dbsp.trace.merge_helper) adds its private memory: a fixed
     # part (inherited heap pages it writes) plus one merge's rounds, bounded by HELPER_MIB
     helper = sum(h["private_peak_bytes"] for h in disk["helpers"])
     assert disk["helpers"] and sum(h["jobs"] for h in disk["helpers"]) > 0, report

@@ -1,4 +1,4 @@
-"""Storage-aware spines (dbsp.storage.manager + dbsp.trace.merge_stream): operators with their
+"""Storage-aware spines (dbsp.trace.spill + dbsp.trace.merge_stream): operators with their
 state in layer files give the reference's results; the memory accountant spills; merges wait
 for disk space instead of failing; files go when their batches are merged away."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from dbsp.algebra import kernels as K
 from dbsp.storage import config as storage_config
 from dbsp.storage.config import StorageConfig
-from dbsp.storage.manager import WorkerStorage, accountant_for
+from dbsp.trace.spill import SpineStorage, accountant_for
 from dbsp.testing import reference as ref
 from dbsp.testing import strategies as S
 from dbsp.testing.harness import check_steps
@@ -141,7 +141,7 @@ def test_accountant_spills_largest_batches_and_keeps_the_state(tmp_path):
     cfg = StorageConfig(str(tmp_path), memory_budget_bytes=512 << 10, backend="pread",
                         block_size=4096, cache_bytes=64 << 10, min_file_rows=1 << 30,
                         min_spill_bytes=0, min_free_bytes=0)
-    st_ = WorkerStorage(cfg, 0)
+    st_ = SpineStorage(cfg, 0)
     acct = st_.accountant
     sp = Spine(name="acct", storage=st_)
     bs = _batches(60, 3000)
@@ -169,7 +169,7 @@ def test_accountant_spills_never_probed_batches_before_probed_ones(tmp_path):
     cfg = StorageConfig(str(tmp_path), memory_budget_bytes=64 << 20, backend="pread",
                         block_size=4096, cache_bytes=64 << 10, min_file_rows=1 << 30,
                         min_spill_bytes=0, min_free_bytes=0)
-    st_ = WorkerStorage(cfg, 0)
+    st_ = SpineStorage(cfg, 0)
     acct = st_.accountant
     m = Merger(name="paused")
     m.pause()  # merges are owed, none runs
@@ -197,7 +197,7 @@ def test_accountant_spills_never_probed_batches_before_probed_ones(tmp_path):
 def test_files_are_deleted_when_batches_are_merged_away(tmp_path):
     cfg = StorageConfig(str(tmp_path), backend="pread", block_size=4096, min_file_rows=1,
                         min_free_bytes=0, merge_chunk_rows=500)
-    st_ = WorkerStorage(cfg, 0)
+    st_ = SpineStorage(cfg, 0)
     sp = Spine(name="files", storage=st_, background=False)  # merges as soon as owed
     bs = _batches(40, 400, seed=1)
     for b in bs:
@@ -219,7 +219,7 @@ def test_merge_waits_for_disk_space_then_resumes(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.WARNING, logger="dbsp.storage")
     cfg = StorageConfig(str(tmp_path), backend="pread", block_size=4096, min_file_rows=1,
                         min_free_bytes=1 << 20)
-    st_ = WorkerStorage(cfg, 0)
+    st_ = SpineStorage(cfg, 0)
     full = threading.Event()
     full.set()
     real = storage_config.free_space
@@ -249,7 +249,7 @@ def test_merge_waits_for_disk_space_then_resumes(tmp_path, monkeypatch, caplog):
 def test_zset_trace_with_storage(tmp_path):
     """Z-set traces (distinct) probe file batches with row_weights."""
     cfg = tiny(tmp_path, backend="pread", min_file_rows=100, merge_chunk_rows=64)
-    st_ = WorkerStorage(cfg, 0)
+    st_ = SpineStorage(cfg, 0)
     sp = Spine(name="z", storage=st_)
     rng = np.random.default_rng(5)
     parts = []

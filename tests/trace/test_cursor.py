@@ -22,7 +22,8 @@ from trace_model import (
 )
 
 from dbsp.trace.batch import OrdIndexedZSet
-from dbsp.trace.cursor import SpineCursor, cursor_for
+from dbsp.trace.cursor import cursor_for
+from dbsp.trace.spine_cursor import SpineCursor
 
 SETTINGS = settings(max_examples=examples(50), deadline=None)
 I64 = pa.schema([("k", pa.int64())])

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["VarCodes", "Codes", "KeyCodec", "codes_len", "is_u64"]
+__all__ = ["VarCodes", "CodeArray", "Code", "Codes", "KeyCodec", "codec_for"]
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,92 @@ class VarCodes:
         return self.offsets.nbytes + self.data.nbytes
 
 
-Codes = Union[np.ndarray, VarCodes]
+#: a column of codes: one ``uint64`` per row (keys of at most 8 bytes) or :class:`VarCodes`
+CodeArray = Union[np.ndarray, VarCodes]
+#: one code: an ``int`` (u64 codes) or ``bytes`` (var codes)
+Code = Union[int, bytes]
 
 
-def is_u64(codes: Codes) -> bool:
-    return isinstance(codes, np.ndarray)
+class Codes:
+    """What every layer does with a column of codes, whichever representation it has.
 
+    A code column is either a ``uint64`` ndarray or a :class:`VarCodes`; the native kernels take
+    both, and the Python layers above ask these functions instead of checking the type
+    themselves. This class is the one place that tells the two representations apart.
 
-def codes_len(codes: Codes) -> int:
-    return len(codes)
+    >>> import numpy as np
+    >>> u = np.array([3, 5, 9], dtype=np.uint64)
+    >>> Codes.at(u, 1), Codes.kind(u), Codes.one(7, like=u)
+    (5, 'u64', array([7], dtype=uint64))
+    >>> v = VarCodes.from_list([b"a", b"bc"])
+    >>> Codes.at(v, 1), Codes.kind(v), Codes.row_lengths(v).tolist()
+    (b'bc', 'var', [1, 2])
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def is_u64(codes: CodeArray) -> bool:
+        """Whether ``codes`` are fixed-width ``uint64`` codes."""
+        return isinstance(codes, np.ndarray)
+
+    @staticmethod
+    def kind(codes: CodeArray) -> str:
+        """``"u64"`` or ``"var"`` (the layer file format's names)."""
+        return "u64" if isinstance(codes, np.ndarray) else "var"
+
+    @staticmethod
+    def at(codes: CodeArray, i: int) -> Code:
+        """Row ``i`` as one code (``int`` or ``bytes``)."""
+        if isinstance(codes, np.ndarray):
+            return int(codes[i])
+        o = codes.offsets
+        return codes.data[o[i]:o[i + 1]].tobytes()
+
+    @staticmethod
+    def one(code: Code, like: CodeArray) -> CodeArray:
+        """A one-row code array holding ``code``, in the representation of ``like`` (a probe
+        for the kernels' ``lower_bound``)."""
+        if isinstance(like, np.ndarray):
+            return np.asarray([code], dtype=np.uint64)
+        return VarCodes.from_list([bytes(code)])  # type: ignore[arg-type]
+
+    @staticmethod
+    def slice(codes: CodeArray, lo: int, hi: int) -> CodeArray:
+        """Rows ``lo:hi`` without copying (a VarCodes slice keeps absolute offsets)."""
+        if isinstance(codes, np.ndarray):
+            return codes[lo:hi]
+        return VarCodes(codes.offsets[lo:hi + 1], codes.data)
+
+    @staticmethod
+    def row_lengths(codes: CodeArray) -> np.ndarray:
+        """Bytes of each row's code (8 for u64 codes, big-endian when packed)."""
+        if isinstance(codes, np.ndarray):
+            return np.full(len(codes), 8, np.int64)
+        return np.diff(codes.offsets).astype(np.int64)
+
+    @staticmethod
+    def to_list(codes: CodeArray) -> list:
+        """Every row as a Python ``int`` or ``bytes``."""
+        return codes.tolist() if isinstance(codes, np.ndarray) else codes.to_list()
+
+    @staticmethod
+    def empty(u64: bool) -> CodeArray:
+        """No rows, in the given representation."""
+        if u64:
+            return np.zeros(0, dtype=np.uint64)
+        return VarCodes(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
+
+    @staticmethod
+    def as_code(bound: Any) -> Code:
+        """One code from an ``int``, ``bytes``, numpy integer or one-row code array."""
+        if isinstance(bound, np.ndarray):
+            return int(bound[0])
+        if isinstance(bound, VarCodes):
+            return bound.row(0)
+        if isinstance(bound, np.integer):
+            return int(bound)
+        return bound
 
 
 # --- per-type normalization ---------------------------------------------------------------
@@ -230,7 +307,7 @@ class KeyCodec:
         kind = "u64" if self.u64 else "var"
         return f"KeyCodec({[f.name for f in self.fields]}, {kind})"
 
-    def encode(self, columns: Sequence[pa.Array], num_rows: int | None = None) -> Codes:
+    def encode(self, columns: Sequence[pa.Array], num_rows: int | None = None) -> CodeArray:
         """Codes of the rows of ``columns``; ``num_rows`` is needed when there are no columns
         (the empty key: every row gets the same code)."""
         if len(columns) != len(self.fields):
@@ -267,3 +344,14 @@ class KeyCodec:
         per_col = [_column_bytes(c, f.nullable) for f, c in zip(self.fields, columns)]
         rows = [b"".join(pc[i] for pc in per_col) for i in range(n)]
         return VarCodes.from_list(rows)
+
+
+def codec_for(schema: pa.Schema, names: Sequence[str] | None = None) -> KeyCodec:
+    """The codec of the ``names`` columns (default: all) of ``schema``; cached, so the batches of
+    a stream share one codec."""
+    return _codec_cached(schema, tuple(schema.names if names is None else names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _codec_cached(schema: pa.Schema, names: tuple) -> KeyCodec:
+    return KeyCodec([schema.field(n) for n in names])

@@ -63,14 +63,6 @@ hash64 = _resolve("hash64")
 shard = _resolve("shard")
 
 
-def shard_rows(codes, nshards: int) -> list:
-    """The row indices (ascending) of ``codes`` that go to each of ``nshards`` workers: the one
-    definition of "where a key lives" that exchanges and the driver's input placement share."""
-    import numpy as np
-    dest = shard(codes, nshards)
-    return [np.flatnonzero(dest == w) for w in range(nshards)]
-
-
 def using_native() -> dict[str, bool]:
     """Which kernels run natively (for the CLI's environment report and the tests)."""
     return {n: getattr(globals()[n], "__module__", "").startswith("dbsp._native") for n in _NATIVE}

@@ -17,26 +17,26 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .codes import Codes, VarCodes
+from .codes import CodeArray, Codes, VarCodes
 
 
-def _keys(codes: Codes) -> list:
-    return codes.tolist() if isinstance(codes, np.ndarray) else codes.to_list()
+def _keys(codes: CodeArray) -> list:
+    return Codes.to_list(codes)
 
 
-def take(codes: Codes, idx: np.ndarray) -> Codes:
+def take(codes: CodeArray, idx: np.ndarray) -> CodeArray:
     """Rows ``idx`` of a code array."""
-    if isinstance(codes, np.ndarray):
+    if Codes.is_u64(codes):
         return codes[idx]
     rows = codes.to_list()
     return VarCodes.from_list([rows[i] for i in idx])
 
 
-def concat(parts: Sequence[Codes]) -> Codes:
+def concat(parts: Sequence[CodeArray]) -> CodeArray:
     """Concatenate code arrays of the same kind."""
     if not parts:
         raise ValueError("concat of no code arrays")
-    if isinstance(parts[0], np.ndarray):
+    if Codes.is_u64(parts[0]):
         return np.concatenate(parts).astype(np.uint64, copy=False)
     rows: list[bytes] = []
     for p in parts:
@@ -44,7 +44,7 @@ def concat(parts: Sequence[Codes]) -> Codes:
     return VarCodes.from_list(rows)
 
 
-def argsort(kcodes: Codes, vcodes: Optional[Codes] = None) -> np.ndarray:
+def argsort(kcodes: CodeArray, vcodes: Optional[CodeArray] = None) -> np.ndarray:
     """Stable permutation that sorts rows by ``(kcodes, vcodes)``."""
     k = _keys(kcodes)
     v = _keys(vcodes) if vcodes is not None else None
@@ -52,7 +52,7 @@ def argsort(kcodes: Codes, vcodes: Optional[Codes] = None) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
-def sort_consolidate(kcodes: Codes, vcodes: Optional[Codes], weights: np.ndarray):
+def sort_consolidate(kcodes: CodeArray, vcodes: Optional[CodeArray], weights: np.ndarray):
     """Sort rows by code and sum the weights of equal rows, dropping zero sums.
 
     Returns ``(perm, w)``: ``perm[i]`` is the first input row (stable order) of the ``i``-th
@@ -115,7 +115,7 @@ def merge_indexed(runs: Sequence[tuple]):
     return gidx, w, allv[gidx], ks[first], bounds, row_key[gidx[first]]
 
 
-def group_bounds(kcodes: Codes) -> np.ndarray:
+def group_bounds(kcodes: CodeArray) -> np.ndarray:
     """Offsets (int64, g+1) of the runs of equal codes in a sorted code array."""
     k = _keys(kcodes)
     out = [0]
@@ -127,21 +127,21 @@ def group_bounds(kcodes: Codes) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def lower_bound(sorted_codes: Codes, probes: Codes) -> np.ndarray:
+def lower_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     """For each probe, the first position in ``sorted_codes`` whose code is ``>=`` the probe."""
     import bisect
     k = _keys(sorted_codes)
     return np.asarray([bisect.bisect_left(k, p) for p in _keys(probes)], dtype=np.int64)
 
 
-def upper_bound(sorted_codes: Codes, probes: Codes) -> np.ndarray:
+def upper_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     """For each probe, the first position in ``sorted_codes`` whose code is ``>`` the probe."""
     import bisect
     k = _keys(sorted_codes)
     return np.asarray([bisect.bisect_right(k, p) for p in _keys(probes)], dtype=np.int64)
 
 
-def intersect(a: Codes, b: Codes):
+def intersect(a: CodeArray, b: CodeArray):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending."""
     ka, kb = _keys(a), _keys(b)
     pos = {c: j for j, c in enumerate(kb)}
@@ -177,14 +177,14 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def hash64(codes: Codes, seed: int = 0) -> np.ndarray:
+def hash64(codes: CodeArray, seed: int = 0) -> np.ndarray:
     """64-bit hash of each code; equal codes hash equally in every process (the exchange uses it).
 
     u64 codes: ``splitmix64(code ^ seed)``. Var codes: FNV-1a-64 over the bytes starting from
     ``seed ^ 0xcbf29ce484222325`` then ``splitmix64`` of that.
     """
     out = np.empty(len(codes), dtype=np.uint64)
-    if isinstance(codes, np.ndarray):
+    if Codes.is_u64(codes):
         for i, c in enumerate(codes.tolist()):
             out[i] = _mix((c ^ seed) & _MASK)
         return out
@@ -196,6 +196,6 @@ def hash64(codes: Codes, seed: int = 0) -> np.ndarray:
     return out
 
 
-def shard(codes: Codes, nshards: int, seed: int = 0) -> np.ndarray:
+def shard(codes: CodeArray, nshards: int, seed: int = 0) -> np.ndarray:
     """Shard of each code in ``0..nshards-1`` (int64): ``hash64(codes, seed) % nshards``."""
     return (hash64(codes, seed) % np.uint64(nshards)).astype(np.int64)

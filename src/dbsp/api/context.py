@@ -1,6 +1,6 @@
 """StreamContext: the entry point of the fluent API (the design note's ``StreamEnvironment``).
 
-A context owns a :class:`~dbsp.circuit.circuit.Circuit` and its configuration - workers, runtime
+A context owns a :class:`~dbsp.runtime.circuit.Circuit` and its configuration - workers, runtime
 (threads or processes), the storage directory (kept for the storage layer), the default input
 batching - and the sources and sinks of the pipeline. Build the pipeline from
 :meth:`StreamContext.stream`; run it with :meth:`step` (one step) or :meth:`execute` (until every
@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from ..circuit.circuit import Circuit
+from ..runtime.circuit import Circuit
 from .sink import ForEach
 from .source import DEFAULT_BATCHING, AdaptiveBatching, FixedBatching, PushSource, Source, \
     make_source

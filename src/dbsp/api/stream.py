@@ -1,6 +1,6 @@
 """Fluent streams: :class:`DataStream` and the keyed / windowed views made from it.
 
-A :class:`DataStream` wraps one stream of the core circuit (:class:`dbsp.circuit.stream.Stream`)
+A :class:`DataStream` wraps one stream of the core circuit (:class:`dbsp.operators.stream.Stream`)
 and its :class:`~dbsp.api.context.StreamContext`. Every method appends operators to the circuit
 and returns a new stream; nothing runs until the context steps. Column expressions
 (:mod:`dbsp.api.expr`) are compiled against the stream's schema *here*, so an unknown column or a
@@ -142,7 +142,7 @@ class DataStream:
 
     @property
     def core(self):
-        """The underlying :class:`dbsp.circuit.stream.Stream`."""
+        """The underlying :class:`dbsp.operators.stream.Stream`."""
         return self._s
 
     @property

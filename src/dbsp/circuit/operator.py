@@ -18,8 +18,8 @@ class WorkerContext:
 
     worker: int = 0
     workers: int = 1
-    transport: Any = None  # dbsp.runtime.exchange.Transport
-    storage: Any = None  # storage settings (dbsp.storage), None = in memory
+    transport: Any = None  # a dbsp.circuit.exchange.Transport
+    storage: Any = None  # the worker's dbsp.trace.spill.SpineStorage, None = in memory
     stats: dict = field(default_factory=dict)
 
 

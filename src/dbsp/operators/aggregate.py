@@ -69,10 +69,12 @@ import pyarrow.compute as pc
 from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import take
+from ..circuit.exchange import shard_rows
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, match_batches
 from ..trace.spine import Spine
+from .exchange import sharded
 
 KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
 LINEAR = ("count", "sum", "avg")
@@ -676,7 +678,7 @@ class LinearAggregateOperator(Operator):
         parts: list = [None] * W
         if len(d):
             local = P.of_delta(d)
-            for w, idx in enumerate(K.shard_rows(d.kcodes, W)):
+            for w, idx in enumerate(shard_rows(d.kcodes, W)):
                 if len(idx):
                     parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
@@ -749,7 +751,6 @@ class GroupAggregateOperator(Operator):
 
 def aggregate(stream, aggs: dict):
     """Group an indexed stream by its key and aggregate its values (see the module doc)."""
-    from .join import sharded
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"aggregate needs an indexed stream (use .index_by([...]) first), got "
                         f"{stream.type.describe()}")

@@ -36,6 +36,7 @@ from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import OrdZSet, ZSet
 from ..trace.spine import Spine
+from .exchange import sharded
 
 
 def sign_changes(old: np.ndarray, delta: np.ndarray) -> np.ndarray:
@@ -75,7 +76,6 @@ class DistinctOperator(Operator):
 
 def distinct(stream):
     """``distinct(stream)``: shards the rows by hash, then keeps a trace of the input."""
-    from .join import sharded
     if not isinstance(stream.type, ZSetType):
         raise TypeError(f"distinct needs a stream of Z-sets, got {stream.type.describe()}; "
                         f"flatten() an indexed stream first")

@@ -1,14 +1,17 @@
 """exchange: re-shard a stream so that every key (or row) lives on exactly one worker.
 
-Each worker hashes the codes of its batch (:func:`dbsp.algebra.kernels.shard`, the same function
-in every process), splits the batch into one part per worker, and swaps parts through the
-circuit's transport. Received parts are sorted runs, so they are combined by one k-way merge.
+The operator side of :mod:`dbsp.circuit.exchange` (the sharding function and the transport
+interface). Each worker splits its batch into one part per worker by
+:func:`~dbsp.circuit.exchange.shard_rows` (the same function in every process, and the one the
+driver's input placement uses), and swaps parts through the circuit's transport. Received parts are sorted runs, so they are combined by one k-way merge.
 With one worker, or when its input arrives already sharded by the same hash (an input the
-driver dealt by this key, :mod:`dbsp.circuit.placement`), the operator passes its input through.
+driver dealt by this key, :mod:`dbsp.runtime.placement`), the operator passes its input through.
 """
 from __future__ import annotations
 
 from ..algebra import kernels as K
+from ..algebra.schema import take
+from ..circuit.exchange import shard_rows
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType
 from ..trace.batch import OrdIndexedZSet, OrdZSet
@@ -22,7 +25,7 @@ class ExchangeOperator(Operator):
         super().__init__(ctx)
         self.type = type_
         #: set by the replica when the input arrives already sharded by this exchange's hash
-        #: (an input dealt by key at the driver, :mod:`dbsp.circuit.placement`)
+        #: (an input dealt by key at the driver, :mod:`dbsp.runtime.placement`)
         self.local = False
 
     def eval(self, value):
@@ -46,15 +49,14 @@ class ExchangeOperator(Operator):
 def _split_indexed(ix: OrdIndexedZSet, W: int) -> list:
     if ix.num_keys == 0:
         return [None] * W
-    return [ix.select_keys(idx) for idx in K.shard_rows(ix.kcodes, W)]
+    return [ix.select_keys(idx) for idx in shard_rows(ix.kcodes, W)]
 
 
 def _split_zset(z: OrdZSet, W: int) -> list:
     if len(z) == 0:
         return [None] * W
-    from ..algebra.schema import take
     out = []
-    for idx in K.shard_rows(z.codes, W):
+    for idx in shard_rows(z.codes, W):
         out.append(OrdZSet(take(z.data, idx), z.weights[idx], K.take(z.codes, idx), z.codec)
                    if len(idx) else None)
     return out
@@ -67,4 +69,13 @@ def shard(stream):
     return out
 
 
-__all__ = ["shard", "ExchangeOperator"]
+def sharded(stream):
+    """``stream`` sharded by key (indexed) or row (Z-set) hash, unless it already comes straight
+    out of an exchange (so chained operators do not re-shard): what every operator that needs a
+    key's rows together puts in front of itself."""
+    if stream.circuit.nodes[stream.node].info.get("exchange"):
+        return stream
+    return shard(stream)
+
+
+__all__ = ["shard", "sharded", "ExchangeOperator"]

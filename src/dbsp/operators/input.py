@@ -4,7 +4,7 @@ Every push is validated and converted to the input's schema *when it is made*
 (:func:`dbsp.algebra.schema.conform`); a refused push raises :class:`InputError` naming the
 input, column and row, and leaves the pending data and the circuit untouched. At the next step
 the pending rows are split into one part per worker: by the hash of the key of the exchange the
-input feeds (:mod:`dbsp.circuit.placement`), else in contiguous slices (the operators that need
+input feeds (:mod:`dbsp.runtime.placement`), else in contiguous slices (the operators that need
 co-located keys re-shard themselves).
 """
 from __future__ import annotations
@@ -15,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.schema import InputError, conform, concat_batches, take
-from ..circuit.placement import deal
+from ..circuit.exchange import deal
 from ..circuit.operator import Operator
-from ..circuit.stream import Stream
 from ..circuit.types import ZSetType
 from ..trace.batch import ZSet
+from .stream import Stream
+from .upsert import upsert_push
 
 
 class InputOperator(Operator):
@@ -71,7 +72,6 @@ class InputStream(Stream):
         in ``data`` wins). The key is the one given to ``add_input(..., key=...)``, or set by
         the first upsert that passes one (before any other push): see
         :mod:`dbsp.operators.upsert`."""
-        from .upsert import upsert_push
         return upsert_push(self, data, key)
 
     @property
@@ -81,7 +81,7 @@ class InputStream(Stream):
     def _split(self, workers: int, key: Optional[tuple] = None) -> list:
         """Take the pending rows: one part per worker (None where empty), dealt by the hash of
         ``key`` (column names, key schema) when the circuit's placement gives one
-        (:mod:`dbsp.circuit.placement`), else contiguous slices."""
+        (:mod:`dbsp.runtime.placement`), else contiguous slices."""
         parts, self._pending, self._pending_rows = self._pending, [], 0
         if not parts:
             return [None] * workers

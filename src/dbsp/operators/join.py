@@ -18,7 +18,7 @@ and the null-padded rows are retracted; when the last right row disappears the r
 
 Design
 ------
-Both inputs are sharded by key hash (:func:`dbsp.operators.exchange.shard`; a pass-through with one
+Both inputs are sharded by key hash (:func:`dbsp.operators.exchange.sharded`; a pass-through with one
 worker), so every key's rows meet on one worker. Each side keeps a
 :class:`~dbsp.trace.spine.Spine` of :class:`OrdIndexedZSet` batches; a delta is joined with every
 batch of the other spine by :func:`~dbsp.algebra.kernels.intersect` (matching keys) and
@@ -61,20 +61,12 @@ from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, match_batches
 from ..trace.spine import Spine
 from ._util import to_record_batch
 from .distinct import sign_changes
+from .exchange import sharded
 
 EMPTY_SCHEMA = pa.schema([])
 
 
 # -- helpers shared by the operators that need keys together --------------------------------
-
-def sharded(stream):
-    """``stream`` sharded by key (indexed) or row (Z-set) hash, unless it already comes straight
-    out of an exchange (so chained operators do not re-shard)."""
-    from .exchange import shard
-    if stream.circuit.nodes[stream.node].info.get("exchange"):
-        return stream
-    return shard(stream)
-
 
 def null_key_mask(keys: pa.RecordBatch) -> Optional[np.ndarray]:
     """Boolean mask of keys with a null in some column, or None when there are none."""

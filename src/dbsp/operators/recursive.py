@@ -51,23 +51,27 @@ from typing import Any, Callable, Optional
 
 
 from ..algebra.schema import as_schema
-from ..circuit.circuit import Circuit, Replica
+from ..circuit.graph import Graph
+from ..circuit.scheduler import Scheduler
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet
 from ..trace.spine import Spine
 from ._values import empty_of
+from .delay import feedback
+from .exchange import sharded
+from .stream import make_stream
 
 NON_MONOTONE = ("neg", "minus", "differentiate", "aggregate", "topk", "delay", "recursive",
                 "pad_nulls")
 
 
-class ChildCircuit(Circuit):
+class ChildCircuit(Graph):
     """The body of a recursion: built like any circuit, run by :class:`RecursiveOperator` on
     every worker of the parent (sharing its worker context and transport)."""
 
-    def __init__(self, parent: Circuit):
-        super().__init__(workers=parent.workers, name=f"{parent.name}/recursive")
+    def __init__(self, parent: Graph):
+        super().__init__(make_stream, name=f"{parent.name}/recursive", workers=parent.workers)
         self.parent = parent
 
     def add_input(self, name: str, schema: Any, **kw):
@@ -76,6 +80,10 @@ class ChildCircuit(Circuit):
 
     def step(self) -> None:
         raise TypeError("a recursive body is stepped by its parent circuit")
+
+    def recursive(self, fn: Callable, *inputs: Any, **kw: Any):
+        """A fixed point nested in this body (see :func:`recursive`)."""
+        return recursive(self, fn, *inputs, **kw)
 
 
 class ImportOperator(Operator):
@@ -116,7 +124,7 @@ class RecursiveOperator(Operator):
     def __init__(self, ctx, nodes, import_ids: list[int], in_types: list, fb_id: int, x_type,
                  monotone: bool, max_iterations: int):
         super().__init__(ctx)
-        self.child = Replica(nodes, ctx)
+        self.child = Scheduler(nodes, ctx)
         self.import_ids, self.in_types, self.fb_id = import_ids, in_types, fb_id
         self.x_type, self.monotone, self.max_iterations = x_type, monotone, max_iterations
         self.inputs = [Spine(name="recursive.input") for _ in import_ids]
@@ -206,13 +214,13 @@ def _x_type(schema, streams):
     return ZSetType(as_schema(schema))
 
 
-def is_monotone(circuit: Circuit) -> bool:
+def is_monotone(circuit: Graph) -> bool:
     """Whether every operator of a body is monotone (no operator that can turn an insertion
     into a retraction)."""
     return not any(n.name.startswith(NON_MONOTONE) for n in circuit.nodes)
 
 
-def recursive(circuit: Circuit, fn: Callable, *streams, schema: Any = None,
+def recursive(circuit: Graph, fn: Callable, *streams, schema: Any = None,
               monotone: Optional[bool] = None, max_iterations: int = 100_000):
     """The stream of least fixed points ``x = fn(x, *streams)`` (see the module doc).
 
@@ -220,8 +228,6 @@ def recursive(circuit: Circuit, fn: Callable, *streams, schema: Any = None,
     default: the type of the first input) and returns a stream of the same type, built with the
     ordinary stream operators. Returns the stream of changes of the fixed point.
     """
-    from .delay import feedback
-    from .join import sharded
     for s in streams:
         if s.circuit is not circuit:
             raise ValueError(f"recursive: stream {s} belongs to another circuit")

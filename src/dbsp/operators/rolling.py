@@ -46,6 +46,7 @@ from ..circuit.types import ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet
 from .watermark import WatermarkType, time_int64
 from .window import KeyedRecomputeOperator, _units, positive, time_first
+from .exchange import sharded
 
 KINDS = ("count", "sum", "avg", "min", "max")
 
@@ -250,7 +251,6 @@ def rolling_aggregate(stream, time_col: str, keys: Sequence[str], aggs: dict,
     specs = [(n, k, (None if c is None else ("__t" if c == time_col else c)), o)
              for n, k, c, o in specs]
     out = pa.schema(list(schema) + [pa.field(n, o) for n, _, _, o in specs])
-    from .join import sharded
     s = sharded(ix)
     inputs = [s] if wm_stream is None else [s, wm_stream]
     vs = ix.val_schema

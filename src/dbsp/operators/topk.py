@@ -41,6 +41,7 @@ from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, ranges
 from ..trace.spine import Spine
+from .exchange import sharded
 
 
 def dense_rank(codes) -> np.ndarray:
@@ -173,7 +174,6 @@ class TopKOperator(Operator):
 def topk(stream, k: int, order_by: Sequence[str], descending: bool = False,
          rank: Optional[str] = None):
     """The first ``k`` values of each key by ``order_by`` (see the module doc)."""
-    from .join import sharded
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"topk needs an indexed stream (use .index_by([...]) first), got "
                         f"{stream.type.describe()}")

@@ -66,6 +66,9 @@ from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.spine import Spine
 from ._values import add
+from .aggregate import (LINEAR, GroupAggregateOperator, LinearAggregateOperator, compute_groups,
+                        output_schema, parse_aggs)
+from .exchange import sharded
 from .watermark import WatermarkType, time_int64
 
 WS, WE = "window_start", "window_end"
@@ -276,9 +279,6 @@ def window_aggregate(stream, time_col: str, spec, keys: Sequence[str], aggs: dic
     else:
         raise TypeError(f"not a window: {spec!r} (use tumbling(), hopping() or session())")
     offset = _units(spec.offset, t, "window offset", positive=False)
-    from .aggregate import LINEAR, GroupAggregateOperator, LinearAggregateOperator, \
-        output_schema, parse_aggs
-    from .join import sharded
     vcols = [c for c in _agg_columns(aggs) if c not in keys]
     for c in _agg_columns(aggs):
         if c not in schema.names:
@@ -427,7 +427,6 @@ class SessionOperator(KeyedRecomputeOperator):
         return rows, kidx, offsets, t
 
     def compute(self, groups: OrdIndexedZSet, tmin: int) -> ZSet:
-        from .aggregate import compute_groups
         rows, kidx, offsets, t = self._sessions(groups)
         if len(rows) == 0:
             return ZSet.empty(self.out_schema)
@@ -487,8 +486,6 @@ class _Reorder:
 
 def session_aggregate(stream, time_col: str, spec: Session, keys: list[str], aggs: dict,
                       wm_stream=None):
-    from .aggregate import output_schema, parse_aggs
-    from .join import sharded
     schema = stream.schema
     t = schema.field(time_col).type
     gap = _units(spec.gap, t, "session gap")

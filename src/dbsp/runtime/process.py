@@ -14,19 +14,21 @@ Protocol on each driver <-> worker control socket (one request, one reply):
 * ``("stop",)`` -> the worker exits
 
 A worker that dies (killed, crashed) closes its sockets: the driver's next reply read fails and
-the step raises :class:`~dbsp.circuit.circuit.CircuitError`; the other workers see their
+the step raises :class:`~dbsp.circuit.graph.CircuitError`; the other workers see their
 transport aborted.
 """
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import sys
 import traceback
 from typing import Any
 
-from . import wire
+from ..circuit.exchange import TransportAborted
+from ..circuit.scheduler import Scheduler
+from ..storage import wire
+from ..storage.wire import portable_exception
 from .socket_transport import SocketTransport, socketpair_mesh
 
 
@@ -34,23 +36,10 @@ class WorkerDied(RuntimeError):
     """A worker process exited or closed its connection in the middle of a step."""
 
 
-def _portable_exception(e: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(e))
-        return e
-    except Exception:
-        r = RuntimeError(f"{type(e).__name__}: {e}")
-        for n in getattr(e, "__notes__", []):
-            r.add_note(n)
-        r.add_note("".join(traceback.format_exception(e)))
-        return r
-
-
 def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx,
                  local: frozenset) -> None:
-    from ..circuit.circuit import Replica
     transport = SocketTransport(w, peers, workers)
-    replica = Replica(nodes, make_ctx(w, workers, transport), local)
+    replica = Scheduler(nodes, make_ctx(w, workers, transport), local)
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -74,7 +63,7 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
             except Exception:
                 pass
             try:
-                wire.send(ctrl, ("err", _portable_exception(e)))
+                wire.send(ctrl, ("err", portable_exception(e)))
             except OSError:
                 return
 
@@ -95,7 +84,6 @@ class ProcessPool:
     """
 
     def __init__(self, nodes, workers: int, make_ctx, local: frozenset = frozenset()):
-        from ..circuit.circuit import Replica
         self.workers = workers
         mesh = socketpair_mesh(workers)
         self.ctrl: dict[int, socket.socket] = {}
@@ -129,7 +117,7 @@ class ProcessPool:
                 for s in socks.values():
                     s.close()
         self.transport = SocketTransport(0, mesh[0], workers)
-        self.replica = Replica(nodes, make_ctx(0, workers, self.transport), local)
+        self.replica = Scheduler(nodes, make_ctx(0, workers, self.transport), local)
 
     def _send(self, msgs: dict) -> None:
         for w, m in msgs.items():
@@ -151,7 +139,6 @@ class ProcessPool:
                                           f"during the step")
         if died is not None:
             raise died
-        from .exchange import TransportAborted
         errs = ([local_error] if local_error is not None else []) + \
             [r[1] for r in replies if r[0] == "err"]
         if errs:

@@ -1,8 +1,8 @@
 """A transport over a full mesh of connected sockets (between processes or hosts).
 
 Every pair of workers shares one non-blocking stream socket. An exchange sends to and receives
-from all peers in one ``select`` loop (incremental :class:`~dbsp.runtime.wire.Sender` /
-:class:`~dbsp.runtime.wire.Receiver`), so two workers sending large parts to each other at the
+from all peers in one ``select`` loop (incremental :class:`~dbsp.storage.wire.Sender` /
+:class:`~dbsp.storage.wire.Receiver`), so two workers sending large parts to each other at the
 same time can never deadlock on full socket buffers, and no thread hand-off sits on the path.
 Messages carry the exchange's sequence number; all workers call :meth:`exchange` in the same
 order (identical circuits in lockstep), and a mismatch is reported as a protocol error.
@@ -18,8 +18,8 @@ import socket
 import time
 from typing import Any, Optional, Sequence
 
-from . import wire
-from .exchange import TransportAborted
+from ..circuit.exchange import TransportAborted
+from ..storage import wire
 
 class SocketTransport:
     def __init__(self, worker: int, peers: dict[int, socket.socket], workers: int):

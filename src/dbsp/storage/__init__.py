@@ -14,10 +14,15 @@ Bottom up:
 * :mod:`dbsp.storage.inspect`: ``inspect_file`` / ``verify_file`` (``dbsp storage inspect|verify``).
 * :mod:`dbsp.storage.config`: ``StorageConfig`` (directory, memory budget, backend, block size...),
   given to ``Circuit(storage=...)`` / ``StreamContext(storage=...)``.
-* :mod:`dbsp.storage.manager`: the runtime: ``WorkerStorage`` per worker (``<dir>/worker-<i>/``),
-  the process-wide ``MemoryAccountant`` that spills cold batches when over budget, the disk-space
-  gate of merges, and the spine hooks. File-backed batches and streaming merges live in
-  :mod:`dbsp.trace.file_batch` and :mod:`dbsp.trace.merge_stream`.
+* :mod:`dbsp.storage.manager`: ``WorkerStorage`` per worker (``<dir>/worker-<i>/``): file names,
+  the process's backend, the disk-space gate of merges.
+* :mod:`dbsp.storage.memory`: the process's allocator policies; :mod:`dbsp.storage.wire`: the
+  wire format of values crossing a process boundary (pickle 5, buffers out of band, Arrow IPC).
+
+This layer knows no batch, spine or operator. What goes into files and when (the memory
+accountant, spilling, the merge helper process) is the trace's spilling policy
+(:mod:`dbsp.trace.spill`); file-backed batches and streaming merges live in
+:mod:`dbsp.trace.file_batch` and :mod:`dbsp.trace.merge_stream`.
 """
 from .format import (CorruptBlockError, FormatVersionError, StorageError,  # noqa: F401
                      TruncatedFileError)
@@ -37,7 +42,7 @@ def __getattr__(name):
     if name in ("StorageConfig", "free_space"):
         from . import config
         return getattr(config, name)
-    if name in ("WorkerStorage", "MemoryAccountant"):
+    if name == "WorkerStorage":
         from . import manager
         return getattr(manager, name)
     if name in ("inspect_file", "verify_file"):

@@ -43,6 +43,8 @@ import numpy as np
 
 from . import format as F
 from .format import HEADER_SIZE, CorruptBlockError
+from .._native import block as _nb
+from .._native.slab_pool import SlabPool
 
 __all__ = ["Backend", "FileHandle", "MmapBackend", "PreadBackend",
            "UringBackend", "make_backend", "available_backends", "default_backend",
@@ -222,7 +224,6 @@ class _PooledBackend(Backend):
     def __init__(self, pool=None, *, budget: int = 256 << 20, slot_size: int = 65536,
                  policy: str = "s3fifo", direct: bool = False, queue_depth: Optional[int] = None,
                  populate: bool = False):
-        from dbsp._native.slab_pool import SlabPool
         self.pool = pool if pool is not None else SlabPool(budget, slot_size, policy,
                                                            populate=populate)
         self.slot_size = self.pool.slot_size
@@ -464,7 +465,6 @@ class PreadBackend(_PooledBackend):
         self._exec: Optional[ThreadPoolExecutor] = None
 
     def _read_some(self, fd: int, jobs: list) -> list:
-        from dbsp._native import block as _nb
         slab = self._slab
         ss = self.slot_size
         res = []

@@ -2,7 +2,7 @@
 
 ``dbsp.Circuit(storage=StorageConfig(dir, memory_budget_bytes=...))`` (or a directory path, which
 takes the defaults) makes every spine of the circuit *storage-aware*
-(:mod:`dbsp.storage.manager`): small batches stay in memory, large ones and everything over the
+(:mod:`dbsp.trace.spill`): small batches stay in memory, large ones and everything over the
 memory budget go to layer files under ``<dir>/worker-<i>/``.
 
 The budget
@@ -70,10 +70,10 @@ class StorageConfig:
     yet; a checkpoint syncs the files it lists).
     ``index_fanout``: cap on children per index block (tests use it for deep index trees).
     ``merge_process_rows``: file merges of at least this many input rows run in a helper
-    process, off the step's GIL (:mod:`dbsp.storage.merge_process`); None: every merge runs in
+    process, off the step's GIL (:mod:`dbsp.trace.merge_helper`); None: every merge runs in
     the merger thread.
     ``limit_allocators``: make glibc and Arrow return freed memory to the kernel, so the peak
-    RSS follows the budget (:mod:`dbsp.storage.manager`; costs about 20% of step time).
+    RSS follows the budget (:mod:`dbsp.storage.memory`; costs about 20% of step time).
     """
 
     dir: str

@@ -84,6 +84,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .._native import block as _nb
+
 __all__ = [
     "FORMAT_VERSION", "MIN_READ_VERSION", "BLOCK_ALIGN", "HEADER", "TAIL", "TAIL_MAGIC",
     "KIND_DATA", "KIND_INDEX", "KIND_FILTER", "KIND_TRAILER", "KIND_NAMES",
@@ -253,7 +255,6 @@ def verify_reason(code: int) -> str:
 def verify_block(buf, extent: int, path: str, offset: int) -> None:
     """Raise CorruptBlockError unless ``buf`` holds a block of ``extent`` bytes with a good
     checksum."""
-    from dbsp._native import block as _nb
     mv = memoryview(buf)
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")

@@ -21,6 +21,8 @@ import numpy as np
 
 from . import format as F
 from .format import HEADER_SIZE, StorageError
+from .._native import block as _nb
+from .reader import read_metadata
 
 __all__ = ["Problem", "inspect_file", "verify_file", "main_inspect", "main_verify"]
 
@@ -39,7 +41,6 @@ class Problem:
 
 def inspect_file(path) -> dict:
     """A JSON-able description of a layer file (from its trailer)."""
-    from .reader import read_metadata
     path = os.fspath(path)
     m = read_metadata(path)
     streams = []
@@ -86,8 +87,6 @@ def inspect_file(path) -> dict:
 
 def verify_file(path, max_problems: int = 100) -> list:
     """Every problem of the file, sorted by offset (empty: the file is good)."""
-    from dbsp._native import block as _nb
-    from .reader import read_metadata
     path = os.fspath(path)
     problems: list = []
     try:

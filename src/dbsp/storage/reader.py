@@ -25,9 +25,10 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from dbsp.algebra.codes import VarCodes
-
+from .._native import block as _nb
+from ..algebra.codes import VarCodes
 from . import format as F
+from .backend import default_backend
 from .format import (BLOCK_ALIGN, HEADER_SIZE, TAIL, CorruptBlockError,
                      FormatVersionError, Physical, TruncatedFileError)
 
@@ -83,7 +84,6 @@ def read_metadata(path: Union[str, os.PathLike]) -> dict:
     """Check the tail and trailer of a layer file and return the trailer (as a dict) with
     ``file_size``, ``trailer_offset`` and ``trailer_extent`` added. Raises
     TruncatedFileError, FormatVersionError or CorruptBlockError."""
-    from dbsp._native import block as _nb
     path = os.fspath(path)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -134,7 +134,6 @@ class LayerFile:
     process-wide one). Thread-safe for reads."""
 
     def __init__(self, path: Union[str, os.PathLike], backend=None):
-        from .backend import default_backend
         self.path = os.fspath(path)
         self.meta = read_metadata(self.path)
         self.backend = backend if backend is not None else default_backend()
@@ -610,7 +609,6 @@ class LayerFile:
         return self._lb(s, s.root[0], s.root[1], 0, s.rows, s.depth, probe, lo, hi, var)
 
     def _lb(self, s, off, ext, first_row, rows, level, probe, lo, hi, var) -> int:
-        from dbsp._native import block as _nb
         nd = self._node(s.sid, off, ext, first_row, rows)
         first = nd.first
         end = first_row + rows
@@ -654,7 +652,6 @@ class LayerFile:
         """False only if ``code`` is certainly not a layer-0 code of this file."""
         if self._words is None:
             return True
-        from dbsp._native import block as _nb
         if self.layers[0]["code"] == "u64":
             h = _nb.hash_one_u64(int(code), self._bloom_seed)
         else:
@@ -663,7 +660,6 @@ class LayerFile:
 
     def may_contain_many(self, codes) -> np.ndarray:
         """Vectorised ``may_contain`` over a uint64 array or VarCodes."""
-        from dbsp._native import block as _nb
         if self.layers[0]["code"] == "u64":
             c = np.ascontiguousarray(codes, dtype=np.uint64)
             if self._words is None:

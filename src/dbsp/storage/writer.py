@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from . import format as F
 from .format import (BLOCK_ALIGN, BUF_ALIGN, HEADER_SIZE, NO_BUF, BlockHeader, Physical, align)
+from .._native import block as _nb
 
 __all__ = ["LayerSpec", "LayerFileWriter", "BLOOM_SEED"]
 
@@ -103,7 +104,6 @@ def _make_block(kind: int, flags: int, stream: int, first_row: int, n: int, leve
                 parts: Sequence[Optional[Any]], aux: int, compress: bool) -> bytearray:
     """Lay out up to 4 buffers (64-aligned) after the header, compress if that saves a 4 KiB
     page, checksum. The payload is copied once, straight into the block's extent."""
-    from dbsp._native import block as _nb
     bufs = [NO_BUF] * 4
     views = [None] * 4
     pos = 0
@@ -630,12 +630,10 @@ class LayerFileWriter:
         if spec.code == "u64":
             st["codes"].append_fixed(c.view("V8"), None)
             if layer == 0 and self.bloom_fpr is not None and n:
-                from dbsp._native import block as _nb
                 self._add_hashes(_nb.hash_u64(c, BLOOM_SEED))
         else:
             st["codes"].append_var(co, cd, None)
             if layer == 0 and self.bloom_fpr is not None and n:
-                from dbsp._native import block as _nb
                 self._add_hashes(_nb.hash_var(co, cd, BLOOM_SEED))
         for s, a in zip(st["columns"], cols):
             kind, vals, valid = _arrow_parts(a, s.phys)
@@ -650,7 +648,6 @@ class LayerFileWriter:
 
     def _add_hashes(self, h: np.ndarray):
         if self._words is not None:
-            from dbsp._native import block as _nb
             _nb.bloom_add(self._words, self._bloom_k, h)
         else:
             self._hashes.append(h)
@@ -691,7 +688,6 @@ class LayerFileWriter:
         return self.path
 
     def _write_filter(self) -> dict:
-        from dbsp._native import block as _nb
         nkeys = self._layer_streams[0]["codes"].rows
         if self._words is None:
             self._words = self._alloc_filter(nkeys)
@@ -730,7 +726,6 @@ class LayerFileWriter:
             "metadata": self.metadata, "incompat": incompat, "compat": compat,
         }
         payload = F.dumps_trailer(meta)
-        from dbsp._native import block as _nb
         extent = align(HEADER_SIZE + len(payload) + F.TAIL.size)
         ext = bytearray(extent)
         BlockHeader(F.KIND_TRAILER, 0, 0xFFFF, extent, len(payload), len(payload), 0, 0, 0,

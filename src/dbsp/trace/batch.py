@@ -30,7 +30,6 @@ itself (deltas, lookup results) are read through their arrays.
 """
 from __future__ import annotations
 
-import functools
 
 from typing import Any, Iterator, Optional, Protocol, Sequence, Union
 
@@ -38,10 +37,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra import kernels as K
-from ..algebra.codes import Codes, KeyCodec, VarCodes
+from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
 from ..algebra.schema import WEIGHT, concat_batches, empty_batch, take
+from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 
-_EMPTY_I64 = np.zeros(0, dtype=np.int64)
+EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
 
 class BatchReader(Protocol):
@@ -71,31 +71,15 @@ class BatchReader(Protocol):
     def num_keys(self) -> int: ...
     @property
     def nbytes_in_memory(self) -> int: ...
-    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]: ...
-    def match(self, codes: Codes) -> Optional[tuple[Any, np.ndarray, np.ndarray]]: ...
+    def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]: ...
+    def match(self, codes: CodeArray) -> Optional[tuple[Any, np.ndarray, np.ndarray]]: ...
     def select_keys(self, key_idx: np.ndarray) -> Any: ...
-    def prefetch_keys(self, codes: Codes) -> None: ...
+    def prefetch_keys(self, codes: CodeArray) -> None: ...
     def cut_below(self, bound: Union[int, bytes]) -> Any: ...
     def cursor(self) -> Any: ...
     def iter_pieces(self, rows: int) -> Iterator[Any]: ...
     def to_memory(self) -> Any: ...
     def max_val_code(self) -> Optional[int]: ...
-
-
-def _codec_for(schema: pa.Schema, names: Sequence[str]) -> KeyCodec:
-    """The codec of the ``names`` columns of ``schema`` (cached: batches of a stream share it)."""
-    return _codec_cached(schema, tuple(names))
-
-
-@functools.lru_cache(maxsize=4096)
-def _codec_cached(schema: pa.Schema, names: tuple) -> KeyCodec:
-    return KeyCodec([schema.field(n) for n in names])
-
-
-def _empty_codes(codec: KeyCodec) -> Codes:
-    if codec.u64:
-        return np.zeros(0, dtype=np.uint64)
-    return VarCodes(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
 
 
 class ZSet:
@@ -118,7 +102,7 @@ class ZSet:
 
     @classmethod
     def empty(cls, schema: pa.Schema) -> "ZSet":
-        return cls(empty_batch(schema), _EMPTY_I64)
+        return cls(empty_batch(schema), EMPTY_I64)
 
     def neg(self) -> "ZSet":
         return ZSet(self.data, -self.weights)
@@ -152,7 +136,7 @@ class OrdZSet(ZSet):
 
     __slots__ = ("codes", "codec", "_nb", "hits")
 
-    def __init__(self, data: pa.RecordBatch, weights: np.ndarray, codes: Codes, codec: KeyCodec):
+    def __init__(self, data: pa.RecordBatch, weights: np.ndarray, codes: CodeArray, codec: KeyCodec):
         super().__init__(data, weights)
         self.codes = codes
         self.codec = codec
@@ -161,16 +145,16 @@ class OrdZSet(ZSet):
 
     @classmethod
     def empty(cls, schema: pa.Schema) -> "OrdZSet":
-        codec = _codec_for(schema, schema.names)
-        return cls(empty_batch(schema), _EMPTY_I64, _empty_codes(codec), codec)
+        codec = codec_for(schema, schema.names)
+        return cls(empty_batch(schema), EMPTY_I64, Codes.empty(codec.u64), codec)
 
     @classmethod
     def from_loose(cls, z: ZSet, codec: Optional[KeyCodec] = None) -> "OrdZSet":
         if isinstance(z, OrdZSet):
             return z
-        codec = codec or _codec_for(z.schema, z.schema.names)
+        codec = codec or codec_for(z.schema, z.schema.names)
         if len(z) == 0:
-            return cls(z.data, _EMPTY_I64, _empty_codes(codec), codec)
+            return cls(z.data, EMPTY_I64, Codes.empty(codec.u64), codec)
         codes = codec.encode(z.data.columns, len(z))
         perm, w = K.sort_consolidate(codes, None, z.weights)
         return cls(take(z.data, perm), w, K.take(codes, perm), codec)
@@ -207,7 +191,7 @@ class OrdZSet(ZSet):
         lo, hi = max(0, lo), min(len(self), hi)
         hi = max(lo, hi)
         return OrdZSet(self.data.slice(lo, hi - lo), self.weights[lo:hi],
-                       slice_codes(self.codes, lo, hi), self.codec)
+                       Codes.slice(self.codes, lo, hi), self.codec)
 
     def filter_rows(self, mask: np.ndarray) -> "OrdZSet":
         """The rows where ``mask`` (bool, one per row) is true (still consolidated)."""
@@ -231,13 +215,13 @@ class OrdZSet(ZSet):
             self._nb = self.data.nbytes + self.codes.nbytes + self.weights.nbytes
         return self._nb
 
-    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
+    def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, row_idx)`` of the sorted distinct row ``codes`` present here."""
         if len(codes) == 0 or len(self) == 0:
-            return _EMPTY_I64, _EMPTY_I64
+            return EMPTY_I64, EMPTY_I64
         return K.intersect(codes, self.codes)
 
-    def match(self, codes: Codes):
+    def match(self, codes: CodeArray):
         pi, ki = self.probe_keys(codes)
         self.hits += len(pi)
         return None if len(pi) == 0 else (self, pi, ki)
@@ -247,7 +231,7 @@ class OrdZSet(ZSet):
         return OrdZSet(take(self.data, idx), self.weights[idx], K.take(self.codes, idx),
                        self.codec)
 
-    def row_weights(self, codes: Codes) -> np.ndarray:
+    def row_weights(self, codes: CodeArray) -> np.ndarray:
         """The weight of each sorted distinct row code (0 where absent)."""
         out = np.zeros(len(codes), np.int64)
         pi, ki = self.probe_keys(codes)
@@ -256,7 +240,7 @@ class OrdZSet(ZSet):
             out[pi] = self.weights[ki]
         return out
 
-    def prefetch_keys(self, codes: Codes) -> None:
+    def prefetch_keys(self, codes: CodeArray) -> None:
         pass
 
     def cut_below(self, bound) -> "OrdZSet":
@@ -264,8 +248,7 @@ class OrdZSet(ZSet):
         i = _first_at_least(self.codes, bound)
         return self if i == 0 else self.slice(i, len(self))
 
-    def cursor(self):
-        from .cursor import OrdZSetCursor
+    def cursor(self) -> OrdZSetCursor:
         return OrdZSetCursor(self)
 
     def iter_pieces(self, rows: int) -> Iterator["OrdZSet"]:
@@ -290,8 +273,8 @@ class OrdIndexedZSet:
     __slots__ = ("keys", "kcodes", "offsets", "vals", "vcodes", "weights", "kcodec", "vcodec",
                  "_nb", "hits")
 
-    def __init__(self, keys: pa.RecordBatch, kcodes: Codes, offsets: np.ndarray,
-                 vals: pa.RecordBatch, vcodes: Codes, weights: np.ndarray,
+    def __init__(self, keys: pa.RecordBatch, kcodes: CodeArray, offsets: np.ndarray,
+                 vals: pa.RecordBatch, vcodes: CodeArray, weights: np.ndarray,
                  kcodec: KeyCodec, vcodec: KeyCodec):
         self.keys, self.kcodes, self.offsets = keys, kcodes, offsets
         self.vals, self.vcodes, self.weights = vals, vcodes, weights
@@ -323,19 +306,19 @@ class OrdIndexedZSet:
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def empty(cls, key_schema: pa.Schema, val_schema: pa.Schema) -> "OrdIndexedZSet":
-        kc = _codec_for(key_schema, key_schema.names)
-        vc = _codec_for(val_schema, val_schema.names)
-        return cls(empty_batch(key_schema), _empty_codes(kc), np.zeros(1, np.int64),
-                   empty_batch(val_schema), _empty_codes(vc), _EMPTY_I64, kc, vc)
+        kc = codec_for(key_schema, key_schema.names)
+        vc = codec_for(val_schema, val_schema.names)
+        return cls(empty_batch(key_schema), Codes.empty(kc.u64), np.zeros(1, np.int64),
+                   empty_batch(val_schema), Codes.empty(vc.u64), EMPTY_I64, kc, vc)
 
     @classmethod
     def from_parts(cls, keys: pa.RecordBatch, vals: pa.RecordBatch, weights: np.ndarray,
                    kcodec: Optional[KeyCodec] = None, vcodec: Optional[KeyCodec] = None,
-                   kcodes: Optional[Codes] = None, vcodes: Optional[Codes] = None
+                   kcodes: Optional[CodeArray] = None, vcodes: Optional[CodeArray] = None
                    ) -> "OrdIndexedZSet":
         """Build from row-aligned key and value batches (any order, duplicates allowed)."""
-        kcodec = kcodec or _codec_for(keys.schema, keys.schema.names)
-        vcodec = vcodec or _codec_for(vals.schema, vals.schema.names)
+        kcodec = kcodec or codec_for(keys.schema, keys.schema.names)
+        vcodec = vcodec or codec_for(vals.schema, vals.schema.names)
         if keys.num_rows == 0:
             return cls.empty(keys.schema, vals.schema)
         kcodes = kcodec.encode(keys.columns, keys.num_rows) if kcodes is None else kcodes
@@ -371,7 +354,7 @@ class OrdIndexedZSet:
         if len(batches) == 1:
             return batches[0]
         b0 = batches[0]
-        if all(isinstance(b.kcodes, np.ndarray) and isinstance(b.vcodes, np.ndarray)
+        if all(Codes.is_u64(b.kcodes) and Codes.is_u64(b.vcodes)
                for b in batches):
             # fixed-width keys and values: merge and regroup in one native pass
             gidx, w, vc, kc, bounds, ksrc = K.merge_indexed(
@@ -403,7 +386,7 @@ class OrdIndexedZSet:
         """For each value row, the index of its key (int64)."""
         return np.repeat(np.arange(self.num_keys, dtype=np.int64), np.diff(self.offsets))
 
-    def flat_kcodes(self) -> Codes:
+    def flat_kcodes(self) -> CodeArray:
         """The key code of every value row."""
         return K.take(self.kcodes, self.key_index())
 
@@ -448,9 +431,9 @@ class OrdIndexedZSet:
         lo, hi = max(0, lo), min(self.num_keys, hi)
         hi = max(lo, hi)
         r0, r1 = int(self.offsets[lo]), int(self.offsets[hi])
-        return OrdIndexedZSet(self.keys.slice(lo, hi - lo), slice_codes(self.kcodes, lo, hi),
+        return OrdIndexedZSet(self.keys.slice(lo, hi - lo), Codes.slice(self.kcodes, lo, hi),
                               self.offsets[lo:hi + 1] - r0, self.vals.slice(r0, r1 - r0),
-                              slice_codes(self.vcodes, r0, r1), self.weights[r0:r1],
+                              Codes.slice(self.vcodes, r0, r1), self.weights[r0:r1],
                               self.kcodec, self.vcodec)
 
     # -- the batch-probe interface (BatchReader) ------------------------------------------
@@ -464,19 +447,19 @@ class OrdIndexedZSet:
                         + self.vals.nbytes + self.vcodes.nbytes + self.weights.nbytes)
         return self._nb
 
-    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
+    def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
         if len(codes) == 0 or self.num_keys == 0:
-            return _EMPTY_I64, _EMPTY_I64
+            return EMPTY_I64, EMPTY_I64
         return K.intersect(codes, self.kcodes)
 
-    def match(self, codes: Codes):
+    def match(self, codes: CodeArray):
         """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy."""
         pi, ki = self.probe_keys(codes)
         self.hits += len(pi)
         return None if len(pi) == 0 else (self, pi, ki)
 
-    def prefetch_keys(self, codes: Codes) -> None:
+    def prefetch_keys(self, codes: CodeArray) -> None:
         pass
 
     def cut_below(self, bound) -> "OrdIndexedZSet":
@@ -484,8 +467,7 @@ class OrdIndexedZSet:
         i = _first_at_least(self.kcodes, bound)
         return self if i == 0 else self.slice_keys(i, self.num_keys)
 
-    def cursor(self):
-        from .cursor import OrdIndexedZSetCursor
+    def cursor(self) -> OrdIndexedZSetCursor:
         return OrdIndexedZSetCursor(self)
 
     def row_slice(self, r0: int, r1: int) -> "OrdIndexedZSet":
@@ -501,9 +483,9 @@ class OrdIndexedZSet:
         ka = int(off.searchsorted(r0, side="right")) - 1
         kb = int(off.searchsorted(r1, side="left"))
         offsets = np.minimum(np.maximum(off[ka:kb + 1], r0), r1) - r0  # ufuncs: cheap calls
-        return OrdIndexedZSet(self.keys.slice(ka, kb - ka), slice_codes(self.kcodes, ka, kb),
+        return OrdIndexedZSet(self.keys.slice(ka, kb - ka), Codes.slice(self.kcodes, ka, kb),
                               offsets, self.vals.slice(r0, r1 - r0),
-                              slice_codes(self.vcodes, r0, r1), self.weights[r0:r1],
+                              Codes.slice(self.vcodes, r0, r1), self.weights[r0:r1],
                               self.kcodec, self.vcodec)
 
     def _with_codecs(self, other: "OrdIndexedZSet") -> "OrdIndexedZSet":
@@ -520,7 +502,7 @@ class OrdIndexedZSet:
 
     def max_val_code(self) -> Optional[int]:
         """The largest value code (u64 value codes only; None otherwise or when empty)."""
-        if len(self) == 0 or not isinstance(self.vcodes, np.ndarray):
+        if len(self) == 0 or not Codes.is_u64(self.vcodes):
             return None
         return int(np.max(self.vcodes))
 
@@ -545,7 +527,7 @@ class OrdIndexedZSet:
                               self.kcodec, self.vcodec)
 
 
-def match_batches(batches: Sequence[Any], codes: Codes) -> Iterator[tuple]:
+def match_batches(batches: Sequence[Any], codes: CodeArray) -> Iterator[tuple]:
     """Probe every batch (of a spine snapshot) with the sorted distinct key ``codes``: yields
     ``(batch, probe_idx, key_idx)`` per batch with matches (see :meth:`BatchReader.match`).
     Every batch is asked to prefetch first, so the reads of file batches overlap."""
@@ -559,26 +541,19 @@ def match_batches(batches: Sequence[Any], codes: Codes) -> Iterator[tuple]:
             yield m
 
 
-def _first_at_least(codes: Codes, bound) -> int:
+def _first_at_least(codes: CodeArray, bound) -> int:
     """Position of the first code ``>= bound`` (``int`` for u64 codes, ``bytes`` for var) in a
     sorted code array."""
-    n = len(codes)
-    if n == 0:
+    if len(codes) == 0 or Codes.at(codes, 0) >= bound:
         return 0
-    if isinstance(codes, np.ndarray):
-        if int(codes[0]) >= bound:
-            return 0
-        return int(K.lower_bound(codes, np.asarray([bound], dtype=np.uint64))[0])
-    if codes.row(0) >= bound:
-        return 0
-    return int(K.lower_bound(codes, VarCodes.from_list([bytes(bound)]))[0])
+    return int(K.lower_bound(codes, Codes.one(bound, like=codes))[0])
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + c)`` for each start/count (vectorised)."""
     total = int(counts.sum())
     if total == 0:
-        return _EMPTY_I64
+        return EMPTY_I64
     ends = np.cumsum(counts)
     out = np.ones(total, dtype=np.int64)
     nz = counts > 0
@@ -589,14 +564,16 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.cumsum(out)
 
 
-def slice_codes(codes: Codes, lo: int, hi: int) -> Codes:
-    """Rows ``lo:hi`` of a code array, without copying (a VarCodes slice keeps absolute offsets)."""
-    if isinstance(codes, np.ndarray):
-        return codes[lo:hi]
-    return VarCodes(codes.offsets[lo:hi + 1], codes.data)
-
-
 ranges = _ranges
 
-__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "ranges",
-           "slice_codes"]
+
+def merge_batches(batches: Sequence[Any]) -> Any:
+    """The sum of non-empty consolidated batches of one kind (one native k-way merge; batches
+    in layer files are read into memory first)."""
+    batches = [b.to_memory() if getattr(b, "is_file", False) else b for b in batches]
+    if batches[0].indexed:
+        return OrdIndexedZSet.merge(batches)
+    return OrdZSet.merge(batches)
+
+__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "merge_batches",
+           "ranges", "EMPTY_I64"]

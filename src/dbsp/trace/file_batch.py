@@ -54,12 +54,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra import kernels as K
-from ..algebra.codes import Codes, KeyCodec, VarCodes
+from ..algebra.codes import CodeArray, Codes, KeyCodec
 from ..algebra.schema import empty_batch
 from ..storage import format as F
 from ..storage.reader import LayerFile
 from ..storage.writer import LayerFileWriter, LayerSpec
-from .batch import OrdIndexedZSet, OrdZSet, ranges, slice_codes
+from .batch import OrdIndexedZSet, OrdZSet, ranges
+from .cursor import as_code
 
 __all__ = ["BatchFile", "FileOrdZSet", "FileOrdIndexedZSet", "FileBatchCursor", "BatchFileSink",
            "write_batch", "open_batch", "is_file_batch"]
@@ -72,19 +73,6 @@ _WINDOW = 1 << 15   # rows a cursor window holds
 
 def is_file_batch(b: Any) -> bool:
     return bool(getattr(b, "is_file", False))
-
-
-def _code_at(codes: Codes, i: int) -> Union[int, bytes]:
-    if isinstance(codes, np.ndarray):
-        return int(codes[i])
-    o = codes.offsets
-    return codes.data[o[i]:o[i + 1]].tobytes()
-
-
-def _probe_of(like: Codes, code) -> Codes:
-    if isinstance(like, np.ndarray):
-        return np.asarray([code], dtype=np.uint64)
-    return VarCodes.from_list([bytes(code)])
 
 
 def _zero_cols(n: int) -> pa.RecordBatch:
@@ -255,12 +243,12 @@ class _FileBatch:
 
     def first_code(self):
         if self._first is None and self.k1 > self.k0:
-            self._first = _code_at(self.lf.codes(self.k0, self.k0 + 1, copy=True), 0)
+            self._first = Codes.at(self.lf.codes(self.k0, self.k0 + 1, copy=True), 0)
         return self._first
 
     def last_code(self):
         if self._last is None and self.k1 > self.k0:
-            self._last = _code_at(self.lf.codes(self.k1 - 1, self.k1, copy=True), 0)
+            self._last = Codes.at(self.lf.codes(self.k1 - 1, self.k1, copy=True), 0)
         return self._last
 
     def max_val_code(self) -> Optional[int]:
@@ -276,7 +264,7 @@ class _FileBatch:
         return self._view(i, self.k1)
 
     # -- probes ----------------------------------------------------------------------------
-    def _candidates(self, codes: Codes):
+    def _candidates(self, codes: CodeArray):
         """``(cand, blk)``: positions in ``codes`` that may be keys of this view (key range and
         Bloom filter), and the code block each falls in. Memoised for the last probe, so
         :meth:`prefetch_keys` followed by :meth:`probe_keys` does the work once."""
@@ -287,10 +275,10 @@ class _FileBatch:
         cand = _EMPTY
         blk = _EMPTY
         if n and self.k1 > self.k0:
-            lo = int(K.lower_bound(codes, _probe_of(codes, self.first_code()))[0])
-            hi = int(K.upper_bound(codes, _probe_of(codes, self.last_code()))[0])
+            lo = int(K.lower_bound(codes, Codes.one(self.first_code(), like=codes))[0])
+            hi = int(K.upper_bound(codes, Codes.one(self.last_code(), like=codes))[0])
             if hi > lo:
-                sub = slice_codes(codes, lo, hi)
+                sub = Codes.slice(codes, lo, hi)
                 cand = np.arange(lo, hi, dtype=np.int64)
                 if self.lf.has_filter:
                     ok = self.lf.may_contain_many(sub)
@@ -303,7 +291,7 @@ class _FileBatch:
         self._probe_memo = (codes, cand, blk)
         return cand, blk
 
-    def prefetch_keys(self, codes: Codes) -> None:
+    def prefetch_keys(self, codes: CodeArray) -> None:
         """Start reading (in the background) the key-code blocks :meth:`probe_keys` will read."""
         cand, blk = self._candidates(codes)
         if len(blk):
@@ -311,7 +299,7 @@ class _FileBatch:
             u = np.unique(blk)
             self.lf.prefetch_extents(list(zip(offs[u].tolist(), exts[u].tolist())))
 
-    def probe_keys(self, codes: Codes) -> tuple[np.ndarray, np.ndarray]:
+    def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct ``codes`` that are keys here (key
         indices relative to this view), ascending."""
         cand, blk = self._candidates(codes)
@@ -337,7 +325,7 @@ class _FileBatch:
             return _EMPTY, _EMPTY
         return np.concatenate(out_p), np.concatenate(out_k)
 
-    def match(self, codes: Codes):
+    def match(self, codes: CodeArray):
         """``None`` or ``(in-memory batch of the matched keys, probe_idx, arange)``."""
         pi, ki = self.probe_keys(codes)
         self.hits += len(pi)
@@ -467,7 +455,7 @@ class FileOrdZSet(_FileBatch):
         codes, cols, ws, _, _ = self._layer_take(0, np.asarray(idx, np.int64) + self.k0)
         return OrdZSet(_record_batch(cols, self.schema, len(idx)), ws, codes, self.codec)
 
-    def row_weights(self, codes: Codes) -> np.ndarray:
+    def row_weights(self, codes: CodeArray) -> np.ndarray:
         """The weight of each sorted distinct row code (0 where absent)."""
         out = np.zeros(len(codes), np.int64)
         pi, ki = self.probe_keys(codes)
@@ -572,7 +560,7 @@ class FileOrdIndexedZSet(_FileBatch):
                 ka = int(np.searchsorted(off, r, side="right")) - 1
                 kz = int(np.searchsorted(off, r1, side="left"))
                 o = np.clip(off[ka:kz + 1], r, r1) - r
-                yield OrdIndexedZSet(keys.slice(ka, kz - ka), slice_codes(c0.codes, ka, kz), o,
+                yield OrdIndexedZSet(keys.slice(ka, kz - ka), Codes.slice(c0.codes, ka, kz), o,
                                      _record_batch(c1.columns, self.val_schema, r1 - r),
                                      c1.codes, c1.weights, self.kcodec, self.vcodec)
                 r = r1
@@ -591,9 +579,7 @@ class FileOrdIndexedZSet(_FileBatch):
 
 
 def _empty_zset(schema: pa.Schema, codec: KeyCodec, var: bool) -> OrdZSet:
-    codes = VarCodes(np.zeros(1, np.int64), np.zeros(0, np.uint8)) if var else \
-        np.zeros(0, np.uint64)
-    return OrdZSet(empty_batch(schema), _EMPTY, codes, codec)
+    return OrdZSet(empty_batch(schema), _EMPTY, Codes.empty(not var), codec)
 
 
 # --- cursor ------------------------------------------------------------------------------------------
@@ -623,7 +609,7 @@ class FileBatchCursor:
         self._wk0, self._wk1 = k, k + w.num_keys
         self._inner = w.cursor()
         kc = w.kcodes if fb.indexed else w.codes
-        self._wlast = _code_at(kc, len(kc) - 1)
+        self._wlast = Codes.at(kc, len(kc) - 1)
 
     @property
     def batch(self):
@@ -651,9 +637,8 @@ class FileBatchCursor:
             self._load(self._wk1)
 
     def seek_key(self, key) -> None:
-        from .cursor import _as_code
         codec = self.fb.kcodec if self.fb.indexed else self.fb.codec
-        self.seek_key_code(_as_code(codec, key))
+        self.seek_key_code(as_code(codec, key))
 
     def seek_key_code(self, code) -> None:
         if self._inner is None:
@@ -699,10 +684,9 @@ class FileBatchCursor:
         return self._inner.val_range() if self._inner is not None else (0, 0)
 
     def keys_between(self, lo=None, hi=None):
-        from .cursor import _as_code
         codec = self.fb.kcodec if self.fb.indexed else self.fb.codec
-        return self.fb.keys_between(None if lo is None else _as_code(codec, lo),
-                                    None if hi is None else _as_code(codec, hi))
+        return self.fb.keys_between(None if lo is None else as_code(codec, lo),
+                                    None if hi is None else as_code(codec, hi))
 
 
 # --- writing -----------------------------------------------------------------------------------------
@@ -763,26 +747,26 @@ class BatchFileSink:
         if not self.indexed:
             w.append(piece.codes, columns=list(piece.data.columns), weights=piece.weights)
             if self.first is None:
-                self.first = _code_at(piece.codes, 0)
-            self.last = _code_at(piece.codes, n - 1)
+                self.first = Codes.at(piece.codes, 0)
+            self.last = Codes.at(piece.codes, n - 1)
             self.rows += n
             self.keys += n
             return
         kc = piece.kcodes
         nk = len(kc)
-        skip = 1 if self.last is not None and _code_at(kc, 0) == self.last else 0
+        skip = 1 if self.last is not None and Codes.at(kc, 0) == self.last else 0
         if nk > skip:
             kcols = [c.slice(skip) for c in piece.keys.columns] if skip else \
                 list(piece.keys.columns)
-            w.append(slice_codes(kc, skip, nk), columns=kcols,
+            w.append(Codes.slice(kc, skip, nk), columns=kcols,
                      offsets=piece.offsets[skip:nk] + self.rows, layer=0)
             self.keys += nk - skip
         w.append(piece.vcodes, columns=list(piece.vals.columns), weights=piece.weights, layer=1)
         if self.first is None:
-            self.first = _code_at(kc, 0)
-        self.last = _code_at(kc, nk - 1)
+            self.first = Codes.at(kc, 0)
+        self.last = Codes.at(kc, nk - 1)
         self.rows += n
-        if isinstance(piece.vcodes, np.ndarray):
+        if Codes.is_u64(piece.vcodes):
             m = int(piece.vcodes.max())
             self.vmax = m if self.vmax is None else max(self.vmax, m)
 
@@ -816,7 +800,7 @@ def _codes_kind(proto, which: str, default: str) -> str:
         layer = 0 if which == "k" or not proto.indexed else 1
         return lf.layers[layer]["code"]
     codes = (proto.kcodes if which == "k" else proto.vcodes) if proto.indexed else proto.codes
-    return "u64" if isinstance(codes, np.ndarray) else "var"
+    return Codes.kind(codes)
 
 
 def write_batch(storage, batch, name: str = "", chunk_rows: int = 1 << 16):

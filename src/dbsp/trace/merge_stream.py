@@ -27,49 +27,40 @@ Invariants
 """
 from __future__ import annotations
 
+import contextlib
+
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..algebra import kernels as K
-from ..algebra.codes import VarCodes
-from .batch import OrdIndexedZSet, OrdZSet, slice_codes
+from ..algebra.codes import Codes
+from ..algebra.schema import concat_batches
+from .batch import OrdIndexedZSet, OrdZSet
+from .file_batch import BatchFileSink
 
 __all__ = ["merge_pieces", "merge_stream", "sum_batches", "concat_rounds", "chunk_rows"]
-
-
-def _code_at(codes, i: int):
-    if isinstance(codes, np.ndarray):
-        return int(codes[i])
-    o = codes.offsets
-    return codes.data[o[i]:o[i + 1]].tobytes()
-
-
-def _probe(like, code):
-    if isinstance(like, np.ndarray):
-        return np.asarray([code], dtype=np.uint64)
-    return VarCodes.from_list([code])
 
 
 def _last(piece) -> tuple:
     n = len(piece)
     if piece.indexed:
-        return (_code_at(piece.kcodes, piece.num_keys - 1), _code_at(piece.vcodes, n - 1))
-    return (_code_at(piece.codes, n - 1),)
+        return (Codes.at(piece.kcodes, piece.num_keys - 1), Codes.at(piece.vcodes, n - 1))
+    return (Codes.at(piece.codes, n - 1),)
 
 
 def _count_le(piece, bound: tuple) -> int:
     """Rows of a sorted piece whose ``(key, value)`` is ``<= bound``."""
     if not piece.indexed:
-        return int(K.upper_bound(piece.codes, _probe(piece.codes, bound[0]))[0])
+        return int(K.upper_bound(piece.codes, Codes.one(bound[0], like=piece.codes))[0])
     kc = piece.kcodes
     bk, bv = bound
-    k = int(K.lower_bound(kc, _probe(kc, bk))[0])
+    k = int(K.lower_bound(kc, Codes.one(bk, like=kc))[0])
     off = piece.offsets
-    if k < piece.num_keys and _code_at(kc, k) == bk:
+    if k < piece.num_keys and Codes.at(kc, k) == bk:
         a, b = int(off[k]), int(off[k + 1])
-        vc = slice_codes(piece.vcodes, a, b)
-        return a + int(K.upper_bound(vc, _probe(vc, bv))[0])
+        vc = Codes.slice(piece.vcodes, a, b)
+        return a + int(K.upper_bound(vc, Codes.one(bv, like=vc))[0])
     return int(off[k])
 
 
@@ -95,22 +86,20 @@ def concat_rounds(rounds: Sequence):
         return rounds[0]
     r0 = rounds[0]
     if not r0.indexed:
-        from ..algebra.schema import concat_batches
         return OrdZSet(concat_batches(r0.schema, [r.data for r in rounds]),
                        np.concatenate([r.weights for r in rounds]),
                        K.concat([r.codes for r in rounds]), r0.codec)
-    from ..algebra.schema import concat_batches
     keys, kcodes, offs = [], [], []
     base = 0
     last = None
     for r in rounds:
-        skip = 1 if last is not None and _code_at(r.kcodes, 0) == last else 0
+        skip = 1 if last is not None and Codes.at(r.kcodes, 0) == last else 0
         nk = r.num_keys
         keys.append(r.keys.slice(skip) if skip else r.keys)
-        kcodes.append(slice_codes(r.kcodes, skip, nk))
+        kcodes.append(Codes.slice(r.kcodes, skip, nk))
         offs.append(r.offsets[skip:nk] + base)
         base += len(r)
-        last = _code_at(r.kcodes, nk - 1)
+        last = Codes.at(r.kcodes, nk - 1)
     offs.append(np.asarray([base], dtype=np.int64))
     return OrdIndexedZSet(concat_batches(r0.key_schema, keys), K.concat(kcodes),
                           np.concatenate(offs), concat_batches(r0.val_schema, [r.vals for r in rounds]),
@@ -209,10 +198,8 @@ def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callab
         if not outs:
             return None
         return concat_rounds(outs)
-    from .file_batch import BatchFileSink
     need = sum(b.file_bytes if b.is_file else b.nbytes_in_memory for b in inputs)
     keys = sum(b.num_keys for b in inputs)
-    import contextlib
     gate = storage.reserve_disk(need, f"merge of {name or 'a spine'}") if reserve else \
         contextlib.nullcontext()
     with gate:

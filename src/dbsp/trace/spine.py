@@ -3,7 +3,7 @@
 A spine is the sum of its batches (:class:`~dbsp.trace.batch.OrdZSet` or
 :class:`~dbsp.trace.batch.OrdIndexedZSet`). Operators insert one consolidated delta per step and
 probe the accumulated state (:meth:`Spine.lookup`, :meth:`Spine.weights_of`, a
-:class:`~dbsp.trace.cursor.SpineCursor`); background threads merge batches so that their number
+:class:`~dbsp.trace.spine_cursor.SpineCursor`); background threads merge batches so that their number
 stays logarithmic in the state size. :mod:`dbsp.trace.timed` holds the timed batch types.
 
 Goals
@@ -98,8 +98,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from ..algebra import kernels as K
-from ..algebra.codes import Codes, VarCodes
-from .batch import OrdIndexedZSet, OrdZSet
+from ..algebra.codes import CodeArray, Codes
+from .batch import OrdIndexedZSet, OrdZSet, merge_batches
+from .spill import current_storage
+from .spine_cursor import SpineCursor
 
 Batch = Union[OrdZSet, OrdIndexedZSet]  # or any batch with the batch-probe interface
 log = logging.getLogger("dbsp.trace.spine")
@@ -137,15 +139,6 @@ def _in_memory(b: Batch) -> Batch:
     return b.to_memory() if getattr(b, "is_file", False) else b  # type: ignore[union-attr]
 
 
-def merge_batches(batches: Sequence[Batch]) -> Batch:
-    """The sum of non-empty consolidated batches of one kind (one native k-way merge; batches
-    in layer files are read into memory first)."""
-    batches = [_in_memory(b) for b in batches]
-    if isinstance(batches[0], OrdIndexedZSet):
-        return OrdIndexedZSet.merge(batches)  # type: ignore[arg-type]
-    return OrdZSet.merge(batches)  # type: ignore[arg-type]
-
-
 def _level(n: int, fanout: int, base_rows: int = 1) -> int:
     """The level of a batch of ``n`` rows: how often ``fanout`` divides ``n // base_rows``."""
     lvl = 0
@@ -156,13 +149,7 @@ def _level(n: int, fanout: int, base_rows: int = 1) -> int:
     return lvl
 
 
-def _bound_codes(bound: KeyBound, like: Codes) -> Codes:
-    if isinstance(like, np.ndarray):
-        return np.asarray([bound], dtype=np.uint64)
-    return VarCodes.from_list([bytes(bound)])  # type: ignore[arg-type]
-
-
-def _key_codes(b: Batch) -> Codes:
+def _key_codes(b: Batch) -> CodeArray:
     return b.kcodes if isinstance(b, OrdIndexedZSet) else b.codes
 
 
@@ -177,10 +164,10 @@ def _cut_below(b: Batch, bound: Optional[KeyBound]) -> Batch:
     n = len(kc)
     if n == 0:
         return b
-    first = int(kc[0]) if isinstance(kc, np.ndarray) else kc.row(0)
+    first = Codes.at(kc, 0)
     if first >= bound:  # type: ignore[operator]
         return b
-    i = int(K.lower_bound(kc, _bound_codes(bound, kc))[0])
+    i = int(K.lower_bound(kc, Codes.one(bound, like=kc))[0])
     if isinstance(b, OrdIndexedZSet):
         return b.slice_keys(i, n)
     return b.slice(i, n)
@@ -377,9 +364,9 @@ class Spine:
     :func:`merge_batches` (e.g. a streaming merge that writes a file); ``on_change(spine)`` is
     called, without the spine lock, after the set of batches changed (insert, merge, clear,
     compact, replace); :meth:`loose_batches` and :meth:`replace_batch` let a spiller swap a
-    batch for an equal one. ``storage`` (a :class:`~dbsp.storage.manager.WorkerStorage`;
+    batch for an equal one. ``storage`` (a :class:`~dbsp.trace.spill.SpineStorage`;
     default: the one of the worker whose operators are being built, see
-    :func:`~dbsp.storage.manager.use_storage`) installs both hooks: streaming merges into
+    :func:`~dbsp.trace.spill.use_storage`) installs both hooks: streaming merges into
     layer files and the process's memory accountant.
     """
 
@@ -419,7 +406,6 @@ class Spine:
         self._error: Optional[BaseException] = None
         self._proto: Optional[Batch] = None
         if storage is None:
-            from ..storage.manager import current_storage
             storage = current_storage()
         self.storage = storage
         if storage is not None:
@@ -510,16 +496,11 @@ class Spine:
         except Exception:  # noqa: BLE001 - a merger thread must survive a failing observer
             log.exception("on_change of spine %r failed", self.name)
 
-    def truncate_keys_below(self, bound: Union[KeyBound, Codes]) -> None:
+    def truncate_keys_below(self, bound: Union[KeyBound, CodeArray]) -> None:
         """Forget every row whose key code is below ``bound`` (an int for u64 codes, bytes for var
         codes, or a one-row code array). Readers stop seeing them now; merges free them. The bound
         only rises: a lower bound than the current one is ignored."""
-        if isinstance(bound, np.ndarray):
-            bound = int(bound[0])
-        elif isinstance(bound, VarCodes):
-            bound = bound.row(0)
-        elif isinstance(bound, np.integer):
-            bound = int(bound)
+        bound = Codes.as_code(bound)
         with self._cv:
             if self._key_bound is None or bound > self._key_bound:  # type: ignore[operator]
                 self._key_bound = bound
@@ -746,8 +727,7 @@ class Spine:
         return self._snapshot
 
     def cursor(self):
-        """A merging :class:`~dbsp.trace.cursor.SpineCursor` over the current snapshot."""
-        from .cursor import SpineCursor
+        """A merging :class:`~dbsp.trace.spine_cursor.SpineCursor` over the current snapshot."""
         return SpineCursor(self.batches())
 
     def __len__(self) -> int:
@@ -820,7 +800,7 @@ class Spine:
         self._consolidated = (bs, out)
         return out
 
-    def lookup(self, probe: Codes) -> Optional[OrdIndexedZSet]:
+    def lookup(self, probe: CodeArray) -> Optional[OrdIndexedZSet]:
         """The consolidated rows of the sorted distinct key codes ``probe`` (indexed traces only).
 
         Keys absent from the trace (or whose rows cancel out) are missing from the result.
@@ -853,7 +833,7 @@ class Spine:
         m = OrdIndexedZSet.merge(parts)
         return m if len(m) else None
 
-    def weights_of(self, codes: Codes) -> np.ndarray:
+    def weights_of(self, codes: CodeArray) -> np.ndarray:
         """The total weight of each of the sorted distinct row codes (Z-set traces only)."""
         out = np.zeros(len(codes), np.int64)
         if len(codes) == 0:

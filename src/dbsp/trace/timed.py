@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra import kernels as K
-from ..algebra.codes import Codes, KeyCodec, VarCodes
+from ..algebra.codes import CodeArray, Codes, KeyCodec, VarCodes, codec_for
 from ..algebra.schema import concat_batches, empty_batch, take
-from .batch import _EMPTY_I64, OrdIndexedZSet, OrdZSet, ZSet, _empty_codes, ranges
-from .batch import _codec_for as _batch_codec_for
+from .batch import EMPTY_I64, OrdIndexedZSet, OrdZSet, ZSet, ranges
+from .cursor import OrdKeyBatchCursor, OrdValBatchCursor
 
 __all__ = ["OrdKeyBatch", "OrdValBatch", "time_codes", "pack_codes"]
 
@@ -43,20 +43,19 @@ def time_codes(times: np.ndarray) -> np.ndarray:
     return np.asarray(times, dtype=np.int64).view(np.uint64) ^ _SIGN
 
 
-def pack_codes(*parts: Codes) -> VarCodes:
+def pack_codes(*parts: CodeArray) -> VarCodes:
     """Per row, the concatenation of the rows of ``parts`` (u64 codes as 8 big-endian bytes).
 
     Every part is fixed-width or prefix-free, so the packed codes compare like the tuples."""
     n = len(parts[0])
-    lens = [np.full(n, 8, np.int64) if isinstance(p, np.ndarray)
-            else np.diff(p.offsets).astype(np.int64) for p in parts]
-    total = np.sum(lens, axis=0) if n else _EMPTY_I64
+    lens = [Codes.row_lengths(p) for p in parts]
+    total = np.sum(lens, axis=0) if n else EMPTY_I64
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(total, out=offsets[1:])
     data = np.empty(int(offsets[-1]), np.uint8)
     pos = offsets[:-1].copy()
     for p, ln in zip(parts, lens):
-        if isinstance(p, np.ndarray):
+        if Codes.is_u64(p):
             be = np.ascontiguousarray(p, dtype=np.uint64).astype(">u8").view(np.uint8)
             dst = (pos[:, None] + np.arange(8, dtype=np.int64)).ravel()
             data[dst] = be
@@ -68,17 +67,17 @@ def pack_codes(*parts: Codes) -> VarCodes:
 
 def _codec_for(schema: pa.Schema) -> KeyCodec:
     """The (cached) codec of all of ``schema``'s columns."""
-    return _batch_codec_for(schema, schema.names)
+    return codec_for(schema)
 
 
-def _bounds(*codes: Codes) -> np.ndarray:
+def _bounds(*codes: CodeArray) -> np.ndarray:
     """Offsets (g+1) of the runs of equal rows of the row-aligned, sorted code arrays."""
     n = len(codes[0])
     if n == 0:
         return np.zeros(1, np.int64)
     if len(codes) == 1:
         return K.group_bounds(codes[0])
-    if all(isinstance(c, np.ndarray) for c in codes):
+    if all(Codes.is_u64(c) for c in codes):
         change = np.zeros(n - 1, bool)
         for c in codes:
             change |= c[1:] != c[:-1]
@@ -90,7 +89,7 @@ def _starts_where_equal(*ids: np.ndarray) -> np.ndarray:
     """Start rows of the runs of equal ``ids`` tuples (the arrays are row-aligned)."""
     n = len(ids[0])
     if n == 0:
-        return _EMPTY_I64
+        return EMPTY_I64
     change = np.zeros(n - 1, bool)
     for a in ids:
         change |= a[1:] != a[:-1]
@@ -98,7 +97,7 @@ def _starts_where_equal(*ids: np.ndarray) -> np.ndarray:
 
 
 def _reduce(w: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    return np.add.reduceat(w, starts) if len(starts) else _EMPTY_I64
+    return np.add.reduceat(w, starts) if len(starts) else EMPTY_I64
 
 
 def _offsets_from_owner(owner: np.ndarray, n_owner: int) -> np.ndarray:
@@ -113,10 +112,13 @@ class OrdKeyBatch:
 
     __slots__ = ("keys", "kcodes", "offsets", "times", "weights", "kcodec")
 
-    def __init__(self, keys: pa.RecordBatch, kcodes: Codes, offsets: np.ndarray,
+    def __init__(self, keys: pa.RecordBatch, kcodes: CodeArray, offsets: np.ndarray,
                  times: np.ndarray, weights: np.ndarray, kcodec: KeyCodec):
         self.keys, self.kcodes, self.offsets = keys, kcodes, offsets
         self.times, self.weights, self.kcodec = times, weights, kcodec
+
+    def cursor(self) -> OrdKeyBatchCursor:
+        return OrdKeyBatchCursor(self)
 
     def __len__(self) -> int:
         """Number of ``(key, time)`` rows."""
@@ -136,13 +138,13 @@ class OrdKeyBatch:
     @classmethod
     def empty(cls, key_schema: pa.Schema) -> "OrdKeyBatch":
         kc = _codec_for(key_schema)
-        return cls(empty_batch(key_schema), _empty_codes(kc), np.zeros(1, np.int64),
-                   _EMPTY_I64, _EMPTY_I64, kc)
+        return cls(empty_batch(key_schema), Codes.empty(kc.u64), np.zeros(1, np.int64),
+                   EMPTY_I64, EMPTY_I64, kc)
 
     @classmethod
     def from_parts(cls, keys: pa.RecordBatch, times, weights=None,
                    kcodec: Optional[KeyCodec] = None,
-                   kcodes: Optional[Codes] = None) -> "OrdKeyBatch":
+                   kcodes: Optional[CodeArray] = None) -> "OrdKeyBatch":
         """Build from row-aligned keys, times and weights (any order, duplicates allowed)."""
         kcodec = kcodec or _codec_for(keys.schema)
         n = keys.num_rows
@@ -155,7 +157,7 @@ class OrdKeyBatch:
         return cls._build(keys, kcodes, perm, t[perm], w, kcodec)
 
     @classmethod
-    def _build(cls, keys_src: pa.RecordBatch, kcodes_src: Codes, rk: np.ndarray,
+    def _build(cls, keys_src: pa.RecordBatch, kcodes_src: CodeArray, rk: np.ndarray,
                times: np.ndarray, w: np.ndarray, kcodec: KeyCodec) -> "OrdKeyBatch":
         """From consolidated rows sorted by (key, time); ``rk[i]`` is row i's key in the sources."""
         if len(rk) == 0:
@@ -242,13 +244,16 @@ class OrdValBatch:
     __slots__ = ("keys", "kcodes", "key_offsets", "vals", "vcodes", "val_offsets", "times",
                  "weights", "kcodec", "vcodec")
 
-    def __init__(self, keys: pa.RecordBatch, kcodes: Codes, key_offsets: np.ndarray,
-                 vals: pa.RecordBatch, vcodes: Codes, val_offsets: np.ndarray,
+    def __init__(self, keys: pa.RecordBatch, kcodes: CodeArray, key_offsets: np.ndarray,
+                 vals: pa.RecordBatch, vcodes: CodeArray, val_offsets: np.ndarray,
                  times: np.ndarray, weights: np.ndarray, kcodec: KeyCodec, vcodec: KeyCodec):
         self.keys, self.kcodes, self.key_offsets = keys, kcodes, key_offsets
         self.vals, self.vcodes, self.val_offsets = vals, vcodes, val_offsets
         self.times, self.weights = times, weights
         self.kcodec, self.vcodec = kcodec, vcodec
+
+    def cursor(self) -> OrdValBatchCursor:
+        return OrdValBatchCursor(self)
 
     def __len__(self) -> int:
         """Number of ``(key, value, time)`` rows."""
@@ -278,9 +283,9 @@ class OrdValBatch:
     @classmethod
     def empty(cls, key_schema: pa.Schema, val_schema: pa.Schema) -> "OrdValBatch":
         kc, vc = _codec_for(key_schema), _codec_for(val_schema)
-        return cls(empty_batch(key_schema), _empty_codes(kc), np.zeros(1, np.int64),
-                   empty_batch(val_schema), _empty_codes(vc), np.zeros(1, np.int64),
-                   _EMPTY_I64, _EMPTY_I64, kc, vc)
+        return cls(empty_batch(key_schema), Codes.empty(kc.u64), np.zeros(1, np.int64),
+                   empty_batch(val_schema), Codes.empty(vc.u64), np.zeros(1, np.int64),
+                   EMPTY_I64, EMPTY_I64, kc, vc)
 
     @classmethod
     def from_parts(cls, keys: pa.RecordBatch, vals: pa.RecordBatch, times, weights=None,

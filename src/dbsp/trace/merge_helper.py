@@ -24,7 +24,7 @@ temporaries cleanup (the files are the parent's), and runs only the merge code.
 A job is ``(name, parts)``: file parts travel as ``(path, k0, k1)`` (the helper opens the file
 read-only, never deleting it); in-memory parts as their sizes only, and the helper asks the
 parent for their rows one merge round at a time (pieces pickled with protocol 5, buffers out of
-band through :mod:`dbsp.runtime.wire`; the merger thread serves them), so the helper never holds
+band through :mod:`dbsp.storage.wire`; the merger thread serves them), so the helper never holds
 a copy of a whole batch: shipping whole parts made its peak RSS grow by 96 MB on the 4x-budget
 test. The helper merges them with the same
 ``merge_stream`` into a new file in the worker's directory (``*.mut``, renamed when complete) and
@@ -53,6 +53,7 @@ The budget bounds the parent's batches; the helper's share is part of the fixed 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import logging
 import os
@@ -62,7 +63,10 @@ import threading
 import traceback
 from typing import Any, Optional, Sequence
 
-from ..runtime import wire
+from ..storage import wire
+from ..storage.manager import WorkerStorage
+from .file_batch import BatchFile
+from .merge_stream import merge_stream
 
 log = logging.getLogger("dbsp.storage")
 
@@ -260,7 +264,6 @@ class _RemoteBatch:
 def _open_part(i: int, desc, storage, sock):
     if desc[0] == "mem":
         return _RemoteBatch(sock, i, *desc[1:])
-    from ..trace.file_batch import BatchFile
     _, path, k0, k1 = desc
     return BatchFile(path, storage.backend, delete=False).batch()._view(k0, k1)
 
@@ -296,10 +299,6 @@ class _Memory:
 
 
 def _serve(sock: socket.socket, config: Any, worker: int) -> None:
-    import dataclasses
-
-    from ..trace.merge_stream import merge_stream
-    from .manager import WorkerStorage
     # a merge reads its inputs in order: 16 blocks of pool are plenty (not the parent's cache)
     storage = WorkerStorage(dataclasses.replace(config, cache_bytes=0), worker, helper=True)
     mem = _Memory()
@@ -325,8 +324,7 @@ def _serve(sock: socket.socket, config: Any, worker: int) -> None:
             mem.sample()
             wire.send(sock, ("ok", path))
         except BaseException as e:  # noqa: BLE001 - reported to the parent
-            from ..runtime.process import _portable_exception
             try:
-                wire.send(sock, ("err", _portable_exception(e)))
+                wire.send(sock, ("err", wire.portable_exception(e)))
             except (OSError, wire.WireError):
                 return  # the parent is gone (exited mid-merge): nothing to report to

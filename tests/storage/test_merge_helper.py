@@ -1,4 +1,4 @@
-"""File merges in a helper process (dbsp.storage.merge_process): the same results as merges in
+"""File merges in a helper process (dbsp.trace.merge_helper): the same results as merges in
 the merger thread, the helper really takes the merges, a killed helper costs nothing but speed,
 and closing circuits with several helpers never waits for ever. (The operator tests of
 ``test_spill.py`` run their random cases with merges in the helper and in the thread.)"""
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from dbsp import Circuit
-from dbsp.storage import merge_process as mp
+from dbsp.trace import merge_helper as mp
 from dbsp.storage.config import StorageConfig
 from storage_helpers import tiny
 

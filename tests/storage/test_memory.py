@@ -10,7 +10,7 @@ import pytest
 
 CODE = """
 import pyarrow as pa, dbsp
-from dbsp.runtime import memory
+from dbsp.storage import memory
 order = {order!r}
 if order == "bounded-first":
     memory.limit_allocator_retention()

@@ -6,7 +6,7 @@ part of a multi-worker step: every worker splits its batch, serialises a part fo
 worker, waits for the slowest one, and merges what it received. When the rows of an input reach
 an exchange only through ``index_by(key)``, the driver can instead deal the input's rows by the
 hash of that same key when it splits the step's input (the codes and the hash are the very ones
-the exchange computes, :func:`dbsp.algebra.kernels.shard` over the key codec's codes). Every key
+the exchange computes: :func:`dbsp.circuit.exchange.deal`). Every key
 then already lives on the worker the exchange would send it to, and that exchange passes its
 input through: no split, no transfer, no wait.
 
@@ -23,7 +23,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -61,14 +60,4 @@ def plan(nodes: Sequence, workers: int) -> Placement:
     return Placement(keys, frozenset(local))
 
 
-def deal(data: pa.RecordBatch, key: tuple, workers: int) -> list:
-    """Row indices of ``data`` for each worker, by the hash of ``key`` = ``(column names, key
-    schema)`` as the exchange after ``index_by(names)`` computes it."""
-    from ..algebra import kernels as K
-    from ..trace.batch import _codec_for
-    names, schema = key
-    cols = data.select(list(names)).columns
-    return K.shard_rows(_codec_for(schema, schema.names).encode(cols, data.num_rows), workers)
-
-
-__all__ = ["Placement", "plan", "deal"]
+__all__ = ["Placement", "plan"]

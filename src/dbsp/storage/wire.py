@@ -11,6 +11,7 @@ import io
 import pickle
 import socket
 import struct
+import traceback
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +22,20 @@ _HEAD = struct.Struct("<IQI")
 
 class WireError(ConnectionError):
     """The peer closed the connection or sent something that is not a message."""
+
+
+def portable_exception(e: BaseException) -> BaseException:
+    """``e`` if it survives pickling (to be sent to another process), else a ``RuntimeError``
+    that carries its type, message, notes and traceback as text."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        r = RuntimeError(f"{type(e).__name__}: {e}")
+        for n in getattr(e, "__notes__", []):
+            r.add_note(n)
+        r.add_note("".join(traceback.format_exception(e)))
+        return r
 
 
 class _Pickler(pickle.Pickler):

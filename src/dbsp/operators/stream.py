@@ -1,5 +1,9 @@
 """Streams: the edges of a circuit, and the verbs that add operators to it.
 
+This is the operator layer's face: each verb is a method here and an operator module there, so
+the circuit layer below knows no operator (a graph makes its stream handles through
+:func:`make_stream`, given to it by whoever builds the graph).
+
 ``Stream`` carries Z-sets over a schema; ``IndexedStream`` carries indexed Z-sets (key -> values),
 made by :meth:`Stream.index_by`. Each verb appends one operator (see :mod:`dbsp.operators`, one
 module per operator) and returns the new stream. Vectorised functions (taking and returning Arrow
@@ -12,10 +16,27 @@ from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
 
-from .types import IndexedType, ZSetType
+from ..circuit.types import IndexedType, ZSetType
+from .aggregate import aggregate
+from .consolidate import consolidate
+from .delay import delay
+from .differentiate import differentiate
+from .distinct import distinct
+from .exchange import shard
+from .filter import filter_batches, filter_rows
+from .flat_map import flat_map_batches, flat_map_rows
+from .index import flatten, index_by
+from .integrate import integrate
+from .join import antijoin, join, left_join, semijoin
+from .map import map_batches, map_rows
+from .neg import neg
+from .output import output
+from .plus import minus, plus
+from .topk import topk
 
 
 def make_stream(circuit, node: int, type_):
+    """The handle of node ``node``'s stream in ``circuit``: indexed or not, by its type."""
     if isinstance(type_, IndexedType):
         return IndexedStream(circuit, node, type_)
     return Stream(circuit, node, type_)
@@ -35,32 +56,26 @@ class _Base:
     # -- linear, both kinds ---------------------------------------------------------------
     def plus(self, *others: "_Base"):
         """``a + b + ...`` (Z-set sum)."""
-        from ..operators.plus import plus
         return plus(self, *others)
 
     def minus(self, other: "_Base"):
         """``a - b``."""
-        from ..operators.plus import minus
         return minus(self, other)
 
     def neg(self):
         """``-a``: every weight negated."""
-        from ..operators.neg import neg
         return neg(self)
 
     def delay(self):
         """``z^-1(a)``: the previous step's value (empty at the first step)."""
-        from ..operators.delay import delay
         return delay(self)
 
     def integrate(self):
         """``I(a)[t] = sum(a[0..t])`` as a consolidated batch each step."""
-        from ..operators.integrate import integrate
         return integrate(self)
 
     def differentiate(self):
         """``D(a) = a - z^-1(a)``."""
-        from ..operators.differentiate import differentiate
         return differentiate(self)
 
     def output(self, name: Optional[str] = None, view: bool = True):
@@ -68,7 +83,6 @@ class _Base:
 
         ``view=True`` also maintains the integrated view (all deltas so far).
         """
-        from ..operators.output import output
         return output(self, name, view)
 
 
@@ -87,54 +101,44 @@ class Stream(_Base):
 
         ``schema`` is the output schema (inferred from a trial on an empty batch when omitted).
         """
-        from ..operators.map import map_batches
         return map_batches(self, fn, schema)
 
     def map_rows(self, fn: Callable[[tuple], tuple], schema: Any):
         """Per-row map (slow path): ``fn(row_tuple) -> row_tuple`` of ``schema``."""
-        from ..operators.map import map_rows
         return map_rows(self, fn, schema)
 
     def filter(self, pred: Callable[[pa.RecordBatch], Any]):
         """Keep rows where the vectorised predicate ``pred(batch) -> bool array`` is true."""
-        from ..operators.filter import filter_batches
         return filter_batches(self, pred)
 
     def filter_rows(self, pred: Callable[[tuple], bool]):
         """Per-row filter (slow path)."""
-        from ..operators.filter import filter_rows
         return filter_rows(self, pred)
 
     def flat_map(self, fn: Callable[[pa.RecordBatch], Any], schema: Any):
         """Vectorised flat map: ``fn(batch) -> (out_batch, parent)`` where ``parent[i]`` is the
         input row that output row ``i`` comes from (its weight is inherited)."""
-        from ..operators.flat_map import flat_map_batches
         return flat_map_batches(self, fn, schema)
 
     def flat_map_rows(self, fn: Callable[[tuple], Sequence[tuple]], schema: Any):
         """Per-row flat map (slow path): ``fn(row) -> iterable of rows``."""
-        from ..operators.flat_map import flat_map_rows
         return flat_map_rows(self, fn, schema)
 
     def index_by(self, key: Sequence[str]) -> "IndexedStream":
         """Index rows by the ``key`` columns: ``key -> remaining columns``."""
-        from ..operators.index import index_by
         return index_by(self, key)
 
     def consolidate(self) -> "Stream":
         """Sort and consolidate each delta (loose Z-sets become :class:`OrdZSet`)."""
-        from ..operators.consolidate import consolidate
         return consolidate(self)
 
     # -- non-linear -----------------------------------------------------------------------
     def distinct(self) -> "Stream":
         """``distinct(a)``: every row with positive weight, with weight 1 (incremental)."""
-        from ..operators.distinct import distinct
         return distinct(self)
 
     def shard(self) -> "Stream":
         """Re-shard rows by the hash of the whole row (exchange between workers)."""
-        from ..operators.exchange import shard
         return shard(self)
 
 
@@ -153,12 +157,10 @@ class IndexedStream(_Base):
 
     def flatten(self) -> Stream:
         """Rows ``key ++ value``."""
-        from ..operators.index import flatten
         return flatten(self)
 
     def shard(self) -> "IndexedStream":
         """Re-shard by key hash so that each key lives on one worker."""
-        from ..operators.exchange import shard
         return shard(self)
 
     def join(self, other: "IndexedStream", fn: Optional[Callable] = None,
@@ -169,23 +171,19 @@ class IndexedStream(_Base):
         get the suffix ``_right``), or ``fn(keys, left_vals, right_vals) -> RecordBatch`` of
         ``schema`` (vectorised over all matched pairs).
         """
-        from ..operators.join import join
         return join(self, other, fn, schema)
 
     def left_join(self, other: "IndexedStream", fn: Optional[Callable] = None,
                   schema: Any = None) -> Stream:
         """Left outer join: unmatched left rows get nulls for the right columns."""
-        from ..operators.join import left_join
         return left_join(self, other, fn, schema)
 
     def semijoin(self, other: "IndexedStream") -> Stream:
         """Left rows whose key is present (positive weight) on the right."""
-        from ..operators.join import semijoin
         return semijoin(self, other)
 
     def antijoin(self, other: "IndexedStream") -> Stream:
         """Left rows whose key is absent on the right."""
-        from ..operators.join import antijoin
         return antijoin(self, other)
 
     def aggregate(self, aggs: dict) -> Stream:
@@ -195,13 +193,11 @@ class IndexedStream(_Base):
         sum, min, max, avg, count_distinct; or an :class:`~dbsp.operators.aggregate.Aggregator`.
         Output rows are ``key ++ aggregates``, one per key with a non-zero total weight.
         """
-        from ..operators.aggregate import aggregate
         return aggregate(self, aggs)
 
     def topk(self, k: int, order_by: Sequence[str], descending: bool = False,
              rank: Optional[str] = None) -> Stream:
         """The first ``k`` values of each key by ``order_by`` (optionally with a rank column)."""
-        from ..operators.topk import topk
         return topk(self, k, order_by, descending, rank)
 
 

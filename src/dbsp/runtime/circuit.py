@@ -1,0 +1,218 @@
+"""The runnable circuit: a graph with inputs and outputs, run on W worker replicas in lockstep.
+
+A :class:`Circuit` is a :class:`~dbsp.circuit.graph.Graph` (built through the stream verbs of
+:mod:`dbsp.operators.stream`) plus its input and output handles, its workers and its storage.
+On the first :meth:`Circuit.step` the graph is frozen and instantiated ``workers`` times (one
+:class:`~dbsp.circuit.scheduler.Scheduler` per worker, each with its own operator state). With
+``storage=`` (a directory or a :class:`~dbsp.storage.config.StorageConfig`) every worker gets a
+:class:`~dbsp.trace.spill.SpineStorage` in its :class:`~dbsp.circuit.operator.WorkerContext`, and
+every spine its operators build keeps state beyond the memory budget in layer files
+(:mod:`dbsp.storage`). A step then:
+
+1. validates nothing more (pushes were validated when made) and splits every input's pending rows
+   into one contiguous slice per worker;
+2. runs every replica through the node list (``runtime="threads"``: W threads stepping in
+   lockstep, exchanges meeting in an in-process transport, see :mod:`dbsp.runtime.threads`;
+   ``runtime="processes"``: worker 0 here and W-1 forked worker processes exchanging over a
+   socket mesh, see :mod:`dbsp.runtime.process`);
+3. gathers the outputs of all workers into the output handles.
+
+An error in any worker aborts the transport (so no worker hangs), and the step raises it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable, Optional, Sequence
+
+from ..algebra.schema import as_schema
+from ..circuit.graph import CircuitError, Graph
+from ..circuit.operator import WorkerContext
+from ..circuit.scheduler import Scheduler
+from ..operators.input import add_input
+from ..operators.recursive import recursive
+from ..operators.stream import make_stream
+from ..operators.upsert import KeyState
+from ..storage.config import as_storage_config
+from ..storage.memory import tune_malloc
+from ..trace.merge_helper import start_helper, stop_helpers
+from ..trace.spill import SpineStorage
+from .placement import plan
+from .process import ProcessPool
+from .threads import InProcTransport, ThreadPool
+
+def make_worker_context(storage_config: Any, w: int, workers: int,
+                        transport: Any, storage: Any = None) -> WorkerContext:
+    """A worker's context, with its own :class:`~dbsp.trace.spill.SpineStorage` when the
+    circuit has storage (``storage`` when the circuit built it already; else built here, where
+    the worker runs: in a process runtime, after the fork)."""
+    if storage is None and storage_config is not None:
+        storage = SpineStorage(storage_config, w)
+        start_helper(storage_config, w)
+    return WorkerContext(w, workers, transport, storage)
+
+
+class Circuit(Graph):
+    """A circuit under construction, then running on ``workers`` replicas.
+
+    >>> import pyarrow as pa, dbsp
+    >>> c = dbsp.Circuit()
+    >>> t = c.add_input("t", pa.schema([("x", pa.int64())]))
+    >>> out = t.filter(lambda b: pa.compute.greater(b["x"], 1)).output()
+    >>> _ = t.insert([(1,), (2,), (3,)]); c.step()
+    >>> sorted(out.to_dict().items())
+    [((2,), 1), ((3,), 1)]
+    """
+
+    def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
+                 runtime: str = "threads", storage: Any = None):
+        super().__init__(make_stream, name, workers)
+        if runtime not in ("threads", "processes"):
+            raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
+        self.runtime = runtime
+        self.storage = as_storage_config(storage)
+        self._worker_storage: dict = {}
+        if self.storage is not None:
+            os.makedirs(self.storage.dir, exist_ok=True)
+            if not self._worker_processes:  # worker processes build their own, after the fork
+                # set up now, not in the first step: merge helpers (forked before the storage
+                # opens its ring and pool, which a helper builds for itself), then each worker's
+                # storage (imports, Bloom parameters, backend: ~40 ms that otherwise land in the
+                # first step)
+                for w in range(workers):
+                    start_helper(self.storage, w)
+                self._worker_storage = {w: SpineStorage(self.storage, w)
+                                        for w in range(workers)}
+        self.inputs: dict[str, Any] = {}
+        self._transport = transport
+        self._replicas: Optional[list[Scheduler]] = None
+        self._executor: Any = None
+        self._placement: Any = None
+        self.steps = 0
+        self._broken: Optional[BaseException] = None
+
+    # -- construction ---------------------------------------------------------------------
+    def add_input(self, name: str, schema: Any, key: Optional[Sequence[str]] = None):
+        """A new input stream of Z-sets over ``schema``; push data with its methods.
+
+        ``key``: columns by which the input remembers its current rows, so that
+        :meth:`~dbsp.operators.input.InputStream.upsert` can replace them.
+        """
+        if name in self.inputs:
+            raise ValueError(f"an input named '{name}' exists already")
+        schema = as_schema(schema)
+        state = None
+        if key is not None:  # validated before the input exists
+            state = KeyState(name, schema, key)
+        s = add_input(self, name, schema)
+        s._key = state
+        self.inputs[name] = s
+        return s
+
+    def recursive(self, fn: Callable, *inputs: Any, **kw: Any):
+        """The least fixed point ``x = fn(x, *inputs)`` at every step, by a nested circuit
+        (see :mod:`dbsp.operators.recursive`)."""
+        return recursive(self, fn, *inputs, **kw)
+
+    # -- running --------------------------------------------------------------------------
+    @property
+    def _worker_processes(self) -> bool:
+        """Whether the workers run in processes of their own (one worker runs here)."""
+        return self.runtime == "processes" and self.workers > 1
+
+    @property
+    def running(self) -> bool:
+        return self._executor is not None
+
+    def _start(self) -> None:
+        tune_malloc()
+        self._placement = plan(self.nodes, self.workers)
+        local = self._placement.local_exchanges
+        if self._worker_processes:
+            # each worker process has its own accountant: it gets an equal share of the budget
+            cfg = None if self.storage is None else self.storage.share(self.workers)
+            self._executor = ProcessPool(self.nodes, self.workers,
+                                         functools.partial(make_worker_context, cfg), local)
+            return
+        transport = self._transport or InProcTransport(self.workers)
+        self._replicas = [Scheduler(self.nodes,
+                                  make_worker_context(self.storage, w, self.workers, transport,
+                                                      self._worker_storage.get(w)), local)
+                          for w in range(self.workers)]
+        self._executor = ThreadPool(self._replicas, transport)
+
+    def step(self) -> None:
+        """Run one step: feed pending input, update all state, fill the output handles."""
+        if self._broken is not None:
+            raise CircuitError(f"circuit '{self.name}' failed in an earlier step and cannot "
+                               f"continue: {self._broken}") from self._broken
+        if self._executor is None:
+            self._start()
+        W = self.workers
+        per_worker: list[dict] = [{} for _ in range(W)]
+        keys = self._placement.input_keys
+        for inp in self.inputs.values():
+            for w, part in enumerate(inp._split(W, keys.get(inp.node))):
+                if part is not None:
+                    per_worker[w][inp.node] = part
+        try:
+            outs = self._executor.step(per_worker)
+        except BaseException as e:
+            self._broken = e
+            raise
+        for out in self.outputs:
+            out._gather([o.get(out.node) for o in outs])
+        self.steps += 1
+
+    def state_rows(self) -> int:
+        """Rows of operator state over all workers."""
+        if self._executor is None:
+            return 0
+        if self._replicas is None:
+            return int(sum(self._executor.call("state_rows")))
+        return sum(r.state_rows() for r in self._replicas)
+
+    def storage_stats(self) -> dict:
+        """Memory accountant and file counters of this process's workers (threads runtime; empty
+        without storage or before the first step)."""
+        if self.storage is None or self._replicas is None:
+            return {}
+        out: dict = {"workers": [r.ctx.storage.stats() for r in self._replicas]}
+        out["memory"] = self._replicas[0].ctx.storage.accountant.stats()
+        return out
+
+    def profile(self) -> list[dict]:
+        """Seconds spent in each operator, summed over workers (for ``dbsp profile``)."""
+        if self._executor is None:
+            return []
+        if self._replicas is None:
+            timing = sum(self._executor.call("profile"))
+            return [{"id": n.id, "name": n.name, "seconds": float(timing[n.id])}
+                    for n in self.nodes]
+        tot = sum(r.timing for r in self._replicas)
+        return [{"id": n.id, "name": n.name, "seconds": float(tot[n.id]),
+                 "state_rows": sum(r.ops[n.id].state_rows() for r in self._replicas)}
+                for n in self.nodes]
+
+    def close(self) -> None:
+        """Stop the workers (threads or processes). The circuit cannot step afterwards."""
+        if self._executor is not None:
+            self._executor.close()
+            self._broken = self._broken or RuntimeError(f"circuit '{self.name}' was closed")
+        if self.storage is not None:
+            stop_helpers(self.storage)
+
+    def __enter__(self) -> "Circuit":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+__all__ = ["Circuit", "CircuitError", "make_worker_context"]
