@@ -12,6 +12,7 @@ import dbsp
 from dbsp.api import AdaptiveBatching, FixedBatching, StreamContext, col, count, no_batching, \
     sum_
 from dbsp.algebra.schema import InputError
+from dbsp.api.source import ReplaySource
 
 T = pa.table({"k": [1, 2, 1, 3, 2, 1, 4], "x": [10, 20, 30, 40, 50, 60, 70]})
 
@@ -59,14 +60,18 @@ def test_no_batching_is_one_row_per_step():
         assert sizes == [1] * 7
 
 
-def test_adaptive_batching_in_memory_takes_max_rows():
+def test_adaptive_batching_in_memory_takes_max_rows(monkeypatch):
+    def wait(self, want, deadline):
+        raise AssertionError("a source in memory waited for rows")
+    # the only place a source waits for its delay is the queue of a background reader
+    monkeypatch.setattr(ReplaySource, "_take_queue", wait)
     with StreamContext(batching=AdaptiveBatching(max_rows=4, max_delay=10)) as ctx:
-        s = ctx.stream(T)
+        s = ctx.stream(T, name="t")
         sizes = _sizes(ctx, s)
-        t0 = time.monotonic()
         ctx.execute()
         assert sizes == [4, 3]
-        assert time.monotonic() - t0 < 5  # rows in memory never wait for the delay
+        src = ctx.sources["t"]
+        assert src._q is None and src._thread is None  # rows in memory: no reader, no wait
 
 
 def test_adaptive_batching_over_a_slow_iterator_bounds_the_delay():

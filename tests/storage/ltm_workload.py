@@ -63,13 +63,17 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def state_bytes() -> int:
+def state_bytes() -> tuple[int, int]:
+    """``(bytes of in-memory batches, bytes of batch files)`` over every spine at the end."""
     from dbsp.trace import spine
-    total = 0
+    mem = files = 0
     for sp in list(spine._spines):
         for b in sp.batches():
-            total += b.file_bytes if getattr(b, "is_file", False) else b.nbytes_in_memory
-    return total
+            if getattr(b, "is_file", False):
+                files += b.file_bytes
+            else:
+                mem += b.nbytes_in_memory
+    return mem, files
 
 
 def main(argv=None) -> int:
@@ -89,6 +93,7 @@ def main(argv=None) -> int:
 
     import dbsp
     from dbsp.storage.config import StorageConfig
+    from dbsp.trace import spine
 
     storage = None
     if a.mode != "memory":
@@ -124,7 +129,9 @@ def main(argv=None) -> int:
             for row, w in out.delta().to_dict().items():
                 res[row] = res.get(row, 0) + w
         seconds = time.perf_counter() - t0
-        sbytes = state_bytes()
+        in_memory, in_files = state_bytes()
+        rows_in_files = sum(len(b) for sp in list(spine._spines) for b in sp.batches()
+                            if getattr(b, "is_file", False))
         stats = c.storage_stats()
         from dbsp.trace.merge_helper import helpers_stats
         helpers = helpers_stats()
@@ -132,7 +139,8 @@ def main(argv=None) -> int:
     assert all(w == 1 for w in res.values() if w), "an aggregate row has weight != 1"
     print(json.dumps({"mode": a.mode, "result": final, "maxrss": peak_rss(),
         "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "state_bytes": sbytes, "seconds": seconds,
+        "state_bytes": in_memory + in_files, "state_in_memory_bytes": in_memory,
+        "state_file_bytes": in_files, "rows_in_files": rows_in_files, "seconds": seconds,
         "storage": stats.get("memory", {}), "helpers": helpers,
         "files_written": sum(w["files_written"] for w in stats.get("workers", []))}))
     sys.stdout.flush()

@@ -22,6 +22,7 @@ steps and reports), :mod:`~dbsp.api.stream` (the stream methods), :mod:`~dbsp.ap
 implemented by :mod:`dbsp.operators.window`, :mod:`dbsp.operators.rolling` and
 :mod:`dbsp.operators.watermark`.
 """
+from ..operators.aggregate import Aggregator
 from ..operators.window import hopping, session, tumbling
 from .context import SourceStream, StreamContext
 from .expr import (AggExpr, ColumnNotFoundError, Expr, avg, coalesce, col, concat_str, count,
@@ -34,11 +35,4 @@ __all__ = ["StreamContext", "SourceStream", "DataStream", "GroupedStream", "Wind
            "RollingStream", "Collector", "Expr", "AggExpr", "ColumnNotFoundError", "col", "lit",
            "when", "coalesce", "concat_str", "udf", "count", "sum_", "avg", "mean", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session", "FixedBatching",
-           "AdaptiveBatching", "no_batching"]
-
-
-def __getattr__(name: str):
-    if name == "Aggregator":  # the user-aggregate base class lives with the aggregate operator
-        from ..operators.aggregate import Aggregator
-        return Aggregator
-    raise AttributeError(f"module 'dbsp.api' has no attribute {name!r}")
+           "AdaptiveBatching", "no_batching", "Aggregator"]

@@ -29,7 +29,10 @@ from datetime import timedelta
 from typing import Any, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ..algebra.time import from_physical
+from ..operators.watermark import watermark
 from ..runtime.circuit import Circuit
 from .sink import ForEach
 from .source import DEFAULT_BATCHING, AdaptiveBatching, FixedBatching, PushSource, Source, \
@@ -157,7 +160,6 @@ class StreamContext:
         return s
 
     def _add_watermark(self, core, time: str, lateness: Any, name: str):
-        from ..operators.watermark import watermark
         w = watermark(core, time, lateness)
         self._wm[name] = w
         self._stats[name] = w.stats.output(name=f"__stats:{name}", view=False)
@@ -191,7 +193,6 @@ class StreamContext:
                 wms = z.data.column(1)
                 self.late_rows[name] += int((late * z.weights).sum())
                 if wms.null_count < len(wms):
-                    import pyarrow.compute as pc
                     self._wm_raw[name] = pc.max(wms).as_py()
         for sink in self._sinks:
             sink.fire()
@@ -216,7 +217,6 @@ class StreamContext:
     def watermarks(self) -> dict[str, Any]:
         """The current watermark of every stream with an event time, as a value of its time
         column's type (None before any row)."""
-        from .expr import from_physical
         out = {}
         for name, raw in self._wm_raw.items():
             w = self._wm[name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 
 from ..algebra.schema import WEIGHT
@@ -59,7 +60,6 @@ class Collector:
         negative weight, which a well-formed query never leaves behind, are omitted)."""
         t = self.view()
         w = t.column(WEIGHT).to_numpy()
-        import numpy as np
         idx = np.repeat(np.arange(len(w)), np.maximum(w, 0))
         return t.drop_columns([WEIGHT]).take(pa.array(idx, pa.int64()))
 

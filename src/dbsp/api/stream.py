@@ -22,15 +22,19 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import pyarrow as pa
 
+from ..algebra.dtypes import as_type, common_type
+from ..algebra.schema import as_schema
 from ..circuit.types import ZSetType
-from .expr import AggExpr, Alias, Col, Expr, Lit, _as_type, col
-
-if TYPE_CHECKING:
-    from .sink import Collector
+from ..operators.aggregate import Aggregator
+from ..operators.rolling import rolling_aggregate
+from ..operators.window import Hopping, Session, Tumbling, window_aggregate
+from .expr import AggExpr, Alias, Col, Expr, Lit, col
+from .expr import count as _count_rows
+from .sink import Collector, ForEach
 
 Aggish = Union[AggExpr, tuple, Any]
 
@@ -102,7 +106,6 @@ def compile_projection(schema: pa.Schema, items: list[tuple[str, Expr]], what: s
                                 f"give it one with .cast(type)")
             fields.append(pa.field(name, t))
     out = pa.schema(fields)
-    from ..algebra.schema import as_schema
     as_schema(out)  # supported types, no duplicates, no reserved names
     return _Projection(compiled, out), out
 
@@ -338,7 +341,6 @@ class DataStream:
         cores = [s._s for s in streams]
         kw: dict = {}
         if schema is not None:
-            from ..algebra.schema import as_schema
             kw["schema"] = as_schema(schema)
         if max_iterations is not None:
             kw["max_iterations"] = int(max_iterations)
@@ -378,13 +380,11 @@ class DataStream:
         """A handle that fills as the context steps: the last step's change
         (:meth:`Collector.delta`) and, with ``view=True``, everything so far
         (:meth:`Collector.view`)."""
-        from .sink import Collector
         return Collector(self._s.output(name, view=view))
 
     def for_each(self, fn: Callable[[pa.Table], Any], skip_empty: bool = True) -> None:
         """Call ``fn(delta)`` after every step with that step's change (a table with a
         ``__weight`` column); steps without a change are skipped unless ``skip_empty=False``."""
-        from .sink import ForEach
         self.ctx._sinks.append(ForEach(self._s.output(None, view=False), fn, skip_empty))
 
 
@@ -422,7 +422,6 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
         if ta == tb:
             continue
         if pa.types.is_integer(ta) and pa.types.is_integer(tb):
-            from .expr import common_type
             t = common_type([ta, tb], "join key")
             if ta != t:
                 lcast[a] = t
@@ -485,7 +484,6 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
     Returns ``(projected stream, {"out": (kind, column)})``: every aggregate input that is not a
     plain column becomes a computed column ``__a<i>``; ``extra`` columns are kept too.
     """
-    from ..operators.aggregate import Aggregator
     schema = stream.schema
     proj: list[tuple[str, Expr]] = [(k, Col(k)) for k in keys]
     proj += [(c, Col(c)) for c in extra if c not in keys]
@@ -552,7 +550,6 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
 
 def _fold_aggregator(init: Any, step: Callable, output_type: pa.DataType, name: str):
     """A user aggregate from a per-row Python step function (slow path)."""
-    from ..operators.aggregate import Aggregator
 
     class Fold(Aggregator):
         def __init__(self):
@@ -578,7 +575,6 @@ def _fold_aggregator(init: Any, step: Callable, output_type: pa.DataType, name: 
 
 def _reduce_aggregator(fn: Callable, output_type: pa.DataType, name: str):
     """``functools.reduce(fn, values)`` per group, each value repeated by its weight."""
-    from ..operators.aggregate import Aggregator
 
     class Reduce(Aggregator):
         def __init__(self):
@@ -629,7 +625,7 @@ class GroupedStream:
         """A user aggregate by a per-row Python step ``step(acc, value) -> acc`` from ``init`` (a
         value or a zero-argument factory); ``value`` is ``column``'s value, or the tuple of all
         non-key columns. Recomputed over a group whenever it changes (slow path)."""
-        agg = _fold_aggregator(init, step, _as_type(type), name)
+        agg = _fold_aggregator(init, step, as_type(type), name)
         if column is None:
             return self.agg(**{name: agg})
         return self.agg(**{name: (agg, column)})
@@ -641,12 +637,11 @@ class GroupedStream:
         e = _as_expr(column)
         c = e.compile(self.stream.schema, "reduce")
         n = name or e.output_name() or "reduce"
-        t = _as_type(type) if type is not None else c.type
+        t = as_type(type) if type is not None else c.type
         return self.agg(**{n: (_reduce_aggregator(fn, t, n), column)})
 
     def count(self, name: str = "count") -> DataStream:
-        from .expr import count as _count
-        return self.agg(**{name: _count()})
+        return self.agg(**{name: _count_rows()})
 
     def topk(self, k: int, by: Any, descending: bool = False,
              rank: Optional[str] = None) -> DataStream:
@@ -679,7 +674,6 @@ class WindowedStream:
     """A stream cut into event-time windows; finish with :meth:`agg`."""
 
     def __init__(self, stream: DataStream, keys: list[str], spec: Any, time: str):
-        from ..operators.window import Hopping, Session, Tumbling
         if not isinstance(spec, (Tumbling, Hopping, Session)):
             raise TypeError(f"window: expected tumbling(...), hopping(...) or session(...), "
                             f"got {spec!r}")
@@ -691,7 +685,6 @@ class WindowedStream:
         """One row per (key, window): ``keys ++ (window_start, window_end) ++ aggregates``
         (aggregates as for :meth:`GroupedStream.agg`; see :mod:`dbsp.operators.window` for when
         results appear, change and become final)."""
-        from ..operators.window import window_aggregate
         items = _agg_items(aggs, named)
         for n, _ in items:
             if n in ("window_start", "window_end"):
@@ -714,7 +707,6 @@ class RollingStream:
     def agg(self, *aggs: Any, **named: Any) -> DataStream:
         """Every input row ``++`` its aggregates (``count``, ``sum``, ``avg``, ``min``, ``max``)
         over its frame (see :mod:`dbsp.operators.rolling`)."""
-        from ..operators.rolling import rolling_aggregate
         items = _agg_items(aggs, named)
         src = self.stream
         extra = [c for c in src.schema.names if c not in self.keys]

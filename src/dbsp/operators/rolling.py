@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..algebra.time import from_physical, is_time_type
 from ..circuit.types import ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet
 from .watermark import WatermarkType, time_int64
@@ -158,7 +159,6 @@ class RollingOperator(KeyedRecomputeOperator):
             r = _window_reduce(np.maximum, np.where(valid, x, lo_v), lo, hi, lo_v)
         res = pa.array(r, pa.float64() if x.dtype == np.float64 else pa.int64(), mask=~has)
         if res.type != out_type:
-            from ..api.expr import from_physical
             res = from_physical(res, out_type) if not pa.types.is_integer(out_type) else \
                 res.cast(out_type)
         return res
@@ -187,7 +187,6 @@ def rolling_aggregate(stream, time_col: str, keys: Sequence[str], aggs: dict,
                       range_: Any = None, rows: Optional[int] = None, wm_stream=None):
     """Per-row rolling aggregates ``{"out": (kind, column or None)}`` over ``range_`` (time) or
     ``rows`` (count) per partition of ``keys``; see the module doc."""
-    from ..api.expr import is_time_type
     keys = list(keys)
     schema = stream.schema
     for k in keys:

@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..algebra.time import duration_to_units, is_time_type, physical_int
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import ZSet
@@ -86,7 +87,6 @@ class TimedType:
 
 def time_int64(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(physical int64 values with nulls as 0, valid mask)`` of a time column."""
-    from ..api.expr import physical_int
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     p = physical_int(arr)
@@ -182,7 +182,6 @@ class Watermarked:
 def watermark(stream, column: str, lateness: Any) -> Watermarked:
     """Declare ``column`` the event time of ``stream`` with the given lateness (an int in the
     column's physical units, or a ``timedelta`` for timestamp / date columns)."""
-    from ..api.expr import duration_to_units, is_time_type
     schema = stream.schema
     if column not in schema.names:
         raise KeyError(f"no time column {column!r} (columns: {schema.names})")

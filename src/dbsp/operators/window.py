@@ -61,6 +61,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.codes import KeyCodec
+from ..algebra.time import duration_to_units, from_physical, is_time_type
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
@@ -118,7 +119,6 @@ def session(gap: Any) -> Session:
 
 
 def _units(v: Any, t: pa.DataType, what: str, positive: bool = True) -> int:
-    from ..api.expr import duration_to_units
     if v is None:
         return 0
     u = duration_to_units(v, t, what)
@@ -130,7 +130,6 @@ def _units(v: Any, t: pa.DataType, what: str, positive: bool = True) -> int:
 # --- window assignment ---------------------------------------------------------------------
 
 def _from_physical(x: np.ndarray, t: pa.DataType) -> pa.Array:
-    from ..api.expr import from_physical
     return from_physical(pa.array(x, pa.int64()), t)
 
 
@@ -235,7 +234,6 @@ def _check_keys(schema: pa.Schema, keys: Sequence[str], time_col: str) -> None:
             raise ValueError(f"a key column may not be called {k!r} (window output column)")
     if time_col not in schema.names:
         raise KeyError(f"no time column {time_col!r} (columns: {schema.names})")
-    from ..api.expr import is_time_type
     t = schema.field(time_col).type
     if not is_time_type(t):
         raise TypeError(f"time column {time_col!r} has type {t}; windows need a timestamp, "

@@ -1,12 +1,22 @@
-"""Column expressions: vectorised, typed at build time, evaluated with ``pyarrow.compute``.
+"""The expression tree: column expressions, typed at build time, evaluated with ``pyarrow.compute``.
 
 An expression (``col("price") * 0.908``, ``when(col("qty") > 10, "bulk").otherwise("retail")``)
 is a small tree. :meth:`Expr.compile` binds it to an input schema *when the pipeline is built*:
-every column is looked up and every operator checks the types of its operands, so a typo or a
-type error (a string compared with an int, arithmetic on strings) raises a :class:`TypeError` /
-:class:`ColumnNotFoundError` (a ``KeyError``) naming the column and the whole expression before
-any data flows. The compiled form is a function ``RecordBatch -> pa.Array`` made of Arrow compute
-kernels over whole columns: no Python runs per row.
+every column is looked up and every operator checks the types of its operands (with the type
+system of :mod:`dbsp.algebra.dtypes`), so a typo or a type error (a string compared with an int,
+arithmetic on strings) raises a :class:`TypeError` / :class:`ColumnNotFoundError` (a
+``KeyError``) naming the column and the whole expression before any data flows. The compiled form
+is a function ``RecordBatch -> pa.Array`` made of Arrow compute kernels over whole columns: no
+Python runs per row.
+
+This module holds the nodes (:class:`Col`, :class:`Lit`, arithmetic / comparison / logic,
+:class:`Unary`, :class:`Func`, :class:`Cast`, :class:`IsIn`, :class:`Coalesce`, :class:`When`,
+:class:`Alias`) and the constructors ``col``, ``lit``, ``when``, ``coalesce``, ``udf``. The
+modules beside it build on it: :mod:`.strings` (the ``.str`` namespace, ``concat_str``),
+:mod:`.datetime` (the ``.dt`` namespace) and :mod:`.aggregates` (``sum_``, ``count``...). They
+import this module, never the reverse: each plugs its class into :class:`Expr` (the ``.str`` /
+``.dt`` properties, the aggregate methods ``.sum()``...) with :func:`extension` when it is
+imported, and the package :mod:`dbsp.api.expr` imports them all.
 
 Semantics
 ---------
@@ -45,14 +55,21 @@ TypeError: cannot compare col("name") (string) with 3 (int64) in expression (col
 """
 from __future__ import annotations
 
-import datetime as _dt
 import decimal as _decimal
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ...algebra.dtypes import (TypeMismatch, as_type, cast_value, common_type, is_bool, is_int,
+                               is_null, is_string, is_temporal, kind_of)
+
+if TYPE_CHECKING:  # the extensions import this module; these names are for annotations only
+    from .aggregates import AggExpr
+    from .datetime import DtNamespace
+    from .strings import StrNamespace
 
 Value = Union[pa.Array, pa.Scalar]
 EvalFn = Callable[[pa.RecordBatch], Value]
@@ -65,87 +82,34 @@ class ColumnNotFoundError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class _TypeFail(TypeError):
-    """Internal: a type error found while binding; re-raised with the whole expression."""
-
-
 class _Missing(KeyError):
     """Internal: an unknown column found while binding."""
 
 
-# --- type classes ------------------------------------------------------------------------
+# --- extensions --------------------------------------------------------------------------
 
-def _is_null(t: pa.DataType) -> bool:
-    return pa.types.is_null(t)
-
-
-def _is_int(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t)
+_EXTENSIONS: dict[str, Callable[..., Any]] = {}
 
 
-def _is_float(t: pa.DataType) -> bool:
-    return pa.types.is_floating(t)
+def extension(name: str) -> Callable[[type], type]:
+    """Class decorator: make the class the extension ``name`` of every expression.
 
-
-def _is_numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-
-
-def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
-def _is_binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
-
-
-def _is_bool(t: pa.DataType) -> bool:
-    return pa.types.is_boolean(t)
-
-
-def _is_temporal(t: pa.DataType) -> bool:
-    return pa.types.is_temporal(t)
-
-
-def _kind(t: pa.DataType) -> str:
-    if _is_null(t):
-        return "null"
-    if _is_numeric(t):
-        return "numeric"
-    if _is_string(t):
-        return "string"
-    if _is_binary(t):
-        return "binary"
-    if _is_bool(t):
-        return "bool"
-    if pa.types.is_duration(t):
-        return "duration"
-    if _is_temporal(t):
-        return "temporal"
-    return str(t)
-
-
-def common_type(types: Sequence[pa.DataType], what: str) -> pa.DataType:
-    """The type all of ``types`` convert to without loss of kind (ints widen, int+float -> float64).
-
-    Raises :class:`TypeError` (with ``what`` in the message) when the kinds differ.
+    ``"str"`` and ``"dt"``: a namespace class built from the expression (``Expr.str``,
+    ``Expr.dt``); ``"aggregate"``: the aggregate class built from ``(kind, expression)``
+    (``Expr.sum()``...), which is also the one type :func:`_wrap` refuses inside a row expression.
     """
-    real = [t for t in types if not _is_null(t)]
-    if not real:
-        return pa.null()
-    first = real[0]
-    if all(t == first for t in real):
-        return first
-    kinds = {_kind(t) for t in real}
-    if len(kinds) > 1:
-        raise _TypeFail(f"{what}: incompatible types {', '.join(str(t) for t in real)}")
-    if kinds == {"numeric"} and any(_is_float(t) for t in real):
-        return pa.float64()
+    def register(cls: type) -> type:
+        _EXTENSIONS[name] = cls
+        return cls
+    return register
+
+
+def _extension(name: str) -> Callable[..., Any]:
     try:
-        s = pa.unify_schemas([pa.schema([("x", t)]) for t in real], promote_options="permissive")
-        return s.field("x").type
-    except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise _TypeFail(f"{what}: incompatible types {', '.join(str(t) for t in real)}") from None
+        return _EXTENSIONS[name]
+    except KeyError:  # only if this module is loaded without its package
+        raise RuntimeError(f"expression extension {name!r} is not loaded (import dbsp.api.expr)") \
+            from None
 
 
 # --- values ------------------------------------------------------------------------------
@@ -158,12 +122,6 @@ def _as_array(v: Value, n: int) -> pa.Array:
     if not v.is_valid:
         return pa.nulls(n, v.type)
     return pa.repeat(v, n)
-
-
-def _cast_value(v: Value, t: pa.DataType) -> Value:
-    if v.type == t:
-        return v
-    return v.cast(t) if isinstance(v, pa.Scalar) else pc.cast(v, t)
 
 
 def _null_where(v: Value, mask: Value) -> Value:
@@ -220,7 +178,7 @@ class Expr:
             b = self._bind(schema)
         except _Missing as e:
             raise ColumnNotFoundError(f"{e.args[0]} in expression {self!r}{ctx}") from None
-        except _TypeFail as e:
+        except TypeMismatch as e:
             raise TypeError(f"{e} in expression {self!r}{ctx}") from None
         return Compiled(self, b.type, b.fn)
 
@@ -303,40 +261,40 @@ class Expr:
 
     def cast(self, type_: Any) -> "Expr":
         """Convert to ``type_`` (a ``pa.DataType`` or its name: ``"int64"``, ``"string"``...)."""
-        return Cast(self, _as_type(type_))
+        return Cast(self, as_type(type_))
 
     # -- namespaces -----------------------------------------------------------------------
     @property
     def str(self) -> "StrNamespace":
         """String functions: ``col("name").str.lower()``."""
-        return StrNamespace(self)
+        return _extension("str")(self)
 
     @property
     def dt(self) -> "DtNamespace":
         """Date/time functions: ``col("date_time").dt.epoch_ms()``."""
-        return DtNamespace(self)
+        return _extension("dt")(self)
 
     # -- aggregates (for group_by(...).agg / window(...).agg) -------------------------------
     def sum(self) -> "AggExpr":
-        return AggExpr("sum", self)
+        return _extension("aggregate")("sum", self)
 
     def count(self) -> "AggExpr":
         """Number of non-null values."""
-        return AggExpr("count", self)
+        return _extension("aggregate")("count", self)
 
     def mean(self) -> "AggExpr":
-        return AggExpr("avg", self)
+        return _extension("aggregate")("avg", self)
 
     avg = mean
 
     def min(self) -> "AggExpr":
-        return AggExpr("min", self)
+        return _extension("aggregate")("min", self)
 
     def max(self) -> "AggExpr":
-        return AggExpr("max", self)
+        return _extension("aggregate")("max", self)
 
     def count_distinct(self) -> "AggExpr":
-        return AggExpr("count_distinct", self)
+        return _extension("aggregate")("count_distinct", self)
 
     # -- escape hatch ---------------------------------------------------------------------
     def map_batches(self, fn: Callable[[pa.Array], Any], type_: Any) -> "Expr":
@@ -347,39 +305,10 @@ class Expr:
 def _wrap(v: Any) -> Expr:
     if isinstance(v, Expr):
         return v
-    if isinstance(v, AggExpr):
+    agg = _EXTENSIONS.get("aggregate")
+    if agg is not None and isinstance(v, agg):
         raise TypeError(f"an aggregate ({v!r}) cannot be used inside a row expression")
     return Lit(v)
-
-
-def _as_type(t: Any) -> pa.DataType:
-    if isinstance(t, pa.DataType):
-        return t
-    if isinstance(t, str):
-        aliases = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(),
-                   "bool": pa.bool_(), "double": pa.float64(), "utf8": pa.string()}
-        if t in aliases:
-            return aliases[t]
-        if t.startswith("timestamp[") and t.endswith("]"):
-            return pa.timestamp(t[10:-1])
-        if t.startswith("duration[") and t.endswith("]"):
-            return pa.duration(t[9:-1])
-        if t.startswith("decimal128(") and t.endswith(")"):
-            p, _, sc = t[11:-1].partition(",")
-            return pa.decimal128(int(p), int(sc or 0))
-        try:
-            return pa.type_for_alias(t)
-        except (ValueError, KeyError):
-            raise TypeError(f"unknown type name {t!r}") from None
-    if t is int:
-        return pa.int64()
-    if t is float:
-        return pa.float64()
-    if t is str:
-        return pa.string()
-    if t is bool:
-        return pa.bool_()
-    raise TypeError(f"not a type: {t!r}")
 
 
 class Col(Expr):
@@ -415,7 +344,7 @@ class Lit(Expr):
         if isinstance(value, Expr):
             raise TypeError("lit() of an expression")
         self.value = value
-        t = None if type_ is None else _as_type(type_)
+        t = None if type_ is None else as_type(type_)
         try:
             if isinstance(value, pa.Scalar):
                 self.scalar = value if t is None else value.cast(t)
@@ -448,13 +377,13 @@ def _coerce_literals(a: _Bound, b: _Bound, ea: Expr, eb: Expr) -> tuple[_Bound, 
     def adapt(lit_b: _Bound, lit_e: Expr, other: _Bound) -> _Bound:
         s, t = lit_b.proto, other.type
         if not isinstance(s, pa.Scalar) or not s.is_valid:
-            if isinstance(s, pa.Scalar) and not s.is_valid and not _is_null(t):
+            if isinstance(s, pa.Scalar) and not s.is_valid and not is_null(t):
                 n = pa.scalar(None, type=t)
                 return _Bound(t, lambda bb: n, n, literal=True)
             return lit_b
         st = s.type
         target = None
-        if _is_string(st) and _is_temporal(t):
+        if is_string(st) and is_temporal(t):
             target = t
         elif pa.types.is_duration(st) and (pa.types.is_timestamp(t) or pa.types.is_duration(t)):
             target = pa.duration(t.unit)
@@ -467,7 +396,7 @@ def _coerce_literals(a: _Bound, b: _Bound, ea: Expr, eb: Expr) -> tuple[_Bound, 
         try:
             c = s.cast(target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-            raise _TypeFail(f"cannot interpret {lit_e!r} as {target}: {e}") from None
+            raise TypeMismatch(f"cannot interpret {lit_e!r} as {target}: {e}") from None
         return _Bound(target, lambda bb: c, c, literal=True)
 
     if a.literal and not b.literal:
@@ -485,7 +414,7 @@ def _proto_call(what: str, impl: Callable[[], Value]) -> Value:
     try:
         return impl()
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid) as e:
-        raise _TypeFail(f"{what}: {e}") from None
+        raise TypeMismatch(f"{what}: {e}") from None
 
 
 class _Binary(Expr):
@@ -514,17 +443,17 @@ class Arith(_Binary):
         a, b = _coerce_literals(a, b, self.left, self.right)
         ta, tb = a.type, b.type
         op = self.op
-        ka, kb = _kind(ta), _kind(tb)
+        ka, kb = kind_of(ta), kind_of(tb)
         bad = f"cannot apply '{op}' to {_describe(self.left, ta)} and {_describe(self.right, tb)}"
         for k, e, t in ((ka, self.left, ta), (kb, self.right, tb)):
             if k in ("string", "binary", "bool"):
-                raise _TypeFail(f"{bad}: arithmetic on {k} {e!r} is not defined"
+                raise TypeMismatch(f"{bad}: arithmetic on {k} {e!r} is not defined"
                                 + (" (use .str.concat for strings)" if k == "string" else ""))
         if op in ("/", "//", "%"):
             if not ((ka in ("numeric", "null")) and (kb in ("numeric", "null"))):
-                raise _TypeFail(f"{bad}: '{op}' needs numbers")
+                raise TypeMismatch(f"{bad}: '{op}' needs numbers")
             if op in ("//", "%") and (pa.types.is_decimal(ta) or pa.types.is_decimal(tb)):
-                raise _TypeFail(f"{bad}: '{op}' is not supported on decimals "
+                raise TypeMismatch(f"{bad}: '{op}' is not supported on decimals "
                                 f"(cast to float64 or int64 first)")
         fa, fb = a.fn, b.fn
         impl = _ARITH[op]
@@ -534,20 +463,20 @@ class Arith(_Binary):
 
 
 def _div(x: Value, y: Value) -> Value:
-    x, y = _cast_value(x, pa.float64()), _cast_value(y, pa.float64())
+    x, y = cast_value(x, pa.float64()), cast_value(y, pa.float64())
     y = _null_where(y, pc.equal(y, 0.0))
     return pc.divide(x, y)
 
 
 def _int_or_float(x: Value, y: Value) -> tuple[Value, Value, bool]:
     tx, ty = x.type, y.type
-    ints = (_is_int(tx) or _is_null(tx)) and (_is_int(ty) or _is_null(ty))
+    ints = (is_int(tx) or is_null(tx)) and (is_int(ty) or is_null(ty))
     if ints:
         t = common_type([tx, ty], "integer division")
-        if _is_null(t):
+        if is_null(t):
             t = pa.int64()
-        return _cast_value(x, t), _cast_value(y, t), True
-    return _cast_value(x, pa.float64()), _cast_value(y, pa.float64()), False
+        return cast_value(x, t), cast_value(y, t), True
+    return cast_value(x, pa.float64()), cast_value(y, pa.float64()), False
 
 
 def _mod(x: Value, y: Value) -> Value:
@@ -594,10 +523,10 @@ class Compare(_Binary):
     def _bind(self, schema: pa.Schema) -> _Bound:
         a, b = self.left._bind(schema), self.right._bind(schema)
         a, b = _coerce_literals(a, b, self.left, self.right)
-        ka, kb = _kind(a.type), _kind(b.type)
+        ka, kb = kind_of(a.type), kind_of(b.type)
         bad = f"cannot compare {_describe(self.left, a.type)} with {_describe(self.right, b.type)}"
         if "null" not in (ka, kb) and ka != kb:
-            raise _TypeFail(bad)
+            raise TypeMismatch(bad)
         f = _CMP[self.op]
         fa, fb = a.fn, b.fn
         proto = _proto_call(bad, lambda: f(a.proto, b.proto))
@@ -611,15 +540,15 @@ class Logic(_Binary):
     def _bind(self, schema: pa.Schema) -> _Bound:
         a, b = self.left._bind(schema), self.right._bind(schema)
         for e, x in ((self.left, a), (self.right, b)):
-            if not (_is_bool(x.type) or _is_null(x.type)):
-                raise _TypeFail(f"'{self.op}' needs booleans, but {_describe(e, x.type)} is not "
+            if not (is_bool(x.type) or is_null(x.type)):
+                raise TypeMismatch(f"'{self.op}' needs booleans, but {_describe(e, x.type)} is not "
                                 f"boolean (compare it, e.g. {e!r} != 0)")
         f = pc.and_kleene if self.op == "&" else pc.or_kleene
         fa, fb = a.fn, b.fn
 
         def run(batch):
-            return f(_cast_value(fa(batch), pa.bool_()), _cast_value(fb(batch), pa.bool_()))
-        proto = f(_cast_value(a.proto, pa.bool_()), _cast_value(b.proto, pa.bool_()))
+            return f(cast_value(fa(batch), pa.bool_()), cast_value(fb(batch), pa.bool_()))
+        proto = f(cast_value(a.proto, pa.bool_()), cast_value(b.proto, pa.bool_()))
         return _Bound(pa.bool_(), run, proto, literal=a.literal and b.literal)
 
 
@@ -642,15 +571,15 @@ class Unary(Expr):
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a = self.arg._bind(schema)
-        k = _kind(a.type)
+        k = kind_of(a.type)
         if self.op == "~":
             if k not in ("bool", "null"):
-                raise _TypeFail(f"'~' (not) needs a boolean, but {_describe(self.arg, a.type)} "
+                raise TypeMismatch(f"'~' (not) needs a boolean, but {_describe(self.arg, a.type)} "
                                 f"is not boolean")
-            f = lambda v: pc.invert(_cast_value(v, pa.bool_()))  # noqa: E731
+            f = lambda v: pc.invert(cast_value(v, pa.bool_()))  # noqa: E731
         else:
             if k not in ("numeric", "duration", "null"):
-                raise _TypeFail(f"'{self.op}' needs a number, but {_describe(self.arg, a.type)} "
+                raise TypeMismatch(f"'{self.op}' needs a number, but {_describe(self.arg, a.type)} "
                                 f"is not numeric")
             f = pc.negate_checked if self.op == "-" else pc.abs_checked
         fn = a.fn
@@ -696,7 +625,7 @@ class Func(Expr):
         res = self.check([b.type for b in bs])
         if isinstance(res, str):  # an error message
             parts = ", ".join(_describe(e, b.type) for e, b in zip(self.args, bs))
-            raise _TypeFail(f"{self.fname}() of {parts}: {res}")
+            raise TypeMismatch(f"{self.fname}() of {parts}: {res}")
         impl = self.impl
         fns = [b.fn for b in bs]
         what = f"{self.fname}() of " + ", ".join(_describe(e, b.type)
@@ -704,18 +633,28 @@ class Func(Expr):
         proto = _proto_call(what, lambda: impl([b.proto for b in bs], 0))
         t = res if isinstance(res, pa.DataType) else proto.type
         if proto.type != t:
-            proto = _cast_value(proto, t)
+            proto = cast_value(proto, t)
 
             def fn(batch, _t=t):
-                return _cast_value(impl([f(batch) for f in fns], batch.num_rows), _t)
+                return cast_value(impl([f(batch) for f in fns], batch.num_rows), _t)
         else:
             def fn(batch):
                 return impl([f(batch) for f in fns], batch.num_rows)
         return _Bound(t, fn, proto, literal=all(b.literal for b in bs))
 
 
+def need(kind_ok: Callable[[pa.DataType], bool], what: str) -> Callable:
+    """A :class:`Func` type check: the first operand must satisfy ``kind_ok`` (or be null);
+    the result type is then the implementation's."""
+    def check(ts):
+        if not (kind_ok(ts[0]) or is_null(ts[0])):
+            return f"needs {what}"
+        return None
+    return check
+
+
 def _check_round(ts):
-    return None if _kind(ts[0]) in ("numeric", "null") else "needs a number"
+    return None if kind_of(ts[0]) in ("numeric", "null") else "needs a number"
 
 
 class Alias(Expr):
@@ -760,12 +699,12 @@ class Cast(Expr):
         try:
             pc.cast(pa.array([], type=a.type), to)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as e:
-            raise _TypeFail(f"cannot cast {_describe(self.arg, a.type)} to {to}: {e}") from None
+            raise TypeMismatch(f"cannot cast {_describe(self.arg, a.type)} to {to}: {e}") from None
         fn = a.fn
 
         def run(batch):
-            return _cast_value(fn(batch), to)
-        proto = _proto_call(f"cast of {self.arg!r} to {to}", lambda: _cast_value(a.proto, to))
+            return cast_value(fn(batch), to)
+        proto = _proto_call(f"cast of {self.arg!r} to {to}", lambda: cast_value(a.proto, to))
         return _Bound(to, run, proto, literal=a.literal)
 
 
@@ -787,9 +726,9 @@ class IsIn(Expr):
     def _bind(self, schema: pa.Schema) -> _Bound:
         a = self.arg._bind(schema)
         try:
-            vs = pa.array(self.values, type=a.type if not _is_null(a.type) else None)
+            vs = pa.array(self.values, type=a.type if not is_null(a.type) else None)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
-            raise _TypeFail(f"values {self.values!r} do not fit the type of "
+            raise TypeMismatch(f"values {self.values!r} do not fit the type of "
                             f"{_describe(self.arg, a.type)}: {e}") from None
         fn = a.fn
 
@@ -833,12 +772,12 @@ class Coalesce(Expr):
                   for e, b in zip(self.args, bs)]
         t = common_type([b.type for b in bs], f"{self.name}() of "
                         + ", ".join(_describe(e, b.type) for e, b in zip(self.args, bs)))
-        if _is_null(t):
+        if is_null(t):
             return bs[0]
         fns = [b.fn for b in bs]
 
         def combine(vals, n):
-            vals = [_cast_value(v, t) for v in vals]
+            vals = [cast_value(v, t) for v in vals]
             if len(vals) == 1:
                 return vals[0]
             if all(isinstance(v, pa.Scalar) for v in vals):
@@ -891,8 +830,8 @@ class When(Expr):
     def _bind(self, schema: pa.Schema) -> _Bound:
         conds = [c._bind(schema) for c, _ in self.cases]
         for (ce, _), cb in zip(self.cases, conds):
-            if not (_is_bool(cb.type) or _is_null(cb.type)):
-                raise _TypeFail(f"when() condition {_describe(ce, cb.type)} is not boolean")
+            if not (is_bool(cb.type) or is_null(cb.type)):
+                raise TypeMismatch(f"when() condition {_describe(ce, cb.type)} is not boolean")
         vexprs = [v for _, v in self.cases] + ([self.default] if self.default is not None else [])
         vals = [v._bind(schema) for v in vexprs]
         head = next((b for b in vals if not b.literal), None)
@@ -901,7 +840,7 @@ class When(Expr):
                     for e, b in zip(vexprs, vals)]
         t = common_type([b.type for b in vals], "when() values "
                         + ", ".join(_describe(e, b.type) for e, b in zip(vexprs, vals)))
-        if _is_null(t):
+        if is_null(t):
             t = pa.null()
         cfns = [c.fn for c in conds]
         vfns = [v.fn for v in vals]
@@ -909,264 +848,14 @@ class When(Expr):
 
         def run(batch):
             n = batch.num_rows
-            cs = [pc.fill_null(_as_array(_cast_value(f(batch), pa.bool_()), n), False)
+            cs = [pc.fill_null(_as_array(cast_value(f(batch), pa.bool_()), n), False)
                   for f in cfns]
-            vs = [_as_array(_cast_value(f(batch), t), n) for f in vfns]
+            vs = [_as_array(cast_value(f(batch), t), n) for f in vfns]
             if not has_default:
                 vs.append(pa.nulls(n, t))
             return pc.case_when(pc.make_struct(*cs, field_names=[f"c{i}" for i in range(len(cs))]),
                                 *vs)
         return _Bound(t, run, pa.array([], type=t))
-
-
-# --- namespaces --------------------------------------------------------------------------
-
-def _need(kind_ok: Callable[[pa.DataType], bool], what: str):
-    def check(ts):
-        if not (kind_ok(ts[0]) or _is_null(ts[0])):
-            return f"needs {what}"
-        return None
-    return check
-
-
-_STR = _need(_is_string, "a string")
-
-
-class StrNamespace:
-    """String functions (``col("s").str.…``); each needs a string operand."""
-
-    def __init__(self, e: Expr):
-        self._e = e
-
-    def _f(self, name, impl, params=(), check=_STR, extra=()):
-        return Func(f"str.{name}", [self._e, *extra], check, impl, params)
-
-    def lower(self) -> Expr:
-        return self._f("lower", lambda a, n: pc.utf8_lower(_cast_value(a[0], pa.string())))
-
-    def upper(self) -> Expr:
-        return self._f("upper", lambda a, n: pc.utf8_upper(_cast_value(a[0], pa.string())))
-
-    def len(self) -> Expr:
-        """Length in characters (int64)."""
-        return self._f("len", lambda a, n: _cast_value(
-            pc.utf8_length(_cast_value(a[0], pa.string())), pa.int64()))
-
-    def contains(self, pattern: str, regex: bool = False) -> Expr:
-        """True where the string contains ``pattern`` (literal; a regex with ``regex=True``)."""
-        f = pc.match_substring_regex if regex else pc.match_substring
-        return self._f("contains", lambda a, n: f(_cast_value(a[0], pa.string()), pattern),
-                       (pattern,))
-
-    def starts_with(self, prefix: str) -> Expr:
-        return self._f("starts_with",
-                       lambda a, n: pc.starts_with(_cast_value(a[0], pa.string()), prefix),
-                       (prefix,))
-
-    def ends_with(self, suffix: str) -> Expr:
-        return self._f("ends_with",
-                       lambda a, n: pc.ends_with(_cast_value(a[0], pa.string()), suffix),
-                       (suffix,))
-
-    def substr(self, start: int, length: Optional[int] = None) -> Expr:
-        """Characters ``start .. start+length`` (0-based, like ``s[start:start+length]``)."""
-        if start < 0 or (length is not None and length < 0):
-            raise ValueError("substr(start, length) needs start >= 0 and length >= 0")
-        stop = None if length is None else start + length
-        params = (start,) if length is None else (start, length)
-        return self._f("substr", lambda a, n: pc.utf8_slice_codeunits(
-            _cast_value(a[0], pa.string()), start, stop), params)
-
-    def replace(self, pattern: str, replacement: str) -> Expr:
-        """Replace every occurrence of the literal ``pattern``."""
-        return self._f("replace", lambda a, n: pc.replace_substring(
-            _cast_value(a[0], pa.string()), pattern, replacement), (pattern, replacement))
-
-    def strip(self) -> Expr:
-        return self._f("strip", lambda a, n: pc.utf8_trim_whitespace(
-            _cast_value(a[0], pa.string())))
-
-    def concat(self, *others: Any, sep: str = "") -> Expr:
-        """``self ++ sep ++ other ++ ...``; null if any part is null (SQL ``||``)."""
-        return concat_str(self._e, *others, sep=sep)
-
-
-def concat_str(*parts: Any, sep: str = "") -> Expr:
-    """Concatenate string expressions (null if any part is null)."""
-    es = [_wrap(p) for p in parts]
-
-    def check(ts):
-        for t in ts:
-            if not (_is_string(t) or _is_null(t)):
-                return "needs strings (cast other types with .cast('string'))"
-        return pa.string()
-
-    def impl(a, n):
-        vals = [_cast_value(v, pa.string()) for v in a]
-        if all(isinstance(v, pa.Scalar) for v in vals):
-            if not all(v.is_valid for v in vals):
-                return pa.scalar(None, pa.string())
-            return pa.scalar(sep.join(v.as_py() for v in vals), pa.string())
-        return pc.binary_join_element_wise(*vals, sep)
-    f = Func("concat_str", es, check, impl, method=False)
-    if sep:
-        f.fname = f"concat_str[sep={sep!r}]"
-    return f
-
-
-def _ts_to_ms(v: Value) -> Value:
-    t = v.type
-    if pa.types.is_timestamp(t):
-        if t.tz is not None:
-            v = _cast_value(v, pa.timestamp(t.unit))
-        v = _cast_value(v, pa.timestamp("ms")) if t.unit in ("s",) else v
-        unit = v.type.unit
-        i = _cast_value(v, pa.int64())
-        if unit == "ms":
-            return i
-        if unit == "us":
-            return pc.divide(pc.subtract(i, pc.modulo(i, 1000)), 1000)
-        if unit == "ns":
-            return pc.divide(pc.subtract(i, pc.modulo(i, 1_000_000)), 1_000_000)
-        return i
-    if pa.types.is_date32(t):
-        return pc.multiply_checked(_cast_value(_cast_value(v, pa.int32()), pa.int64()), 86_400_000)
-    if pa.types.is_date64(t):
-        return _cast_value(v, pa.int64())
-    return v
-
-
-_UNIT_PER_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
-
-
-def duration_to_units(d: Any, t: pa.DataType, what: str) -> int:
-    """A window size / lateness (``timedelta`` or int) in the physical units of column type ``t``.
-
-    Timestamps count their own unit, ``date32`` days, integer columns their own values (an int
-    must then be given). Raises ``TypeError``/``ValueError`` on a mismatch.
-    """
-    if isinstance(d, (np.integer,)):
-        d = int(d)
-    if pa.types.is_integer(t):
-        if isinstance(d, _dt.timedelta):
-            raise TypeError(f"{what}: the time column is an integer ({t}); give an int in its "
-                            f"units, not a timedelta")
-        if not isinstance(d, int):
-            raise TypeError(f"{what} must be an int, got {d!r}")
-        return d
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
-        if isinstance(d, int):
-            raise TypeError(f"{what}: give a timedelta for a {t} column (an int would be "
-                            f"ambiguous), got {d!r}")
-        if not isinstance(d, _dt.timedelta):
-            raise TypeError(f"{what} must be a timedelta, got {d!r}")
-        us = (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
-        per_s = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}[t.unit]
-        num = us * per_s
-        if num % 1_000_000:
-            raise ValueError(f"{what} {d} is not a whole number of {t.unit}")
-        return num // 1_000_000
-    if pa.types.is_date32(t):
-        if not isinstance(d, _dt.timedelta) or d.seconds or d.microseconds:
-            raise ValueError(f"{what} for a date column must be a timedelta of whole days")
-        return d.days
-    raise TypeError(f"{what}: column type {t} is not a time type (timestamp, date32 or integer)")
-
-
-def physical_int(a: pa.Array) -> pa.Array:
-    """The int64 storage of a timestamp / date / duration / integer column (nulls kept)."""
-    t = a.type
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
-        return a.cast(pa.int64())
-    if pa.types.is_date32(t):
-        return a.cast(pa.int32()).cast(pa.int64())
-    if pa.types.is_integer(t):
-        return a.cast(pa.int64()) if t != pa.int64() else a
-    raise TypeError(f"column type {t} is not a time type")
-
-
-def from_physical(a: Value, t: pa.DataType) -> Value:
-    """Inverse of :func:`physical_int`."""
-    if pa.types.is_date32(t):
-        return _cast_value(_cast_value(a, pa.int32()), t)
-    return _cast_value(a, t)
-
-
-def is_time_type(t: pa.DataType) -> bool:
-    return (pa.types.is_timestamp(t) or pa.types.is_date32(t) or pa.types.is_integer(t))
-
-
-class DtNamespace:
-    """Date/time functions (``col("date_time").dt.…``)."""
-
-    def __init__(self, e: Expr):
-        self._e = e
-
-    def epoch_ms(self) -> Expr:
-        """Milliseconds since the Unix epoch (int64) of a timestamp or date."""
-        return Func("dt.epoch_ms", [self._e],
-                    _need(lambda t: pa.types.is_timestamp(t) or pa.types.is_date(t),
-                          "a timestamp or date"),
-                    lambda a, n: _ts_to_ms(a[0]))
-
-    def floor(self, every: Any) -> Expr:
-        """Round down to a multiple of ``every`` (a ``timedelta``; an int for integer columns)
-        counted from the epoch: the start of the tumbling window the value falls in."""
-        def check(ts):
-            t = ts[0]
-            if not (is_time_type(t) or _is_null(t)):
-                return "needs a timestamp, date32 or integer time column"
-            try:
-                duration_to_units(every, t, "floor size")
-            except (TypeError, ValueError) as e:
-                return str(e)
-            return t
-
-        def impl(a, n):
-            v = a[0]
-            t = v.type
-            if _is_null(t):
-                return v
-            size = duration_to_units(every, t, "floor size")
-            if size <= 0:
-                raise ValueError("floor size must be positive")
-            i = v.cast(pa.int64()) if not pa.types.is_date32(t) else \
-                _cast_value(_cast_value(v, pa.int32()), pa.int64())
-            f = pc.subtract(i, pc.modulo(i, size))
-            return from_physical(f, t)
-        return Func("dt.floor", [self._e], check, impl, params=(every,))
-
-    def _part(self, name: str, fn) -> Expr:
-        return Func(f"dt.{name}", [self._e],
-                    _need(lambda t: pa.types.is_timestamp(t) or pa.types.is_date(t),
-                          "a timestamp or date"),
-                    lambda a, n: _cast_value(fn(a[0]), pa.int64()))
-
-    def year(self) -> Expr:
-        return self._part("year", pc.year)
-
-    def month(self) -> Expr:
-        return self._part("month", pc.month)
-
-    def day(self) -> Expr:
-        return self._part("day", pc.day)
-
-    def hour(self) -> Expr:
-        return self._part("hour", pc.hour)
-
-    def minute(self) -> Expr:
-        return self._part("minute", pc.minute)
-
-    def second(self) -> Expr:
-        return self._part("second", pc.second)
-
-    def day_of_week(self) -> Expr:
-        """Monday = 0 ... Sunday = 6."""
-        return self._part("day_of_week", pc.day_of_week)
-
-    def date(self) -> Expr:
-        return Func("dt.date", [self._e], _need(pa.types.is_timestamp, "a timestamp"),
-                    lambda a, n: _cast_value(a[0], pa.date32()))
 
 
 # --- constructors ------------------------------------------------------------------------
@@ -1194,7 +883,7 @@ def coalesce(*exprs: Any) -> Expr:
 
 def udf(fn: Callable[..., Any], *args: Any, type_: Any) -> Expr:
     """A vectorised user function of whole columns: ``fn(*arrays) -> array-like`` of ``type_``."""
-    t = _as_type(type_)
+    t = as_type(type_)
     es = [_wrap(a) for a in args]
 
     def impl(a, n):
@@ -1207,85 +896,10 @@ def udf(fn: Callable[..., Any], *args: Any, type_: Any) -> Expr:
         if len(out) != n:
             raise ValueError(f"udf {getattr(fn, '__name__', fn)} returned {len(out)} values "
                              f"for {n} rows")
-        return _cast_value(out, t)
+        return cast_value(out, t)
     return Func(f"udf[{getattr(fn, '__name__', 'fn')}]", es, lambda ts: t, impl, method=False)
 
 
-# --- aggregates --------------------------------------------------------------------------
-
-AGG_KINDS = ("count", "count_all", "sum", "avg", "min", "max", "count_distinct")
-
-
-class AggExpr:
-    """An aggregate over a group: ``sum_(col("price"))``, ``count()``, ``col("x").max()``.
-
-    Used in ``group_by(...).agg(...)`` and ``window(...).agg(...)``; an ``AggExpr`` is not a row
-    expression. ``count()`` counts rows; ``count(e)`` non-null values of ``e``.
-    """
-
-    __slots__ = ("kind", "arg", "name")
-
-    def __init__(self, kind: str, arg: Optional[Expr], name: Optional[str] = None):
-        if kind not in AGG_KINDS:
-            raise ValueError(f"unknown aggregate {kind!r} (known: {AGG_KINDS})")
-        self.kind, self.arg, self.name = kind, arg, name
-
-    def alias(self, name: str) -> "AggExpr":
-        return AggExpr(self.kind, self.arg, name)
-
-    def output_name(self) -> Optional[str]:
-        if self.name:
-            return self.name
-        if self.arg is None:
-            return "count"
-        base = self.arg.output_name()
-        return f"{base}_{self.kind}" if base else None
-
-    def __repr__(self) -> str:
-        kind = {"count_all": "count", "sum": "sum_", "min": "min_", "max": "max_"}.get(
-            self.kind, self.kind)
-        inner = "" if self.arg is None else repr(self.arg)
-        s = f"{kind}({inner})"
-        return s + (f".alias({self.name!r})" if self.name else "")
-
-    def __bool__(self):
-        raise TypeError(f"the truth value of an aggregate is unknown: {self!r}")
-
-
-def count(e: Any = None) -> AggExpr:
-    """``count()``: rows in the group (their total weight); ``count(e)``: non-null values."""
-    return AggExpr("count_all", None) if e is None else AggExpr("count", _wrap_col(e))
-
-
-def sum_(e: Any) -> AggExpr:
-    return AggExpr("sum", _wrap_col(e))
-
-
-def avg(e: Any) -> AggExpr:
-    return AggExpr("avg", _wrap_col(e))
-
-
-mean = avg
-
-
-def min_(e: Any) -> AggExpr:
-    return AggExpr("min", _wrap_col(e))
-
-
-def max_(e: Any) -> AggExpr:
-    return AggExpr("max", _wrap_col(e))
-
-
-def count_distinct(e: Any) -> AggExpr:
-    return AggExpr("count_distinct", _wrap_col(e))
-
-
-def _wrap_col(e: Any) -> Expr:
-    """In an aggregate a bare string names a column (``sum_("price")``)."""
-    return Col(e) if isinstance(e, str) else _wrap(e)
-
-
-__all__ = ["Expr", "Col", "Lit", "When", "AggExpr", "Compiled", "ColumnNotFoundError", "col", "lit",
-           "when", "coalesce", "concat_str", "udf", "count", "sum_", "avg", "mean", "min_", "max_",
-           "count_distinct", "common_type", "duration_to_units", "physical_int", "from_physical",
-           "is_time_type"]
+__all__ = ["Expr", "Col", "Lit", "Arith", "Compare", "Logic", "Unary", "Func", "Alias", "Cast",
+           "IsIn", "Coalesce", "When", "Compiled", "ColumnNotFoundError", "Value", "EvalFn",
+           "col", "lit", "when", "coalesce", "udf", "extension", "need"]
