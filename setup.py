@@ -15,7 +15,7 @@ import os
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 DEBUG = os.environ.get("DBSP_DEBUG") == "1"
 ANNOTATE = os.environ.get("DBSP_ANNOTATE") == "1"
@@ -68,10 +68,8 @@ extensions = [
 
 setup(
     package_dir={"dbsp": "src/dbsp", "dbsp._native": "src/_native"},
-    packages=[
-        "dbsp", "dbsp._native", "dbsp.algebra", "dbsp.trace", "dbsp.storage", "dbsp.circuit",
-        "dbsp.operators", "dbsp.runtime", "dbsp.api", "dbsp.cli", "dbsp.testing", "dbsp.nexmark",
-    ],
+    # every package under src/dbsp (a new layer or sub-package ships without editing this)
+    packages=["dbsp", "dbsp._native"] + [f"dbsp.{p}" for p in find_packages("src/dbsp")],
     ext_modules=cythonize(
         extensions,
         include_path=["src"],

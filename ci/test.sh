@@ -10,6 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(bash ci/setup.sh test | tail -n 1)
 
+# The layers of DESIGN.md: imports only go down (import-linter's layers contract in
+# pyproject.toml, checked against the installed package).
+echo "== import layers (lint-imports) =="
+"$(dirname "$PY")/lint-imports" --no-cache pyproject.toml
+
 # Run from a directory that is not the source tree, so `import dbsp` is the installed wheel.
 status=0
 (cd tests && ../"$PY" -m pytest -p no:cacheprovider --hypothesis-profile=ci "$@" .) || status=$?

@@ -4,22 +4,23 @@ Describe a query once; every step, dbsp turns a batch of input changes (a Z-set:
 integer weights, +1 insert, -1 delete) into the exact changes of every output, doing work
 proportional to the change.
 
-The package, bottom up:
+The package, bottom up (imports only go down; ``lint-imports`` checks it):
 
 * ``dbsp._native`` (Cython, ``src/_native``): key codes, radix sort + consolidation, k-way
   merge, galloping seek, join expansion, hashing; the slab buffer pool, block checksums,
   io_uring reads. Typed, GIL released.
-* :mod:`dbsp.algebra`: schemas and input validation, normalized key codes, the kernel contract
-  (:mod:`~dbsp.algebra.kernels_ref` specifies what the native kernels compute).
+* :mod:`dbsp.algebra`: key codes, kernels, schemas and input validation, the type system, time
+  helpers.
+* :mod:`dbsp.storage`: layer files, storage backends (mmap, io_uring, pread), buffer pool, the
+  per-worker directory and disk gate, ``StorageConfig``. Knows no batch or spine.
 * :mod:`dbsp.trace`: batches (``ZSet``, ``OrdZSet``, ``OrdIndexedZSet``, timed batches) over
-  Arrow record batches, batches in layer files (``FileOrdZSet``, ``FileOrdIndexedZSet``), cursors,
-  streaming merges, and the spine (the LSM trace of operator state).
-* :mod:`dbsp.storage`: layer files, storage backends (mmap, io_uring, pread), buffer pool, and
-  ``StorageConfig`` / the memory accountant: ``Circuit(storage=StorageConfig(dir,
-  memory_budget_bytes=...))`` keeps state beyond the budget on disk.
-* :mod:`dbsp.circuit` and :mod:`dbsp.operators`: the circuit (one replica per worker, stepping
-  in lockstep) and one module per operator.
-* :mod:`dbsp.runtime`: exchange transports (in-process, sockets) and worker processes.
+  Arrow record batches, batches in layer files, cursors, streaming merges, the spine (the LSM
+  trace of operator state) and the spilling policy that keeps it within a memory budget.
+* :mod:`dbsp.circuit`: the circuit graph, the scheduler of one worker, the exchange's sharding
+  function and transport interface. Knows no operator and no process.
+* :mod:`dbsp.operators`: one module per operator, and the stream verbs that add them.
+* :mod:`dbsp.runtime`: ``Circuit`` running on W replicas (threads or processes), transports,
+  input placement.
 * :mod:`dbsp.api`: the fluent API (``StreamContext``, column expressions, windows).
 * :mod:`dbsp.nexmark`, :mod:`dbsp.cli`: the Nexmark benchmark and the ``dbsp`` command.
 * :mod:`dbsp.testing`: the naive reference model every operator is tested against.
