@@ -24,28 +24,15 @@ accountant, spilling, the merge helper process) is the trace's spilling policy
 (:mod:`dbsp.trace.spill`); file-backed batches and streaming merges live in
 :mod:`dbsp.trace.file_batch` and :mod:`dbsp.trace.merge_stream`.
 """
-from .format import (CorruptBlockError, FormatVersionError, StorageError,  # noqa: F401
-                     TruncatedFileError)
+from .backend import available_backends, default_backend, make_backend
+from .config import StorageConfig, free_space
+from .format import CorruptBlockError, FormatVersionError, StorageError, TruncatedFileError
+from .inspect import inspect_file, verify_file
+from .manager import WorkerStorage
+from .reader import LayerChunk, LayerFile, read_metadata
+from .writer import LayerFileWriter, LayerSpec
 
-
-def __getattr__(name):
-    # lazy: importing dbsp.storage must not need the native modules
-    if name in ("LayerFileWriter", "LayerSpec"):
-        from . import writer
-        return getattr(writer, name)
-    if name in ("LayerFile", "LayerChunk", "read_metadata"):
-        from . import reader
-        return getattr(reader, name)
-    if name in ("make_backend", "available_backends", "default_backend"):
-        from . import backend
-        return getattr(backend, name)
-    if name in ("StorageConfig", "free_space"):
-        from . import config
-        return getattr(config, name)
-    if name == "WorkerStorage":
-        from . import manager
-        return getattr(manager, name)
-    if name in ("inspect_file", "verify_file"):
-        from . import inspect as _inspect
-        return getattr(_inspect, name)
-    raise AttributeError(name)
+__all__ = ["available_backends", "default_backend", "make_backend", "StorageConfig", "free_space",
+           "CorruptBlockError", "FormatVersionError", "StorageError", "TruncatedFileError",
+           "inspect_file", "verify_file", "WorkerStorage", "LayerChunk", "LayerFile",
+           "read_metadata", "LayerFileWriter", "LayerSpec"]
