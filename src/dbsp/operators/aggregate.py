@@ -73,6 +73,7 @@ from ..circuit.exchange import shard_rows
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, match_batches
+from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
 
@@ -704,8 +705,210 @@ class LinearAggregateOperator(Operator):
         return len(self.state)
 
 
+class _ValueCounts:
+    """Per ``(key, value)`` weights of one value column (nulls left out): an indexed spine
+    ``key -> value`` whose values of a key are sorted by value code, so min / max seek the first /
+    last value of positive weight and count distinct probes single pairs
+    (:mod:`dbsp.trace.probe`). ``monotone`` while no negative weight was ever inserted: then
+    every stored weight is positive and inserts alone cannot retract an extreme."""
+
+    def __init__(self, col: str, type_: pa.DataType):
+        self.col = col
+        self.schema = pa.schema([pa.field(col, type_, nullable=False)])
+        self.codec = KeyCodec(list(self.schema))
+        self.trace = Spine(name=f"aggregate.values({col})")
+        self.monotone = True
+
+    def delta(self, d: OrdIndexedZSet) -> Optional[OrdIndexedZSet]:
+        """The consolidated ``key -> value`` delta of the column's non-null values (None if empty)."""
+        arr = d.vals.column(self.col)
+        ki = d.key_index()
+        if arr.null_count:
+            rows = np.flatnonzero(_valid(arr))
+            arr, ki, w = arr.take(pa.array(rows)), ki[rows], d.weights[rows]
+        else:
+            w = d.weights
+        if len(ki) == 0:
+            return None
+        dv = OrdIndexedZSet.from_parts(take(d.keys, ki), pa.RecordBatch.from_arrays(
+            [arr], schema=self.schema), w, kcodec=d.kcodec, vcodec=self.codec,
+            kcodes=K.take(d.kcodes, ki))
+        return dv if len(dv) else None
+
+    def clear(self) -> None:
+        self.trace.clear()
+        self.monotone = True
+
+
+def _pick_first(gpos: np.ndarray, mask: np.ndarray, last: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Among entries sorted by (group, value) where ``mask``: ``(groups, entry index)`` of the
+    first (``last``: last) entry of each group."""
+    idx = np.flatnonzero(mask)
+    if len(idx) == 0:
+        return idx, idx
+    g = gpos[idx]
+    edge = np.r_[g[1:] != g[:-1], True] if last else np.r_[True, g[1:] != g[:-1]]
+    return g[edge], idx[edge]
+
+
+class GeneralAggregateOperator(Operator):
+    """count / sum / avg from running partials, min / max / count_distinct from per-(key, value)
+    weights: every step reads only the keys and values its delta touches.
+
+    * linear aggregates and the row count: as :class:`LinearAggregateOperator`;
+    * ``count_distinct(c)``: the running count per key changes by the values whose weight crosses
+      zero: ``Δ = #{v : w_old(k,v) <= 0 < w_new(k,v)} - #{v : w_old(k,v) > 0 >= w_new(k,v)}``,
+      ``w_old`` probed pair by pair;
+    * ``min(c)`` / ``max(c)``: the running extreme per key is a partial too,
+      ``ext_new = better(ext_old, best value of Δ with w_new > 0)``, unless a value at the old
+      extreme stopped being positive: only then is the extreme sought in the value trace (the
+      first / last value of positive weight, ``O(log group)``). While the column has only ever
+      seen insertions (``monotone``) no weight is probed at all (append-only fast path).
+
+    State: one row per key (partials, extremes, distinct counts) and, per min / max /
+    count_distinct column, the value trace of :class:`_ValueCounts`.
+    """
+
+    name = "aggregate(general)"
+
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema):
+        super().__init__(ctx)
+        self.specs, self.out_schema = specs, out_schema
+        nk = len(out_schema) - len(specs)
+        self.agg_schema = pa.schema(list(out_schema)[nk:])
+        self.linear = [s for s in specs if s.kind in LINEAR]
+        self.partials = _Partials(self.linear)
+        self.others = [s for s in specs if s.kind not in LINEAR]
+        fields = list(self.partials.schema)
+        for i, s in enumerate(self.others):
+            fields.append(pa.field(f"x{i}", s.out_type))
+        self.state_schema = pa.schema(fields)
+        self.state = VersionedRows("aggregate.state", self.state_schema)
+        self.values: dict[str, _ValueCounts] = {}
+        for s in self.others:
+            if s.column not in self.values:
+                self.values[s.column] = _ValueCounts(s.column, s.in_type)
+
+    def eval(self, d: OrdIndexedZSet) -> ZSet:
+        if len(d) == 0:
+            return ZSet.empty(self.out_schema)
+        P, G = self.partials, d.num_keys
+        has_old, old_batch, old_ver = self.state.get(d.kcodes, G)
+        nl = len(P.schema)
+        old = P.from_arrow(pa.RecordBatch.from_arrays(old_batch.columns[:nl], schema=P.schema),
+                           has_old)
+        new = P.add(old, P.of_delta(d))
+        old_x = old_batch.columns[nl:]
+        new_x = list(old_x)
+        for col, vc in self.values.items():
+            specs = [(i, s) for i, s in enumerate(self.others) if s.column == col]
+            self._update_column(d, vc, specs, old_x, new_x)
+        cols = [pa.array(c, f.type) if not isinstance(c, pa.Array) else c
+                for f, c in zip(P.schema, new)] + new_x
+        new_batch = pa.RecordBatch.from_arrays(cols, schema=self.state_schema)
+        changed = ~has_old | ~rows_equal(old_batch, new_batch)
+        keep = ~P.all_zero(new)
+        for s, x in zip(self.others, new_x):
+            keep |= np.asarray(x.is_valid().to_numpy(zero_copy_only=False), dtype=bool) \
+                if s.kind != "count_distinct" else \
+                np.asarray(x.fill_null(0).to_numpy(zero_copy_only=False)) != 0
+        self.state.put(d.keys, d.kcodes, d.kcodec, has_old, old_batch, old_ver, keep, new_batch,
+                       changed)
+        old_present = has_old & (old[0] != 0)
+        new_present = new[0] != 0
+        return _emit(self.out_schema, d.keys, self._finish(old, old_x),
+                     self._finish(new, new_x), old_present & changed, new_present & changed)
+
+    def _finish(self, lin: list, xs: list) -> pa.RecordBatch:
+        lin_out = iter(self.partials.finish(lin))
+        x_out = iter(xs)
+        cols = []
+        for s in self.specs:
+            if s.kind in LINEAR:
+                cols.append(next(lin_out))
+            else:
+                x = next(x_out)
+                cols.append(x.fill_null(0) if s.kind == "count_distinct" else x)
+        return pa.RecordBatch.from_arrays(cols, schema=self.agg_schema)
+
+    def _update_column(self, d: OrdIndexedZSet, vc: _ValueCounts, specs: list, old_x: list,
+                       new_x: list) -> None:
+        dv = vc.delta(d)
+        if dv is None:
+            return
+        G = d.num_keys
+        ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
+        gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
+        insert_only = vc.monotone and bool((dv.weights > 0).all())
+        need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
+        batches = vc.trace.batches()
+        old_w = pair_weights(batches, d.kcodes, gpos, dv.vcodes) if need_w else None
+        vc.trace.insert(dv)
+        if not insert_only:
+            vc.monotone = False
+        if old_w is not None:
+            new_w = old_w + dv.weights
+            pos = new_w > 0
+            gone = (old_w > 0) & ~pos
+        else:
+            pos = np.ones(len(dv), dtype=bool)
+            gone = np.zeros(len(dv), dtype=bool)
+        for i, s in specs:
+            if s.kind == "count_distinct":
+                became = (old_w <= 0) & pos
+                step = np.bincount(gpos, became.astype(np.int64) - gone.astype(np.int64),
+                                   minlength=G).astype(np.int64)
+                prev = np.asarray(old_x[i].fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+                new_x[i] = pa.array(prev + step, pa.int64())
+            else:
+                new_x[i] = self._extreme(d, vc, dv, gpos, pos, gone, old_x[i], s.kind == "max")
+
+    def _extreme(self, d, vc: _ValueCounts, dv: OrdIndexedZSet, gpos: np.ndarray,
+                 pos: np.ndarray, gone: np.ndarray, old: pa.Array, last: bool) -> pa.Array:
+        """The new min (``last``: max) per key of ``d`` (see the class doc)."""
+        G = d.num_keys
+        old_valid = np.asarray(old.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        ov = np.flatnonzero(old_valid)
+        enc = vc.codec.encode([old.take(pa.array(ov)).cast(vc.schema.field(0).type)], len(ov)) \
+            if len(ov) else None
+        # keys whose old extreme lost its positive weight: seek them in the trace
+        lost = np.zeros(G, dtype=bool)
+        gq = np.flatnonzero(gone & old_valid[gpos])
+        if len(gq):
+            at = np.searchsorted(ov, gpos[gq])
+            oc, dc = K.take(enc, at), K.take(dv.vcodes, gq)
+            hit = codes_le(oc, dc) if last else codes_le(dc, oc)  # a gone value at or past the extreme
+            lost[gpos[gq[hit]]] = True
+        # best positive value of the delta per key
+        cg, ce = _pick_first(gpos, pos, last)
+        src = [old, dv.vals.column(0)]
+        choice = np.where(old_valid & ~lost, np.arange(G), -1)
+        if len(cg):
+            use = choice[cg] < 0
+            both = np.flatnonzero(~use)
+            if len(both):
+                at = np.searchsorted(ov, cg[both])
+                oc, dc = K.take(enc, at), K.take(dv.vcodes, ce[both])
+                better = ~codes_le(dc, oc) if last else ~codes_le(oc, dc)
+                use[both[better]] = True
+            choice[cg[use]] = G + ce[use]
+        if lost.any():
+            lk = np.flatnonzero(lost)
+            found, bs, rows = first_positive(vc.trace.batches(), K.take(d.kcodes, lk), last)
+            fk = lk[found]
+            base = G + len(dv)
+            for b, r in zip(bs, rows.tolist()):
+                src.append(b.vals.column(0).slice(r, 1))
+            choice[lk] = -1
+            choice[fk] = base + np.arange(len(fk))
+        t = old.type
+        arr = pa.concat_arrays([a if a.type == t else a.cast(t) for a in src])
+        return arr.take(pa.array(choice, mask=choice < 0))
+
+
 class GroupAggregateOperator(Operator):
-    """Any aggregates, recomputed over the whole groups of the touched keys."""
+    """Aggregates that include a user :class:`Aggregator`: recomputed over the whole groups of
+    the touched keys (an :class:`Aggregator` sees whole groups by contract)."""
 
     name = "aggregate(general)"
 
@@ -764,10 +967,15 @@ def aggregate(stream, aggs: dict):
             LinearAggregateOperator.name,
             lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=pre), [s],
             ZSetType(out))
-    return stream.circuit.add_node(GroupAggregateOperator.name,
-                                   lambda ctx: GroupAggregateOperator(ctx, specs, out),
+    if any(isinstance(x.kind, Aggregator) for x in specs):
+        return stream.circuit.add_node(GroupAggregateOperator.name,
+                                       lambda ctx: GroupAggregateOperator(ctx, specs, out),
+                                       [sharded(stream)], ZSetType(out))
+    return stream.circuit.add_node(GeneralAggregateOperator.name,
+                                   lambda ctx: GeneralAggregateOperator(ctx, specs, out),
                                    [sharded(stream)], ZSetType(out))
 
 
 __all__ = ["aggregate", "Aggregator", "AggSpec", "KINDS", "compute_groups", "parse_aggs",
-           "LinearAggregateOperator", "GroupAggregateOperator", "VersionedRows", "rows_equal"]
+           "LinearAggregateOperator", "GeneralAggregateOperator",
+           "GroupAggregateOperator", "VersionedRows", "rows_equal"]
