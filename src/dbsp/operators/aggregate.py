@@ -72,7 +72,7 @@ from ..algebra.schema import take
 from ..circuit.exchange import shard_rows
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, ZSet, match_batches
+from ..trace.batch import OrdIndexedZSet, ZSet, match_batches, ranges
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
@@ -433,22 +433,49 @@ class VersionedRows:
         return v
 
     def get(self, kcodes, G: int):
-        """Rows of the sorted distinct keys ``kcodes``: ``(has, vals aligned to G, version)``."""
+        """Rows of the sorted distinct keys ``kcodes``: ``(has, vals aligned to G, version)``.
+
+        Reads only the matched rows of each batch (their versions and weights), consolidates
+        ``(key, version)`` pairs and takes the value columns of the live row of each key."""
         has = np.zeros(G, dtype=bool)
         ver = np.zeros(G, dtype=np.uint64)
-        idx = np.full(G, -1, dtype=np.int64)
-        old = self.trace.lookup(kcodes) if G else None
-        if old is not None:
-            ai, bi = K.intersect(kcodes, old.kcodes)
-            rows = old.offsets[bi]
-            has[ai] = True
-            idx[ai] = rows
-            ver[ai] = np.asarray(old.vcodes)[rows]
-            vals = old.vals.take(pa.array(idx, mask=idx < 0))
-        else:
-            vals = pa.RecordBatch.from_arrays([pa.nulls(G, f.type) for f in self.val_schema],
-                                              schema=self.val_schema)
+        parts = list(match_batches(self.trace.batches(), kcodes)) if G else []
+        if not parts:
+            return has, self._nulls(G), ver
+        ps, vs, ws, bs, rs = [], [], [], [], []
+        for bno, (b, pi, ki) in enumerate(parts):
+            lo, hi = b.offsets[ki], b.offsets[ki + 1]
+            rows = ranges(lo, hi - lo)
+            ps.append(np.repeat(pi, hi - lo))
+            vs.append(np.asarray(b.vcodes)[rows])
+            ws.append(b.weights[rows])
+            bs.append(np.full(len(rows), bno, dtype=np.int64))
+            rs.append(rows)
+        p, v, w = np.concatenate(ps), np.concatenate(vs), np.concatenate(ws)
+        bq, rq = np.concatenate(bs), np.concatenate(rs)
+        if len(parts) > 1:
+            perm, w = K.sort_consolidate(p.astype(np.uint64), v, w)
+            p, v, bq, rq = p[perm], v[perm], bq[perm], rq[perm]
+        live = np.flatnonzero(w > 0)  # at most one live version per key
+        if len(live) == 0:
+            return has, self._nulls(G), ver
+        p, v, bq, rq = p[live], v[live], bq[live], rq[live]
+        has[p] = True
+        ver[p] = v
+        pieces, where = [], np.full(G, -1, dtype=np.int64)
+        base = 0
+        for bno in np.unique(bq).tolist():
+            sel = np.flatnonzero(bq == bno)
+            pieces.append(take(parts[bno][0].vals, rq[sel]))
+            where[p[sel]] = base + np.arange(len(sel))
+            base += len(sel)
+        got = pa.concat_batches(pieces) if len(pieces) > 1 else pieces[0]
+        vals = got.take(pa.array(where, mask=where < 0))
         return has, vals, ver
+
+    def _nulls(self, G: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([pa.nulls(G, f.type) for f in self.val_schema],
+                                          schema=self.val_schema)
 
     def put(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec, has_old: np.ndarray,
             old_vals: pa.RecordBatch, old_ver: np.ndarray, keep_new: np.ndarray,
