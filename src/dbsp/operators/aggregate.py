@@ -26,7 +26,9 @@ merges cancel without encoding any value.
 
 SQL semantics: ``count(None)`` is the weighted row count; ``count(col)`` counts non-null values;
 ``sum`` / ``avg`` / ``min`` / ``max`` ignore nulls and are null when a group has no non-null value;
-``min`` / ``max`` / ``count_distinct`` consider the values of positive weight. A group exists while
+``min`` / ``max`` / ``count_distinct`` consider the values of positive weight in the group's
+projection on the column (``Σ`` of the weights of the rows holding a value: for any Z-set of
+non-negative weights, the values of the rows present). A group exists while
 its total weight is non-zero. Types: count and count_distinct int64; sum int64 for integers,
 float64 for floats, decimal128(38, s) for decimals; avg float64; min / max keep the input type.
 The input is sharded by key first, so every group lives on one worker.
@@ -244,86 +246,31 @@ def _masked(values, valid: np.ndarray, type_: pa.DataType) -> pa.Array:
     return pa.array(values, type=type_, mask=~valid)
 
 
-def _storage(t: pa.DataType) -> Optional[pa.DataType]:
-    """The integer / float type a fixed-width numeric or temporal type is stored as."""
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return t
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return pa.int32()
-    if pa.types.is_timestamp(t) or pa.types.is_date64(t) or pa.types.is_duration(t) \
-            or pa.types.is_time64(t):
-        return pa.int64()
-    return None
-
-
-def _minmax_contiguous(arr: pa.Array, keep: np.ndarray, offsets: np.ndarray,
-                       how: str) -> Optional[pa.Array]:
-    """min / max of the kept values of contiguous groups with ``reduceat`` (no hashing), for
-    numeric and temporal columns; None for other types."""
-    st = _storage(arr.type)
-    if st is None:
-        return None
-    v = arr.cast(st) if st != arr.type else arr
-    x = np.asarray(v.fill_null(0).to_numpy(zero_copy_only=False) if v.null_count
-                   else v.to_numpy(zero_copy_only=False))
-    starts = offsets[:-1]
-    if x.dtype.kind == "f":
-        fill = np.inf if how == "min" else -np.inf
-        red = np.fmin if how == "min" else np.fmax
-    else:
-        info = np.iinfo(x.dtype)
-        fill = info.max if how == "min" else info.min
-        red = np.minimum if how == "min" else np.maximum
-    res = red.reduceat(np.where(keep, x, fill), starts)
-    has = np.add.reduceat(keep.astype(np.int64), starts) > 0
-    out = pa.array(res, type=st, mask=~has)
-    return out if st == arr.type else out.view(arr.type)
-
-
-def _distinct_sorted(arr: pa.Array, keep: np.ndarray, key_index: np.ndarray,
-                     G: int) -> Optional[np.ndarray]:
-    """count_distinct of a column by which every group is already sorted (the leading value
-    column): count the value changes between neighbouring kept rows. None for other types."""
-    st = _storage(arr.type)
-    if st is None:
-        return None
-    v = arr.cast(st) if st != arr.type else arr
-    x = np.asarray(v.fill_null(0).to_numpy(zero_copy_only=False) if v.null_count
-                   else v.to_numpy(zero_copy_only=False))[keep]
-    g = key_index[keep]
-    new = np.ones(len(x), dtype=bool)
-    if len(x) > 1:
-        same = x[1:] == x[:-1]
-        if x.dtype.kind == "f":
-            same |= np.isnan(x[1:]) & np.isnan(x[:-1])
-        new[1:] = ~same | (g[1:] != g[:-1])
-    return np.bincount(g[new], minlength=G).astype(np.int64)
-
-
 def _positive_groups(arr: pa.Array, w: np.ndarray, key_index: np.ndarray, G: int, how: str,
-                     out_type: pa.DataType, offsets: Optional[np.ndarray] = None,
-                     leading: bool = False) -> pa.Array:
-    """``how`` (min / max / count_distinct) over the non-null values of positive weight.
-    ``leading``: the column is the first value column, so groups are sorted by it."""
-    keep = (w > 0) & _valid(arr)
-    if how in ("min", "max") and offsets is not None and G:
-        fast = _minmax_contiguous(arr, keep, offsets, how)
-        if fast is not None:
-            return fast if fast.type == out_type else fast.cast(out_type)
-    if how == "count_distinct" and leading:
-        cnt = _distinct_sorted(arr, keep, key_index, G)
-        if cnt is not None:
-            return pa.array(cnt, pa.int64()).cast(out_type)
-    tab = pa.table({"g": key_index[keep], "v": arr.filter(pa.array(keep))})
-    res = tab.group_by("g", use_threads=False).aggregate([("v", how)])
-    g = res.column("g").to_numpy()
-    vals = res.column(f"v_{how}").combine_chunks()
-    idx = np.full(G, -1, dtype=np.int64)
-    idx[g] = np.arange(len(g), dtype=np.int64)
-    out = vals.take(pa.array(idx, mask=idx < 0))
+                     out_type: pa.DataType) -> pa.Array:
+    """``how`` (min / max / count_distinct) per group over the non-null values of positive weight
+    in the group's projection on the column: rows with equal values have their weights summed
+    (one sort of ``(group, value code)`` pairs)."""
+    rows = np.flatnonzero(_valid(arr)) if arr.null_count else np.arange(len(arr))
+    if len(rows) == 0:
+        if how == "count_distinct":
+            return pa.array(np.zeros(G, np.int64), pa.int64()).cast(out_type)
+        return pa.nulls(G, out_type)
+    col = arr.take(pa.array(rows)) if arr.null_count else arr
+    codec = KeyCodec([pa.field("v", arr.type, nullable=False)])
+    perm, wsum = K.sort_consolidate(key_index[rows].astype(np.uint64),
+                                    codec.encode([col], len(col)), w[rows])
+    pos = wsum > 0
+    at, g = perm[pos], key_index[rows][perm[pos]]
     if how == "count_distinct":
-        out = out.fill_null(0)
-    return out.cast(out_type)
+        return pa.array(np.bincount(g, minlength=G).astype(np.int64), pa.int64()).cast(out_type)
+    if len(g) == 0:
+        return pa.nulls(G, out_type)
+    edge = np.r_[g[1:] != g[:-1], True] if how == "max" else np.r_[True, g[1:] != g[:-1]]
+    idx = np.full(G, -1, dtype=np.int64)
+    idx[g[edge]] = at[edge]
+    out = col.take(pa.array(idx, mask=idx < 0))
+    return out if out.type == out_type else out.cast(out_type)
 
 
 def compute_groups(specs: list[AggSpec], vals: pa.RecordBatch, w: np.ndarray,
@@ -353,8 +300,7 @@ def compute_groups(specs: list[AggSpec], vals: pa.RecordBatch, w: np.ndarray,
             total, n = weighted_sum(arr, w, starts, key_index)
             cols.append(finish_sum(s, total, n))
         else:
-            cols.append(_positive_groups(arr, w, key_index, G, s.kind, s.out_type, offsets,
-                                         leading=vals.schema.names.index(s.column) == 0))
+            cols.append(_positive_groups(arr, w, key_index, G, s.kind, s.out_type))
     return rows, cols
 
 

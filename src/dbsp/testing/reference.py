@@ -145,7 +145,8 @@ def aggregate(z: ZDict, key: Sequence[int], aggs: Sequence[tuple[Any, Optional[i
     as in :mod:`dbsp.operators.aggregate`, or ``(callable(list of (value row, weight)), column)``.
     SQL semantics: count(None) = Σ w; count(c) = Σ w over non-null c; sum = Σ w·c over non-null
     (null when that count is 0); avg = sum / count (float); min / max / count_distinct over the
-    non-null values of rows with positive weight (min / max null when there are none).
+    non-null values of positive total weight in the group's projection on the column (the
+    weights of rows with equal values summed; min / max null when there are none).
     """
     out = {}
     for k, vs in index(z, key).items():
@@ -163,7 +164,10 @@ def aggregate(z: ZDict, key: Sequence[int], aggs: Sequence[tuple[Any, Optional[i
                 continue
             nn = [(v[c], w) for v, w in rows if v[c] is not None]
             n = sum(w for _, w in nn)
-            pos = [x for x, w in nn if w > 0]
+            col: dict = {}  # the projection on the column: weights of equal values summed
+            for x, w in nn:
+                col[x] = col.get(x, 0) + w
+            pos = [x for x, w in col.items() if w > 0]
             if kind == "sum":
                 res.append(None if n == 0 else _sum(nn))
             elif kind == "avg":

@@ -1,0 +1,139 @@
+"""min / max / count_distinct maintained from per-(key, value) weights
+(:class:`~dbsp.operators.aggregate.GeneralAggregateOperator`) and the trace probes they use
+(:mod:`dbsp.trace.probe`), against the reference model and brute force, with retractions of the
+extremes (which make the operator seek the value trace), 1 and 2 workers."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import dbsp
+from dbsp.testing import reference as ref
+from dbsp.testing.harness import check_steps
+from dbsp.trace.batch import OrdIndexedZSet
+from dbsp.trace.probe import first_positive, pair_weights
+
+S = pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.int64()), pa.field("s", pa.string())])
+AGGS = {"lo": ("min", "x"), "hi": ("max", "x"), "cd": ("count_distinct", "x"),
+        "slo": ("min", "s"), "shi": ("max", "s"), "scd": ("count_distinct", "s"),
+        "n": ("count", None)}
+REF = [("min", 0), ("max", 0), ("count_distinct", 0), ("min", 1), ("max", 1),
+       ("count_distinct", 1), ("count", None)]
+
+
+def _run(workers, steps, aggs=AGGS, spec=REF):
+    check_steps(workers, {"t": S}, lambda t: t.index_by(["k"]).aggregate(aggs),
+                lambda z: ref.aggregate(z, [0], spec), [{"t": s} for s in steps])
+
+
+def test_extremes_retracted_one_by_one(workers):
+    # a group of 40 values; the maximum, then the minimum, are deleted step after step, so each
+    # step seeks the next extreme in the value trace (several batches by then)
+    base = {(1, x, f"v{x:03d}"): 1 for x in range(40)}
+    steps = [base, {(2, 5, "a"): 2, (1, 7, None): 1}]
+    for i in range(12):
+        steps.append({(1, 39 - i, f"v{39 - i:03d}"): -1, (1, i, f"v{i:03d}"): -1})
+    _run(workers, steps)
+
+
+def test_extreme_comes_back_and_negative_weights(workers):
+    steps = [{(1, 5, "e"): 1, (1, 3, "c"): -1},          # 3 has weight -1: min is 5
+             {(1, 3, "c"): 1},                          # weight 0: still 5
+             {(1, 3, "c"): 1, (1, 9, "z"): 1},           # 3 positive: min 3, max 9
+             {(1, 9, "z"): -1, (1, 5, "e"): -1},        # max back to 3; 5 gone
+             {(1, 3, "c"): -1},                         # nothing positive: null, no row
+             {(1, 4, "d"): 2, (1, 4, None): 1}]
+    _run(workers, steps)
+
+
+def test_insert_only_then_retraction(workers):
+    # the append-only fast path (no probes) until the first retraction, then the general path
+    steps = [{(k, x, str(x)): 1 for k in range(3) for x in range(k, 20, 3)},
+             {(0, 100, "zz"): 1, (1, -4, "0"): 1},
+             {(0, 100, "zz"): -1, (1, -4, "0"): -1, (2, 2, "2"): -1}]
+    _run(workers, steps)
+
+
+@st.composite
+def _steps(draw):
+    # few keys and values so that groups grow, extremes repeat and get retracted
+    rows = st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(0, 9)),
+                     st.sampled_from([None, "a", "b", "bb", "c"]))
+    n = draw(st.integers(1, 6))
+    out = []
+    for _ in range(n):
+        out.append({r: w for r, w in draw(st.dictionaries(rows, st.integers(-2, 3),
+                                                          max_size=8)).items() if w})
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=_steps())
+@example(steps=[{(0, 1, "a"): 1, (0, 2, "b"): 1}, {(0, 1, "a"): -1}, {(0, 2, "b"): -1}])
+def test_extremes_random(workers, steps):
+    _run(workers, steps)
+
+
+# -- the probes against brute force -------------------------------------------------------------
+
+def _batches(rng, nb, strings):
+    bs, tot = [], {}
+    for _ in range(nb):
+        n = int(rng.integers(1, 40))
+        k, v, w = rng.integers(0, 5, n), rng.integers(0, 12, n), rng.integers(-2, 3, n)
+        vals = pa.array([f"{x:02d}" for x in v]) if strings else pa.array(v)
+        b = OrdIndexedZSet.from_parts(pa.record_batch([pa.array(k)], names=["k"]),
+                                      pa.record_batch([vals], names=["v"]), w)
+        if len(b):
+            bs.append(b)
+        for a, c, d in zip(k.tolist(), v.tolist(), w.tolist()):
+            tot[(a, c)] = tot.get((a, c), 0) + d
+    return bs, tot
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), nb=st.integers(1, 5), strings=st.booleans(),
+       window=st.integers(1, 5))
+def test_probes_match_brute_force(seed, nb, strings, window):
+    rng = np.random.default_rng(seed)
+    bs, tot = _batches(rng, nb, strings)
+    if not bs:
+        return
+    keys = np.arange(6)
+    kcodes = bs[0].kcodec.encode([pa.array(keys)])
+    show = (lambda x: f"{x:02d}") if strings else (lambda x: x)
+    for last in (False, True):
+        found, srcs, rows = first_positive(bs, kcodes, last=last, window=window)
+        got = {int(k): s.vals.column(0)[r].as_py()
+               for k, s, r in zip(np.flatnonzero(found), srcs, rows.tolist())}
+        want = {}
+        for k in keys.tolist():
+            pos = [c for (a, c), d in tot.items() if a == k and d > 0]
+            if pos:
+                want[k] = show(max(pos) if last else min(pos))
+        assert got == want
+    pk, pv = rng.integers(0, 6, 12), rng.integers(0, 12, 12)
+    vcol = pa.array([f"{x:02d}" for x in pv]) if strings else pa.array(pv)
+    w = pair_weights(bs, kcodes, pk, bs[0].vcodec.encode([vcol]))
+    assert w.tolist() == [tot.get((a, c), 0) for a, c in zip(pk.tolist(), pv.tolist())]
+
+
+def test_general_aggregate_state_does_not_hold_groups():
+    # the state is one row per key plus the per-(key, value) counts of the aggregated column:
+    # 10 keys with 1000 rows each over 50 distinct values -> 10 state rows + 500 value counts
+    with dbsp.Circuit() as c:
+        t = c.add_input("t", S)
+        t.index_by(["k"]).aggregate({"hi": ("max", "x"), "n": ("count", None)}).output()
+        rng = np.random.default_rng(1)
+        for _ in range(10):
+            k = rng.integers(0, 10, 1000)
+            t.push(pa.record_batch([pa.array(k), pa.array(rng.integers(0, 50, 1000)),
+                                    pa.nulls(1000, pa.string())], schema=S))
+            c.step()
+        op = next(o for o in c._replicas[0].ops if o.name == "aggregate(general)")
+        op.state.trace.compact()
+        op.values["x"].trace.compact()
+        assert len(op.state.trace) == 10
+        assert len(op.values["x"].trace) == 500
