@@ -40,6 +40,7 @@ from ..algebra.schema import take
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, ranges
+from ..trace.probe import ValueWindows, codes_equal as _code_eq
 from ..trace.spine import Spine
 from .exchange import sharded
 
@@ -112,6 +113,17 @@ def _ranked_rows(g: OrdIndexedZSet, rows, counts, first, key_mask: np.ndarray, s
 
 
 class TopKOperator(Operator):
+    """Top-k per key from the first ``k`` places of each touched key's values (see the module doc).
+
+    The trace stores each value row with the ``order_by`` columns first, so a key's values sit in
+    place order (ascending; reversed for ``descending``, ties aside). A step reads, for the
+    touched keys, windows of values from the front (back) of every batch
+    (:class:`~dbsp.trace.probe.ValueWindows`) until the known values hold ``k`` places of
+    positive weight; descending, the tie group at the window's edge does not count, since its
+    ascending tie order runs the other way. Cost: ``O(log group + k)`` a touched key, plus the
+    retracted values in front of its top ``k``.
+    """
+
     name = "topk"
 
     def __init__(self, ctx, k: int, order_by: list[str], descending: bool, rank: Optional[str],
@@ -119,7 +131,11 @@ class TopKOperator(Operator):
         super().__init__(ctx)
         self.k, self.order_by, self.descending, self.rank = k, order_by, descending, rank
         self.type, self.out_schema = type_, out_schema
-        self.codec = KeyCodec([type_.val.field(c) for c in order_by])
+        vs = type_.val
+        self.vorder = order_by + [n for n in vs.names if n not in order_by]
+        self.ivals = pa.schema([vs.field(n) for n in self.vorder])
+        self.ivcodec = KeyCodec(list(self.ivals))
+        self.codec = KeyCodec([vs.field(c) for c in order_by])
         self.trace = Spine(name="topk")
 
     def _select(self, g):
@@ -128,17 +144,78 @@ class TopKOperator(Operator):
             return e, e, e
         return select_topk(g, self.k, self.codec, self.order_by, self.descending)
 
+    def _internal(self, d: OrdIndexedZSet) -> OrdIndexedZSet:
+        """``d`` with the value columns in trace order (order_by first)."""
+        if self.vorder == d.vals.schema.names:
+            return d
+        ki = d.key_index()
+        return OrdIndexedZSet.from_parts(take(d.keys, ki), d.vals.select(self.vorder), d.weights,
+                                         kcodec=d.kcodec, vcodec=self.ivcodec,
+                                         kcodes=K.take(d.kcodes, ki))
+
+    def _heads(self, d: OrdIndexedZSet) -> Optional[OrdIndexedZSet]:
+        """The values of the trace that can be among the top ``k`` of each key of ``d``
+        (consolidated; keys without such values absent)."""
+        G = d.num_keys
+        vw = ValueWindows(self.trace.batches(), d.kcodes)
+        last = self.descending
+        todo = np.arange(G, dtype=np.int64)
+        m = max(2 * self.k, 8)
+        got = []  # (key positions, vals, vcodes, weights) of finished keys
+        while len(todo):
+            w = vw.read(todo, m, last)
+            if w is None:
+                break
+            n = len(todo)
+            pos = w.weights > 0
+            vals = vw.vals(w, np.arange(len(w.k))) if len(w.k) else None
+            trusted = pos
+            lim_e = w.limited[w.k]
+            if last and lim_e.any():
+                # the tie group nearest the window's edge may continue beyond it
+                obc = self.codec.encode([vals.column(c) for c in self.order_by], len(w.k))
+                first = np.r_[True, w.k[1:] != w.k[:-1]]
+                head = np.flatnonzero(first)[np.cumsum(first) - 1]
+                edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, head)
+                trusted = pos & ~(edge_tie & lim_e)
+            places = np.bincount(w.k, np.where(trusted, w.weights, 0), minlength=n)
+            done = ~w.limited | (places >= self.k)
+            sel = np.flatnonzero(done[w.k])
+            if len(sel):
+                got.append((todo[w.k[sel]], take(vals, sel), K.take(w.vcodes, sel),
+                            w.weights[sel]))
+            todo = todo[~done]
+            m *= 4
+        if not got:
+            return None
+        gk = np.concatenate([g[0] for g in got])
+        order = np.argsort(gk, kind="stable")  # each part is sorted by (key, value) already
+        gk = gk[order]
+        vals = take(pa.concat_batches([g[1] for g in got]), order)
+        vcodes = K.take(K.concat([g[2] for g in got]), order)
+        w = np.concatenate([g[3] for g in got])[order]
+        bounds = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1], True])
+        uk = gk[bounds[:-1]]
+        return OrdIndexedZSet(take(d.keys, uk), K.take(d.kcodes, uk), bounds.astype(np.int64),
+                              vals, vcodes, w, d.kcodec, self.ivcodec)
+
+    def _external(self, z: ZSet) -> ZSet:
+        """Rows ``key ++ value [++ rank]`` back in the output column order."""
+        return ZSet(z.data.select(self.out_schema.names)
+                    if z.data.schema.names != self.out_schema.names else z.data, z.weights)
+
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
-        old = self.trace.lookup(d.kcodes)
-        new = d if old is None else OrdIndexedZSet.merge([old, d])
+        d = self._internal(d)
+        old = self._heads(d)
         self.trace.insert(d)
+        new = self._heads(d)
         so, sn = self._select(old), self._select(new)
         parts = []
         if old is not None and len(so[0]):
             parts.append(_top_batch(old, so[0], so[1]).neg())
-        if len(new) and len(sn[0]):
+        if new is not None and len(sn[0]):
             parts.append(_top_batch(new, sn[0], sn[1]))
         if not parts:
             return ZSet.empty(self.out_schema)
@@ -146,23 +223,25 @@ class TopKOperator(Operator):
         if len(diff) == 0:
             return ZSet.empty(self.out_schema)
         if self.rank is None:
-            return diff.flatten()
+            return self._external(diff.flatten())
+        rschema = pa.schema(list(d.keys.schema) + list(self.ivals)
+                            + [self.out_schema.field(self.rank)])
         out = []
-        for g, s, sign in ((old, so, -1), (new, sn, 1)):
-            if g is None or len(g) == 0 or len(s[0]) == 0:
+        for g, s_, sign in ((old, so, -1), (new, sn, 1)):
+            if g is None or len(g) == 0 or len(s_[0]) == 0:
                 continue
             mask = np.zeros(g.num_keys, dtype=bool)
             ai, _ = K.intersect(g.kcodes, diff.kcodes)
             mask[ai] = True
-            z = _ranked_rows(g, *s, mask, sign, self.out_schema)
+            z = _ranked_rows(g, *s_, mask, sign, rschema)
             if z is not None:
                 out.append(z)
         if not out:
             return ZSet.empty(self.out_schema)
         if len(out) == 1:
-            return out[0]
+            return self._external(out[0])
         data = pa.concat_batches([z.data for z in out])
-        return ZSet(data, np.concatenate([z.weights for z in out]))
+        return self._external(ZSet(data, np.concatenate([z.weights for z in out])))
 
     def clock_start(self) -> None:
         self.trace.clear()

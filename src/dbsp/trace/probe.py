@@ -28,12 +28,15 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from ..algebra import kernels as K
 from ..algebra.codes import Codes
+from ..algebra.schema import take
 from .batch import match_batches, ranges
 
-__all__ = ["pair_weights", "first_positive", "codes_le"]
+__all__ = ["pair_weights", "first_positive", "codes_le", "ValueWindows", "Window",
+           "codes_equal"]
 
 
 def _search_u64(vcodes: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -65,15 +68,37 @@ def _search_var(vcodes, lo: np.ndarray, hi: np.ndarray, target) -> np.ndarray:
     return out
 
 
-def _code_eq(a: Codes, ai: np.ndarray, b: Codes, bi: np.ndarray) -> np.ndarray:
+def _fixed_rows(c) -> Optional[np.ndarray]:
+    """Var-length codes whose rows all have one length as a ``(n, width)`` uint8 matrix (the
+    codes of fixed-width columns wider than 8 bytes); None otherwise."""
+    lens = np.diff(c.offsets)
+    if len(lens) == 0 or not (lens == lens[0]).all():
+        return None
+    return c.data[c.offsets[:-1, None] + np.arange(int(lens[0]))]
+
+
+def _cmp_var(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """``(a < b, a == b)`` of two aligned var-length code arrays (vectorised when both hold
+    rows of one common length)."""
+    fa, fb = _fixed_rows(a), _fixed_rows(b)
+    if fa is not None and fb is not None and fa.shape[1] == fb.shape[1]:
+        diff = fa != fb
+        at = np.argmax(diff, axis=1)
+        r = np.arange(len(fa))
+        eq = ~diff[r, at]
+        return ~eq & (fa[r, at] < fb[r, at]), eq
+    la, lb = a.to_list(), b.to_list()
+    return (np.asarray([x < y for x, y in zip(la, lb)], dtype=bool),
+            np.asarray([x == y for x, y in zip(la, lb)], dtype=bool))
+
+
+def codes_equal(a: Codes, ai: np.ndarray, b: Codes, bi: np.ndarray) -> np.ndarray:
+    """Element-wise ``a[ai] == b[bi]``."""
     if isinstance(a, np.ndarray):
         return a[ai] == b[bi]
-    ta, tb = K.take(a, ai), K.take(b, bi)
-    la, lb = np.diff(ta.offsets), np.diff(tb.offsets)
-    eq = la == lb
-    for i in np.flatnonzero(eq):
-        eq[i] = ta.row(i) == tb.row(i)
-    return eq
+    if len(ai) == 0:
+        return np.zeros(0, dtype=bool)
+    return _cmp_var(K.take(a, ai), K.take(b, bi))[1]
 
 
 def pair_weights(batches: Sequence, kcodes: Codes, key_of: np.ndarray, vcodes: Codes
@@ -102,7 +127,7 @@ def pair_weights(batches: Sequence, kcodes: Codes, key_of: np.ndarray, vcodes: C
             at = _search_var(b.vcodes, lo, hi, K.take(vcodes, q))
         inside = at < hi
         q, at = q[inside], at[inside]
-        hit = _code_eq(b.vcodes, at, vcodes, q)
+        hit = codes_equal(b.vcodes, at, vcodes, q)
         out[q[hit]] += b.weights[at[hit]]
     return out
 
@@ -111,7 +136,10 @@ def codes_le(a: Codes, b: Codes) -> np.ndarray:
     """Element-wise ``a <= b`` of two aligned code arrays."""
     if isinstance(a, np.ndarray):
         return a <= b
-    return np.asarray([x <= y for x, y in zip(a.to_list(), b.to_list())], dtype=bool)
+    if len(a) == 0:
+        return np.zeros(0, dtype=bool)
+    lt, eq = _cmp_var(a, b)
+    return lt | eq
 
 
 def _per_key_extreme(keys: np.ndarray, codes: Codes, largest: bool) -> tuple[np.ndarray, Codes]:
@@ -127,28 +155,37 @@ def _per_key_extreme(keys: np.ndarray, codes: Codes, largest: bool) -> tuple[np.
     return ks[at], K.take(cs, at)
 
 
-def first_positive(batches: Sequence, kcodes: Codes, last: bool = False, window: int = 4
-                   ) -> tuple[np.ndarray, list, np.ndarray]:
-    """The first (``last``: last) value of positive consolidated weight of each key.
+class Window:
+    """The values read by one :meth:`ValueWindows.read`: consolidated ``(key, value)`` entries
+    (non-zero weight) sorted by key then value code, each one's weight fully known (inside the
+    frontier of its key).
 
-    ``kcodes``: sorted distinct key codes. Returns ``(found, sources, rows)``: ``found[i]`` whether
-    key ``i`` has such a value; for the found keys (in key order), the value is row ``rows[j]``
-    of the in-memory batch ``sources[j]``.
-    """
-    G = len(kcodes)
-    found = np.zeros(G, dtype=bool)
-    src_of: list = [None] * G
-    row_of = np.zeros(G, dtype=np.int64)
-    matched = []  # per batch: (in-memory batch, its key position of each probe key or -1)
-    for b, pi, ki in match_batches(batches, kcodes):
-        pos = np.full(G, -1, dtype=np.int64)
-        pos[pi] = ki
-        matched.append((b, pos))
-    todo = np.arange(G, dtype=np.int64)
-    m = window
-    while len(todo) and matched:
+    ``keys``: the probe positions read; ``k`` (index into ``keys``), ``vcodes``, ``weights``,
+    ``src`` / ``rows`` (batch number and row of one copy of the value); ``limited``: per entry of
+    ``keys``, whether some batch has values beyond the window (the answer may need more)."""
+
+    __slots__ = ("keys", "k", "vcodes", "weights", "src", "rows", "limited")
+
+    def __init__(self, keys, k, vcodes, weights, src, rows, limited):
+        self.keys, self.k, self.vcodes, self.weights = keys, k, vcodes, weights
+        self.src, self.rows, self.limited = src, rows, limited
+
+
+class ValueWindows:
+    """Windows of the first (``last``: last) ``m`` values of probe keys in every batch of a
+    spine snapshot, consolidated (see the module doc). ``kcodes``: sorted distinct key codes."""
+
+    def __init__(self, batches: Sequence, kcodes: Codes):
+        self.G = len(kcodes)
+        self.matched = []  # per batch: (in-memory batch, its key position per probe key or -1)
+        for b, pi, ki in match_batches(batches, kcodes):
+            pos = np.full(self.G, -1, dtype=np.int64)
+            pos[pi] = ki
+            self.matched.append((b, pos))
+
+    def read(self, todo: np.ndarray, m: int, last: bool) -> Optional[Window]:
         ks, vs, ws, bs, rs, fk, fv = [], [], [], [], [], [], []
-        for bno, (b, pos) in enumerate(matched):
+        for bno, (b, pos) in enumerate(self.matched):
             bk = pos[todo]
             sel = np.flatnonzero(bk >= 0)
             if len(sel) == 0:
@@ -166,36 +203,73 @@ def first_positive(batches: Sequence, kcodes: Codes, last: bool = False, window:
                 fk.append(sel[more])
                 fv.append(K.take(b.vcodes, (hi - m)[more] if last else (lo + m - 1)[more]))
         if not ks:
-            break
+            return None
         kq, vq, wq = np.concatenate(ks), K.concat(vs), np.concatenate(ws)
         bq, rq = np.concatenate(bs), np.concatenate(rs)
         perm, gw = K.sort_consolidate(kq.astype(np.uint64), vq, wq)  # by (key, value)
         gk, gv = kq[perm], K.take(vq, perm)
-        ok = gw > 0
         limited = np.zeros(len(todo), dtype=bool)
+        keep = np.ones(len(gk), dtype=bool)
         if fk:
             # a value is known only up to the nearest window end of the unexhausted batches
             lk, lv = _per_key_extreme(np.concatenate(fk), K.concat(fv), largest=last)
             limited[lk] = True
             lim_at = np.full(len(todo), -1, dtype=np.int64)
             lim_at[lk] = np.arange(len(lk), dtype=np.int64)
-            q = np.flatnonzero(ok & limited[gk])
+            q = np.flatnonzero(limited[gk])
             if len(q):
                 lim = K.take(lv, lim_at[gk[q]])
                 within = codes_le(lim, K.take(gv, q)) if last else codes_le(K.take(gv, q), lim)
-                ok[q[~within]] = False
-        cand = np.flatnonzero(ok)
-        done = ~limited  # every batch exhausted: the answer (or its absence) is final
+                keep[q[~within]] = False
+        at = np.flatnonzero(keep)
+        return Window(todo, gk[at], K.take(gv, at), gw[at], bq[perm[at]], rq[perm[at]], limited)
+
+    def vals(self, w: Window, idx: np.ndarray):
+        """The value rows of entries ``idx`` of a window (a record batch, in that order)."""
+        pieces, where, base = [], np.empty(len(idx), dtype=np.int64), 0
+        src = w.src[idx]
+        for bno in np.unique(src).tolist():
+            sel = np.flatnonzero(src == bno)
+            pieces.append(take(self.matched[bno][0].vals, w.rows[idx[sel]]))
+            where[sel] = base + np.arange(len(sel))
+            base += len(sel)
+        if not pieces:
+            return None
+        got = pa.concat_batches(pieces) if len(pieces) > 1 else pieces[0]
+        return take(got, where)
+
+
+def first_positive(batches: Sequence, kcodes: Codes, last: bool = False, window: int = 4
+                   ) -> tuple[np.ndarray, list, np.ndarray]:
+    """The first (``last``: last) value of positive consolidated weight of each key.
+
+    ``kcodes``: sorted distinct key codes. Returns ``(found, sources, rows)``: ``found[i]`` whether
+    key ``i`` has such a value; for the found keys (in key order), the value is row ``rows[j]``
+    of the in-memory batch ``sources[j]``.
+    """
+    G = len(kcodes)
+    found = np.zeros(G, dtype=bool)
+    src_of: list = [None] * G
+    row_of = np.zeros(G, dtype=np.int64)
+    vw = ValueWindows(batches, kcodes)
+    todo = np.arange(G, dtype=np.int64)
+    m = window
+    while len(todo):
+        w = vw.read(todo, m, last)
+        if w is None:
+            break
+        cand = np.flatnonzero(w.weights > 0)
+        done = ~w.limited  # every batch exhausted: the answer (or its absence) is final
         if len(cand):
-            ck = gk[cand]
+            ck = w.k[cand]
             edge = np.r_[ck[1:] != ck[:-1], True] if last else np.r_[True, ck[1:] != ck[:-1]]
             pick = cand[edge]
-            pk = gk[pick]
+            pk = w.k[pick]
             keys = todo[pk]
             found[keys] = True
-            row_of[keys] = rq[perm[pick]]
-            for k, bno in zip(keys.tolist(), bq[perm[pick]].tolist()):
-                src_of[k] = matched[bno][0]
+            row_of[keys] = w.rows[pick]
+            for key, bno in zip(keys.tolist(), w.src[pick].tolist()):
+                src_of[key] = vw.matched[bno][0]
             done[pk] = True
         todo = todo[~done]
         m *= 4
