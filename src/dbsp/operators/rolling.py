@@ -93,6 +93,22 @@ class RollingOperator(KeyedRecomputeOperator):
         self.t, self.specs, self.range, self.rows = t, specs, range_, rows
         self.n_keys, self.val_schema, self.order = n_keys, val_schema, order
 
+    def reach(self) -> Optional[int]:
+        """Range frames: ``range`` before a key's earliest change. Row frames: the rows before it
+        are counted by :meth:`enough` (starting one time unit back)."""
+        return self.range if self.rows is None else 1
+
+    def enough(self, groups: OrdIndexedZSet, lo: np.ndarray, first: np.ndarray) -> np.ndarray:
+        if self.rows is None:
+            return np.ones(groups.num_keys, dtype=bool)
+        # a row frame needs rows - 1 rows before the first changed one: the rows read before
+        # the key's earliest changed time (each copy counts)
+        prow, g = positive(groups)
+        tt, _ = time_int64(groups.vals.column(0))
+        before = tt[prow] < first[g]
+        n = np.bincount(g[before], groups.weights[prow][before], minlength=groups.num_keys)
+        return n >= self.rows - 1
+
     def compute(self, groups: OrdIndexedZSet, tmin: int) -> ZSet:
         prow, g = positive(groups)
         tt, _ = time_int64(groups.vals.column(0))

@@ -60,11 +60,13 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.time import duration_to_units, from_physical, is_time_type
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.probe import rows_from
 from ..trace.spine import Spine
 from ._values import add
 from .aggregate import (LINEAR, GroupAggregateOperator, LinearAggregateOperator, compute_groups,
@@ -341,17 +343,68 @@ class KeyedRecomputeOperator(Operator):
         ``wm``."""
         raise NotImplementedError
 
+    def reach(self) -> Optional[int]:
+        """How far before a key's earliest changed time its rows are first read (None: the
+        whole group, every step)."""
+        return None
+
+    def enough(self, groups: OrdIndexedZSet, lo: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Per key of ``groups`` (rows read from time ``lo``; ``first``: the key's earliest
+        changed time; both aligned to the keys): whether those rows suffice, i.e. the rows
+        before ``lo`` change none of the outputs that :meth:`compute` gives for the changed
+        times. Keys not enough are read again from further back."""
+        return np.ones(groups.num_keys, dtype=bool)
+
+    def _groups(self, batches, d: OrdIndexedZSet):
+        """``(old, new)`` groups of the keys of ``d``: whole, or (with :meth:`reach`) the rows
+        from ``lo = first changed time - reach`` on, ``lo`` moved back (4x further each time)
+        for keys where :meth:`enough` says no. Outputs that :meth:`compute` builds from rows
+        before a key's changed times alone are the same in both, so they cancel."""
+        reach = self.reach()
+        if reach is None:
+            old = self.input.lookup(d.kcodes)
+            return old, d if old is None else OrdIndexedZSet.merge([old, d])
+        t, _ = time_int64(d.vals.column(0))
+        G = d.num_keys
+        first = np.minimum.reduceat(t, d.offsets[:-1])
+        step = np.full(G, max(int(reach), 1), dtype=np.int64)
+        lo = first - step
+        todo = np.arange(G, dtype=np.int64)
+        olds, news = [], []
+        while len(todo):
+            sub = d.select_keys(todo)
+            old, whole = rows_from(batches, sub.keys, sub.kcodes, lo[todo])
+            new = sub if old is None else OrdIndexedZSet.merge([old, sub])
+            ok = np.ones(len(todo), dtype=bool)
+            for g in (old, new):
+                if g is not None and len(g):
+                    ai, _ = K.intersect(sub.kcodes, g.kcodes)
+                    ok[ai] &= self.enough(g, lo[todo][ai], first[todo][ai])
+            ok |= whole  # nothing lies before lo: the rows read are all there is
+            done = K.take(sub.kcodes, np.flatnonzero(ok))
+            if len(done):
+                if old is not None and len(old):
+                    olds.append(_keys_subset(old, done))
+                news.append(_keys_subset(new, done))
+            todo = todo[~ok]
+            step[todo] *= 4
+            lo[todo] -= step[todo]
+        olds = [o for o in olds if o is not None and len(o)]
+        news = [n for n in news if n is not None and len(n)]
+        old = (OrdIndexedZSet.merge(olds) if len(olds) > 1 else olds[0]) if olds else None
+        new = (OrdIndexedZSet.merge(news) if len(news) > 1 else news[0]) if news else None
+        return old, new
+
     def eval(self, d: OrdIndexedZSet, wm: Optional[int] = None) -> ZSet:
         out: ZSet = ZSet.empty(self.out_schema)
         if len(d):
-            old = self.input.lookup(d.kcodes)
+            old, new = self._groups(self.input.batches(), d)
             self.input.insert(d)
-            new = d if old is None else OrdIndexedZSet.merge([old, d])
             tmin = int(time_int64(d.vals.column(0))[0].min())
             parts = []
             if old is not None and len(old):
                 parts.append(self.compute(old, tmin).neg())
-            if len(new):
+            if new is not None and len(new):
                 parts.append(self.compute(new, tmin))
             if parts:
                 z = add(ZSetType(self.out_schema), parts).consolidate()
@@ -386,6 +439,12 @@ class KeyedRecomputeOperator(Operator):
 
     def state_rows(self) -> int:
         return len(self.input)
+
+
+def _keys_subset(g: OrdIndexedZSet, kcodes) -> Optional[OrdIndexedZSet]:
+    """The keys of ``g`` among the sorted distinct ``kcodes``, with their rows."""
+    ai, _ = K.intersect(g.kcodes, kcodes)
+    return g.select_keys(ai) if len(ai) else None
 
 
 def _filter_rows(ix: OrdIndexedZSet, mask: np.ndarray) -> OrdIndexedZSet:
@@ -423,6 +482,21 @@ class SessionOperator(KeyedRecomputeOperator):
         first = np.flatnonzero(start)
         offsets = np.append(first, n).astype(np.int64)
         return rows, kidx, offsets, t
+
+    def reach(self) -> Optional[int]:
+        return self.gap
+
+    def enough(self, groups: OrdIndexedZSet, lo: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """The first positive row read is ``gap`` or more after ``lo``: no earlier row can chain
+        into its session, so every session read is whole."""
+        rows, kidx = positive(groups)
+        ok = np.ones(groups.num_keys, dtype=bool)
+        if len(rows):
+            t, _ = time_int64(groups.vals.column(0))
+            head = np.r_[True, kidx[1:] != kidx[:-1]]
+            k0 = kidx[head]
+            ok[k0] = t[rows[head]] - lo[k0] >= self.gap
+        return ok
 
     def compute(self, groups: OrdIndexedZSet, tmin: int) -> ZSet:
         rows, kidx, offsets, t = self._sessions(groups)

@@ -33,9 +33,9 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import Codes
 from ..algebra.schema import take
-from .batch import match_batches, ranges
+from .batch import OrdIndexedZSet, match_batches, ranges
 
-__all__ = ["pair_weights", "first_positive", "codes_le", "ValueWindows", "Window",
+__all__ = ["pair_weights", "first_positive", "codes_le", "ValueWindows", "Window", "rows_from",
            "codes_equal"]
 
 
@@ -275,3 +275,47 @@ def first_positive(batches: Sequence, kcodes: Codes, last: bool = False, window:
         m *= 4
     keys = np.flatnonzero(found)
     return found, [src_of[k] for k in keys.tolist()], row_of[keys]
+
+
+def _time_view(col: pa.Array) -> np.ndarray:
+    """A zero-copy numpy view of a non-null time / integer column's physical values."""
+    t = col.type
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
+        col = col.view(pa.int64())
+    elif pa.types.is_date32(t):
+        col = col.view(pa.int32())
+    return col.to_numpy(zero_copy_only=False)
+
+
+def rows_from(batches: Sequence, keys, kcodes: Codes, lo: np.ndarray):
+    """The consolidated rows of each key ``kcodes[i]`` whose leading value column (a non-null
+    time or integer, by which each key's values are sorted) is ``>= lo[i]``: an
+    :class:`~dbsp.trace.batch.OrdIndexedZSet` (keys without such rows absent), or None.
+
+    Per batch: the matched keys' value ranges, a vectorised bisection on the time column inside
+    each, and the suffix from there: ``O(log group + rows read)`` a key. ``keys``: the key
+    columns of ``kcodes`` (a record batch, row-aligned). Also returns a bool per key: whether
+    every row of the key was read (nothing lies before ``lo``)."""
+    parts = []
+    whole = np.ones(len(kcodes), dtype=bool)
+    for b, pi, ki in match_batches(batches, kcodes):
+        lo_r, hi_r = b.offsets[ki], b.offsets[ki + 1]
+        t = _time_view(b.vals.column(0))
+        at = _search_u64(t, lo_r, hi_r, lo[pi].astype(t.dtype, copy=False)
+                         if t.dtype.kind == "i" else lo[pi])
+        cnt = hi_r - at
+        whole[pi[at > lo_r]] = False
+        has = np.flatnonzero(cnt > 0)
+        if len(has) == 0:
+            continue
+        rows = ranges(at[has], cnt[has])
+        offsets = np.zeros(len(has) + 1, np.int64)
+        np.cumsum(cnt[has], out=offsets[1:])
+        kk = pi[has]
+        parts.append(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets,
+                                    take(b.vals, rows), K.take(b.vcodes, rows), b.weights[rows],
+                                    b.kcodec, b.vcodec))
+    if not parts:
+        return None, whole
+    m = OrdIndexedZSet.merge(parts) if len(parts) > 1 else parts[0]
+    return (m if len(m) else None), whole
