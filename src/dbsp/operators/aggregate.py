@@ -878,6 +878,14 @@ class GeneralAggregateOperator(Operator):
         arr = pa.concat_arrays([a if a.type == t else a.cast(t) for a in src])
         return arr.take(pa.array(choice, mask=choice < 0))
 
+    def clock_start(self) -> None:
+        self.state.clear()
+        for vc in self.values.values():
+            vc.clear()
+
+    def state_rows(self) -> int:
+        return len(self.state) + sum(len(vc.trace) for vc in self.values.values())
+
 
 class GroupAggregateOperator(Operator):
     """Aggregates that include a user :class:`Aggregator`: recomputed over the whole groups of

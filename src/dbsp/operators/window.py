@@ -69,8 +69,8 @@ from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.probe import rows_from
 from ..trace.spine import Spine
 from ._values import add
-from .aggregate import (LINEAR, GroupAggregateOperator, LinearAggregateOperator, compute_groups,
-                        output_schema, parse_aggs)
+from .aggregate import (LINEAR, Aggregator, GeneralAggregateOperator, GroupAggregateOperator,
+                        LinearAggregateOperator, compute_groups, output_schema, parse_aggs)
 from .exchange import sharded
 from .watermark import WatermarkType, time_int64
 
@@ -173,9 +173,14 @@ def key_prefix_bound(kcodec: KeyCodec, first: pa.Array):
 
 
 def _spines(op: Any) -> list[Spine]:
-    """Every trace of an operator (spines held directly or as ``.trace`` of a helper)."""
+    """Every trace of an operator (spines held directly or as ``.trace`` of a helper, also in a
+    dict of helpers)."""
     out = []
-    for v in vars(op).values():
+    found = list(vars(op).values())
+    for v in list(found):
+        if isinstance(v, dict):
+            found.extend(v.values())
+    for v in found:
         if isinstance(v, Spine):
             out.append(v)
         elif isinstance(getattr(v, "trace", None), Spine):
@@ -293,7 +298,9 @@ def window_aggregate(stream, time_col: str, spec, keys: Sequence[str], aggs: dic
     specs = parse_aggs(aggs, ix.key_schema, ix.val_schema)
     inner_out = output_schema(ix.key_schema, specs)
     linear = all(isinstance(x.kind, str) and x.kind in LINEAR for x in specs)
-    cls = LinearAggregateOperator if linear else GroupAggregateOperator
+    udf = any(isinstance(x.kind, Aggregator) for x in specs)
+    cls = LinearAggregateOperator if linear else \
+        (GroupAggregateOperator if udf else GeneralAggregateOperator)
     agg_fields = list(inner_out)[1 + len(keys):]
     out = pa.schema([schema.field(k) for k in keys]
                     + [pa.field(WS, t, nullable=False), pa.field(WE, t, nullable=False)]
