@@ -13,10 +13,19 @@ For a grouping ``a: key -> values`` and an aggregate ``f`` the output is
   ``P(I(a)[k]) = P(z^-1(I(a))[k]) + P(Δa[k])``. The state is one partial row per key (an indexed
   spine); the input history is never read. Float sums accumulate rounding from retractions
   (as in every incremental engine); a partial row is dropped only when all of it is exactly zero.
-* **General aggregates** (min, max, count_distinct, user :class:`Aggregator`\\ s, and any mix with
-  them) keep the input trace and recompute ``f`` for the touched keys only: a trace
-  :meth:`~dbsp.trace.spine.Spine.lookup` gives their old groups, merged with ``Δa`` that gives the
-  new ones (cost: the size of the touched groups). The previous outputs come from an output trace.
+* **min / max / count_distinct** (with any linear ones) are maintained from per-``(key, value)``
+  weights of their column, ``c[k, v] = Σ`` of the weights of the rows of key ``k`` holding ``v``,
+  kept in a value trace ``key -> v`` whose values sit in value order. With
+  ``c' = c + Δc`` on the pairs of ``Δa``: ``count_distinct`` changes by
+  ``#{v : c <= 0 < c'} - #{v : c > 0 >= c'}`` (``c`` probed pair by pair); ``min`` is a partial too,
+  ``min' = min(min, min{v in Δa[k] : c'[k, v] > 0})``, unless the old minimum's weight dropped to
+  zero: only then is the first value of positive weight sought in the value trace
+  (``O(log group)``; max alike from the end). While a column has only seen insertions no weight
+  is probed (the append-only fast path). Cost per step: the delta, never the groups.
+* **User** :class:`Aggregator`\ **s** (and any mix with them) see whole groups by contract: the
+  input trace is kept and ``f`` recomputed for the touched keys (a trace
+  :meth:`~dbsp.trace.spine.Spine.lookup` gives their old groups, merged with ``Δa`` the new ones;
+  cost: the size of the touched groups). The previous outputs come from an output trace.
 
 Both emit ``-old +new`` for the keys whose result changed. The state rows (partials, previous
 outputs) are stored one per key in a spine whose value codes are *version numbers* drawn from a
@@ -693,7 +702,8 @@ class _ValueCounts:
         self.monotone = True
 
     def delta(self, d: OrdIndexedZSet) -> Optional[OrdIndexedZSet]:
-        """The consolidated ``key -> value`` delta of the column's non-null values (None if empty)."""
+        """The consolidated ``key -> value`` delta of the column's non-null values (None if
+        empty)."""
         arr = d.vals.column(self.col)
         ki = d.key_index()
         if arr.null_count:
@@ -850,7 +860,8 @@ class GeneralAggregateOperator(Operator):
         if len(gq):
             at = np.searchsorted(ov, gpos[gq])
             oc, dc = K.take(enc, at), K.take(dv.vcodes, gq)
-            hit = codes_le(oc, dc) if last else codes_le(dc, oc)  # a gone value at or past the extreme
+            # a gone value at or past the old extreme
+            hit = codes_le(oc, dc) if last else codes_le(dc, oc)
             lost[gpos[gq[hit]]] = True
         # best positive value of the delta per key
         cg, ce = _pick_first(gpos, pos, last)

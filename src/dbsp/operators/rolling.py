@@ -20,8 +20,10 @@ reach (``t >= wm - R`` for ``range``; rows from ``wm`` on plus the ``N - 1`` bef
 ``rows``), so memory is bounded by the rate times the frame.
 
 Design: :class:`~dbsp.operators.window.KeyedRecomputeOperator` (the partition's rows in the
-trace, time-ordered as the leading value column); per step the frames of the touched partitions
-are computed with numpy only: frame bounds by ``searchsorted`` over ``(partition, time)`` ranks,
+trace, time-ordered as the leading value column); per step only the rows of the touched
+partitions from just before their earliest change are read (``R`` before it for ``range``; for
+``rows``, back until ``N - 1`` rows precede it), not the whole partitions; their frames are
+computed with numpy only: frame bounds by ``searchsorted`` over ``(partition, time)`` ranks,
 sums / counts / extremes by ``ufunc.reduceat`` over ``[lo, hi)`` (so a float sum adds the same
 rows in the same order every time, and unchanged rows cancel exactly).
 

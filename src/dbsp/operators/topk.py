@@ -12,11 +12,15 @@ Like every non-linear group operator, only the keys ``T`` touched by ``Δa`` can
 
     Δtopk = Σ_{key in T} ( topk(I(a)[key]) - topk(z^-1(I(a))[key]) )
 
-State: the input trace (a spine of :class:`OrdIndexedZSet`). A step looks up the old groups of the
-touched keys, merges ``Δa`` into them, selects the top ``k`` of both with vectorised sorting
-(``np.lexsort`` over group, order rank and value position) and emits the difference, consolidated
-so unchanged places cancel; with a rank column, every place of a changed key is re-emitted. Cost:
-the size of the touched groups. The input is sharded by key first.
+State: the input trace (a spine of :class:`OrdIndexedZSet`), its value rows stored with the
+``order_by`` columns first so each key's values sit in place order. A step reads, for the touched
+keys only, the values at the front (descending: the back) of the key in every batch, in windows
+that grow until they hold ``k`` places of positive weight (:class:`TopKOperator`), before and after
+adding ``Δa``; selects the top ``k`` of both with vectorised sorting (``np.lexsort`` over group,
+order rank and value position) and emits the difference, consolidated so unchanged places cancel;
+with a rank column, every place of a changed key is re-emitted. Cost: ``O(log group + k)`` a
+touched key (plus retracted values still in front of its top ``k``), never the whole group. The
+input is sharded by key first.
 
 >>> import pyarrow as pa, dbsp
 >>> c = dbsp.Circuit()

@@ -31,15 +31,16 @@ Design
 *Tumbling / hopping*: a vectorised flat-map gives every row its window starts; the rows are
 indexed by ``(window_start, keys...)`` - the window start is the *leading key column*, so key
 codes order by time - sharded by key hash, and aggregated by the engine's aggregate operators
-(running partials for count/sum/avg, recomputation of touched groups otherwise). After each step,
-every trace of that operator is cut below the key code of ``(cut, smallest keys)`` where ``cut``
-is the first window start that is still open (:meth:`Spine.truncate_keys_below`).
+(running partials for count/sum/avg, per-(key, value) weights for min/max/count_distinct). After
+each step, every trace of that operator is cut below the key code of ``(cut, smallest keys)``
+where ``cut`` is the first window start that is still open (:meth:`Spine.truncate_keys_below`).
 
 *Sessions*: rows are indexed by the keys with the event time as the leading value column (so a
 key's values are sorted by time) and sharded. :class:`KeyedRecomputeOperator` keeps the input
-trace; per step, for the keys the delta touches, it computes the sessions of the old and of the
-new groups and emits the difference (sessions ending before the delta's earliest time cannot
-change and are skipped). GC sweeps the trace, dropping the rows of sessions that ended behind the
+trace; per step, for the keys the delta touches, it reads their rows from ``gap`` before the
+key's earliest changed time (further back only while the first row read may still chain into an
+earlier session), computes the sessions of the old and of the new rows and emits the difference
+(sessions ending before the delta's earliest time cannot change and are skipped). GC sweeps the trace, dropping the rows of sessions that ended behind the
 watermark; sweeps are amortised (run when the trace has doubled since the last one).
 :mod:`dbsp.operators.rolling` uses the same machinery.
 
