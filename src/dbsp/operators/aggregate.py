@@ -22,7 +22,7 @@ For a grouping ``a: key -> values`` and an aggregate ``f`` the output is
   zero: only then is the first value of positive weight sought in the value trace
   (``O(log group)``; max alike from the end). While a column has only seen insertions no weight
   is probed (the append-only fast path). Cost per step: the delta, never the groups.
-* **User** :class:`Aggregator`\ **s** (and any mix with them) see whole groups by contract: the
+* **User aggregates** (:class:`Aggregator`, and any mix with them) see whole groups by contract: the
   input trace is kept and ``f`` recomputed for the touched keys (a trace
   :meth:`~dbsp.trace.spine.Spine.lookup` gives their old groups, merged with ``Δa`` the new ones;
   cost: the size of the touched groups). The previous outputs come from an output trace.
@@ -699,7 +699,20 @@ class _ValueCounts:
         self.schema = pa.schema([pa.field(col, type_, nullable=False)])
         self.codec = KeyCodec(list(self.schema))
         self.trace = Spine(name=f"aggregate.values({col})")
-        self.monotone = True
+        self._monotone: Optional[bool] = None
+
+    @property
+    def monotone(self) -> bool:
+        """No negative weight stored. Found from the trace on first use (it may have been
+        restored with state), then kept up to date by the operator."""
+        if self._monotone is None:
+            self._monotone = all(not getattr(b, "is_file", False) and bool((b.weights > 0).all())
+                                 for b in self.trace.batches())
+        return self._monotone
+
+    @monotone.setter
+    def monotone(self, v: bool) -> None:
+        self._monotone = v
 
     def delta(self, d: OrdIndexedZSet) -> Optional[OrdIndexedZSet]:
         """The consolidated ``key -> value`` delta of the column's non-null values (None if
@@ -720,7 +733,7 @@ class _ValueCounts:
 
     def clear(self) -> None:
         self.trace.clear()
-        self.monotone = True
+        self._monotone = True
 
 
 def _pick_first(gpos: np.ndarray, mask: np.ndarray, last: bool) -> tuple[np.ndarray, np.ndarray]:
