@@ -93,6 +93,14 @@ class DtNamespace:
         """Monday = 0 ... Sunday = 6."""
         return self._part("day_of_week", pc.day_of_week)
 
+    def strftime(self, fmt: str) -> Expr:
+        """The timestamp or date formatted by the C/strftime ``fmt`` (``"%Y-%m-%d"``,
+        ``"%H:%M"``), as a string; timestamps without a time zone are read as UTC."""
+        return Func("dt.strftime", [self._e],
+                    need(lambda t: pa.types.is_timestamp(t) or pa.types.is_date(t),
+                         "a timestamp or date"),
+                    lambda a, n: pc.strftime(a[0], format=fmt), params=(fmt,))
+
     def date(self) -> Expr:
         return Func("dt.date", [self._e], need(pa.types.is_timestamp, "a timestamp"),
                     lambda a, n: cast_value(a[0], pa.date32()))
