@@ -116,8 +116,7 @@ def read_parquet_zset(path: str, schema: pa.Schema, partition_by: Sequence[str] 
     if partition_by:
         part = ds.partitioning(pa.schema([schema.field(c) for c in partition_by]),
                                flavor="hive")
-    dataset = ds.dataset(path, format="parquet", partitioning=part,
-                         schema=file_schema if partition_by else None)
+    dataset = ds.dataset(path, format="parquet", partitioning=part, schema=file_schema)
     table = dataset.to_table().select(file_schema.names).cast(file_schema)
     if not consolidate or table.num_rows == 0:
         return table
