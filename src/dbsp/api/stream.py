@@ -398,13 +398,19 @@ class DataStream:
         partitioned by ``partition_by``), each row with its weight; returns the
         :class:`~dbsp.connectors.files.ParquetSink` (``sink.read()`` reads the view back)."""
         sink = ParquetSink(path, self.schema, partition_by, overwrite=overwrite)
-        self.for_each(sink.write, skip_empty=False)
+        # unconsolidated: the files form a Z-set either way, and sorting every change is the
+        # most expensive part of writing an insert-only stream
+        self.for_each(sink.write, skip_empty=False, consolidate=False)
         return sink
 
-    def for_each(self, fn: Callable[[pa.Table], Any], skip_empty: bool = True) -> None:
+    def for_each(self, fn: Callable[[pa.Table], Any], skip_empty: bool = True,
+                 consolidate: bool = True) -> None:
         """Call ``fn(delta)`` after every step with that step's change (a table with a
-        ``__weight`` column); steps without a change are skipped unless ``skip_empty=False``."""
-        self.ctx._sinks.append(ForEach(self._s.output(None, view=False), fn, skip_empty))
+        ``__weight`` column); steps without a change are skipped unless ``skip_empty=False``.
+        With ``consolidate=False`` the change comes as the operators produced it (a row may
+        appear more than once; its weights sum to its change), which saves sorting it."""
+        self.ctx._sinks.append(ForEach(self._s.output(None, view=False), fn, skip_empty,
+                                       consolidate))
 
 
 # --- joins -----------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ that retracts rows writes the retraction (weight ``-1``) into a later file; the 
 (:meth:`ParquetSink.read`, consolidated) is the stream's integrated view. For an insert-only
 stream (Nexmark q10) every weight is ``+1`` and the files are simply its rows.
 
-Files of one step share a sequence number in their name (``part-<step:08d>-<i>.parquet``), so
+A step's change may come unconsolidated (a row more than once, weights summing to its change,
+as :meth:`~dbsp.api.DataStream.write_parquet` passes it to save sorting): the directory is a
+Z-set either way. Files of one step share a sequence number in their name (``part-<step:08d>-<i>.parquet``), so
 the files a step wrote are recognisable and listing order is step order. A file is written
 whole by pyarrow before the next step; a crash can leave the step being written partial (this
 sink is not exactly-once: that needs the output log of :mod:`dbsp.ft`).

@@ -154,9 +154,9 @@ def q10(s, env=None):
     """Log to file system: every bid with its day ``dt`` and minute ``hm``, written as Parquet
     files partitioned by ``dt``/``hm``. Returns the sink (the result is the files)."""
     env = env or QueryEnv()
+    minute = col("date_time").dt.floor(timedelta(minutes=1))  # few distinct values to format
     rows = s["bid"].select("auction", "bidder", "price", "date_time", "extra",
-                           dt=col("date_time").dt.strftime("%Y-%m-%d"),
-                           hm=col("date_time").dt.strftime("%H:%M"))
+                           dt=minute.dt.strftime("%Y-%m-%d"), hm=minute.dt.strftime("%H:%M"))
     return rows.write_parquet(env.output_dir("q10"), partition_by=["dt", "hm"])
 
 
@@ -248,7 +248,7 @@ def _rank_stats():
 
 
 def _day():
-    return col("date_time").dt.strftime("%Y-%m-%d")
+    return col("date_time").dt.floor(timedelta(days=1)).dt.strftime("%Y-%m-%d")
 
 
 def q15(s, env=None):
@@ -260,7 +260,8 @@ def q15(s, env=None):
 def q16(s, env=None):
     """Channel statistics per (channel, day), with the day's latest minute."""
     return s["bid"].select("channel", "bidder", "auction", "price", day=_day(),
-                           minute=col("date_time").dt.strftime("%H:%M")) \
+                           minute=col("date_time").dt.floor(timedelta(minutes=1))
+                           .dt.strftime("%H:%M")) \
         .group_by("channel", "day").agg(minute=max_("minute"), **_rank_stats())
 
 
