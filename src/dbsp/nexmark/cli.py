@@ -39,7 +39,21 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from typing import Any
+
+import pyarrow as pa
+
+from tqdm import tqdm
+
+from .. import WEIGHT
+from ..api import StreamContext
+from ..operators.proc_time import StepClock, WallClock
+from ..storage.config import StorageConfig
+from .generator import (AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, SIDE_INPUT_SCHEMA,
+                        NexmarkGenerator, side_input)
+from .queries import QUERIES, VARIANTS, QueryEnv
+from .reference import compare_results, reference_results, step_proc_times
 
 RUST_DBSP_PER_CORE = {"q0": 1_173_000, "q1": 1_093_000, "q2": 1_094_000, "q3": 1_008_000,
                       "q4": 811_000}
@@ -100,7 +114,6 @@ def _peak_mb() -> float:
 def _storage(args: argparse.Namespace, name: str):
     if not args.storage:
         return None
-    from ..storage.config import StorageConfig
     kw = {"backend": args.backend}
     if args.memory_budget is not None:
         kw["memory_budget_bytes"] = args.memory_budget << 20
@@ -125,7 +138,6 @@ def _generate(gen, events: int, chunk: int, q: "queue.Queue", stop: threading.Ev
 
 
 def _table_bytes(table) -> bytes:
-    import pyarrow as pa
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
@@ -133,7 +145,6 @@ def _table_bytes(table) -> bytes:
 
 
 def _read_table(data: bytes):
-    import pyarrow as pa
     return pa.ipc.open_stream(data).read_all()
 
 
@@ -141,13 +152,6 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
     """Build query ``name`` on ``workers`` workers, feed it ``args.events`` events from a
     generator thread, time it; with ``args.verify`` the result carries the view (Arrow IPC
     bytes under ``"view_ipc"``). Meant to run in a process of its own (:func:`run`)."""
-    from tqdm import tqdm
-
-    from ..api import StreamContext
-    from ..operators.proc_time import StepClock, WallClock
-    from .generator import SIDE_INPUT_SCHEMA, NexmarkGenerator, side_input
-    from .queries import QUERIES, VARIANTS, QueryEnv
-
     start_mb = _status_mb("VmRSS")
     gen = NexmarkGenerator(seed=args.seed)
     ctx = StreamContext(workers=workers, runtime=args.runtime, name=name,
@@ -218,7 +222,6 @@ def _child(name: str, workers: int, args: argparse.Namespace, out_dir: str, conn
     try:
         conn.send(run_query(name, workers, args, out_dir))
     except BaseException as e:  # reported by the parent
-        import traceback
         conn.send({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
     finally:
         conn.close()
@@ -246,9 +249,7 @@ def run_one(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> 
 
 
 def gen_schema(kind: str):
-    from . import generator
-    return {"person": generator.PERSON_SCHEMA, "auction": generator.AUCTION_SCHEMA,
-            "bid": generator.BID_SCHEMA}[kind]
+    return {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}[kind]
 
 
 def _reference_name(q: str) -> str:
@@ -257,9 +258,6 @@ def _reference_name(q: str) -> str:
 
 
 def _reference(args, names: list[str]) -> dict:
-    from ..operators.proc_time import StepClock
-    from .generator import NexmarkGenerator, side_input
-    from .reference import reference_results, step_proc_times
     t0 = time.perf_counter()
     gen = NexmarkGenerator(seed=args.seed)
     tables = gen.tables(args.events)
@@ -284,7 +282,6 @@ def _parse_workers(s: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .queries import QUERIES, VARIANTS
     known = {**QUERIES, **VARIANTS}
     names = [q.strip() for q in args.queries.split(",") if q.strip()]
     unknown = [q for q in names if q not in known]
@@ -317,8 +314,6 @@ def run(args: argparse.Namespace) -> int:
                           f"{res.get('traceback', '')}", file=sys.stderr)
                     failed = True
                 elif args.verify:
-                    from .. import WEIGHT
-                    from .reference import compare_results
                     diffs = compare_results(refs[_reference_name(q)], _read_table(view),
                                             actual_weight=WEIGHT)
                     res["verified"], res["differences"] = not diffs, diffs
