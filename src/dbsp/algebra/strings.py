@@ -143,7 +143,7 @@ def split_part(a: pa.Array, sep: str, index: int) -> pa.Array:
     if pa.types.is_null(a.type):
         return pa.nulls(len(a), pa.string())
     s = a.cast(pa.string()) if not pa.types.is_string(a.type) else a
-    parts = pc.split_pattern(s, sep)
+    parts = pc.split_pattern(s, sep, max_splits=index + 1)  # the rest stays in one piece
     lengths = pc.fill_null(pc.list_value_length(parts), 0).to_numpy(zero_copy_only=False)
     has = lengths > index
     # positions of the wanted parts in the flattened values (rows without one: position 0)
