@@ -73,6 +73,16 @@ def ev(e):
     (col("s").str.substr(1, 2), ["el", "Or", None, "", "bc"]),
     (col("s").str.substr(2), ["llo", "rld", None, "", "c"]),
     (col("s").str.replace("l", "L"), ["HeLLo", "wOrLd", None, "", "abc"]),
+    (col("s").str.extract(r"([a-z])(l+)", 2), ["ll", "l", None, None, None]),
+    (col("s").str.extract(r"o(.)?$", 1), [None, None, None, None, None]),
+    (col("s").str.extract("[A-Z]"), ["H", "O", None, None, None]),
+    (col("s").str.split_part("l", 1), ["", "d", None, None, None]),
+    (col("s").str.split_part("l", 0), ["He", "wOr", None, "", "abc"]),
+    (col("s").str.count("l"), [2, 1, None, 0, 0]),
+    (col("ts").dt.strftime("%Y-%m-%d %H:%M"), ["1970-01-01 00:00", "1970-01-01 00:00", None,
+                                                "1970-01-01 00:00", "1970-01-01 00:01"]),
+    (col("d").dt.strftime("%Y-%m-%d"), ["1970-01-01", "1970-01-02", None, "1971-01-01",
+                                        "1970-01-03"]),
     (col("s").str.concat("!", sep="-"), ["Hello-!", "wOrld-!", None, "-!", "abc-!"]),
     (concat_str(col("s"), col("a").cast("string")), ["Hello7", "wOrld-7", None, "0", "abc3"]),
     (when(col("a") > 0, "pos").when(col("a") < 0, "neg").otherwise("zero"),
@@ -363,3 +373,16 @@ def test_random_expressions_match_python(rows, tree):
     for r, g in zip(rows, got):
         w = fn(r)
         assert _same(g, w), f"{expr!r} on {r}: engine {g!r}, python {w!r}"
+
+
+def test_string_functions_check_arguments_when_built():
+    with pytest.raises(ValueError, match="group"):
+        col("s").str.extract("a", -1)
+    with pytest.raises(ValueError, match="sep"):
+        col("s").str.split_part("", 1)
+    with pytest.raises(ValueError, match="index"):
+        col("s").str.split_part("/", -1)
+    with pytest.raises(TypeError, match="string"):
+        col("a").str.extract("a").compile(S)
+    with pytest.raises(TypeError, match="timestamp"):
+        col("s").dt.strftime("%Y").compile(S)

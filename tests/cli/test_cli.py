@@ -14,22 +14,51 @@ from dbsp.storage.writer import LayerFileWriter, LayerSpec
 
 def test_nexmark_verified_run_writes_json(tmp_path, capsys):
     out = tmp_path / "r" / "nexmark.json"
-    rc = main(["nexmark", "--events", "30000", "--queries", "q0,q3,q4,q7", "--workers", "2",
-               "--chunk", "7000", "--verify", "--no-progress", "--json", str(out)])
+    rc = main(["nexmark", "--events", "30000", "--queries", "q0,q4,q10,q12,q13",
+               "--workers", "1,2", "--chunk", "7000", "--verify", "--no-progress",
+               "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     doc = json.loads(out.read_text())
-    assert set(doc["queries"]) == {"q0", "q3", "q4", "q7"}
-    for q, r in doc["queries"].items():
-        assert r["verified"] is True, (q, r.get("differences"))
-        assert r["events"] == 30000 and r["events_per_s"] > 0 and r["peak_rss_mb"] > 0
-    assert "q4" in text and "verified" in text
+    assert set(doc["queries"]) == {"q0", "q4", "q10", "q12", "q13"}
+    for q, per_workers in doc["queries"].items():
+        assert set(per_workers) == {"1", "2"}
+        for w, r in per_workers.items():
+            assert r["verified"] is True, (q, w, r.get("differences"))
+            assert r["events"] == 30000 and r["workers"] == int(w)
+            assert r["e2e_events_per_s"] > 0 and r["push_step_events_per_s"] > 0
+            # the generator runs inside the end-to-end clock, outside push + step
+            assert r["e2e_seconds"] >= r["push_step_seconds"] > 0
+            assert r["peak_rss_mb"] > 0
+    assert "q4" in text and "push+step" in text and "verified" in text
+
+
+def test_nexmark_peak_rss_is_the_query_process_own(tmp_path, capsys):
+    """A query process starts from the fork server, not from the parent holding the events and
+    the DuckDB results: its RSS does not grow with what the parent holds."""
+    import numpy as np
+
+    def run(tag):
+        out = tmp_path / f"{tag}.json"
+        rc = main(["nexmark", "--events", "5000", "--queries", "q2", "--workers", "1",
+                   "--no-progress", "--json", str(out)])
+        assert rc == 0, capsys.readouterr().err
+        return json.loads(out.read_text())["queries"]["q2"]["1"]
+
+    light = run("light")
+    ballast = np.ones(400 << 20, dtype=np.uint8)  # 400 MB resident in this (parent) process
+    heavy = run("heavy")
+    assert ballast.sum() == ballast.nbytes
+    assert heavy["start_rss_mb"] < light["start_rss_mb"] + 100
+    assert heavy["peak_rss_mb"] < light["peak_rss_mb"] + 100
 
 
 def test_nexmark_refuses_unknown_queries_and_bad_sizes(capsys):
     assert main(["nexmark", "--queries", "q0,q99", "--no-progress"]) == 2
     assert "q99" in capsys.readouterr().err
     assert main(["nexmark", "--events", "0", "--no-progress"]) == 2
+    assert main(["nexmark", "--workers", "1,0", "--no-progress"]) == 2
+    assert "positive" in capsys.readouterr().err
 
 
 def _layer(path, n=5000):

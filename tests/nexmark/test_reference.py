@@ -16,13 +16,15 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from dbsp.nexmark.generator import NexmarkGenerator
+from dbsp.nexmark.generator import NexmarkGenerator, side_input
 from dbsp.nexmark.reference import (
     QUERIES,
     QUERY_SCHEMAS,
     compare_results,
     reference_results,
+    step_proc_times,
 )
+from dbsp.operators.proc_time import StepClock
 
 Row = tuple[Any, ...]
 Events = dict[str, list[dict[str, Any]]]
@@ -125,6 +127,27 @@ def q9(ev: Events) -> list[Row]:
             "seller", "category", "extra"]
     return [tuple(a[c] for c in cols) + (b["auction"], b["bidder"], b["price"], b["date_time"],
                                          b["extra"]) for a, b in _winners(ev).values()]
+
+
+def q10(ev: Events) -> list[Row]:
+    def fmt(t: int, f: str) -> str:
+        return datetime.fromtimestamp(t / 1000, tz=timezone.utc).strftime(f)
+    return [(b["auction"], b["bidder"], b["price"], b["date_time"], b["extra"],
+             fmt(b["date_time"], "%Y-%m-%d"), fmt(b["date_time"], "%H:%M")) for b in ev["bid"]]
+
+
+def q12(ev: Events) -> list[Row]:
+    counts: Counter[tuple[int, int]] = Counter()
+    assert len(ev["bid_proc_time"]) == len(ev["bid"])
+    for b, p in zip(ev["bid"], ev["bid_proc_time"]):
+        counts[(b["bidder"], _fl(p["p_time"], 10_000))] += 1
+    return [(bidder, n, w, w + 10_000) for (bidder, w), n in counts.items()]
+
+
+def q13(ev: Events) -> list[Row]:
+    value = {r["key"]: r["value"] for r in ev["side_input"]}
+    return [(b["auction"], b["bidder"], b["price"], b["date_time"], value[b["auction"] % 10_000])
+            for b in ev["bid"] if b["auction"] % 10_000 in value]
 
 
 def q11(ev: Events) -> list[Row]:
@@ -265,7 +288,7 @@ def q22(ev: Events) -> list[Row]:
 
 ORACLES: dict[str, Callable[[Events], list[Row]]] = {
     "q0": q0, "q1": q1, "q2": q2, "q3": q3, "q4": q4, "q5": q5, "q6": q6, "q7": q7, "q8": q8,
-    "q9": q9, "q11": q11, "q14": q14, "q15": q15, "q16": q16, "q17": q17, "q18": q18,
+    "q9": q9, "q10": q10, "q11": q11, "q12": q12, "q13": q13, "q14": q14, "q15": q15, "q16": q16, "q17": q17, "q18": q18,
     "q19": q19, "q20": q20, "q21": q21, "q22": q22,
 }
 
@@ -297,7 +320,10 @@ def stream(
 ) -> tuple[dict[str, pa.Table], Events, dict[str, pa.Table]]:
     spec = dict(STREAMS[request.param])
     total = spec.pop("total")
-    tables = NexmarkGenerator(**spec).tables(total, chunk=7_000)
+    gen = NexmarkGenerator(**spec)
+    tables = gen.tables(total, chunk=7_000)
+    tables["side_input"] = side_input()
+    tables["bid_proc_time"] = step_proc_times(total, 7_000, StepClock(T0, 3_000), gen)
     events = {k: _ms_columns(t).to_pylist() for k, t in tables.items()}
     return tables, events, reference_results(tables)
 
@@ -366,6 +392,11 @@ def _handcrafted() -> dict[str, pa.Table]:
 
 def test_handcrafted_boundaries() -> None:
     tables = _handcrafted()
+    n_bids = tables["bid"].num_rows
+    tables["side_input"] = side_input(12)  # keys 0..11: auctions 10, 11 match, 12, 13 do not
+    tables["bid_proc_time"] = pa.table(
+        {"p_time": pa.array([T0 + 4_000 * (i // 4) for i in range(n_bids)],
+                            pa.int64()).cast(pa.timestamp("ms"))})
     events = {k: _ms_columns(t).to_pylist() for k, t in tables.items()}
     results = reference_results(tables)
     for query, oracle in ORACLES.items():
@@ -381,6 +412,9 @@ def test_handcrafted_boundaries() -> None:
         (7, "1"), (7, "1"), (7, "1"), (8, "1"), (9, "1"),
     ]
     assert {(r[0], r[2]) for r in _rows(results["q8"])} == {(1, T0), (2, T0), (3, T0 + 10_000)}
+    # bids stamped 0, 4, 8 s (4 per step): steps 0-2 fill the first 10 s window
+    assert sum(r[1] for r in _rows(results["q12"]) if r[2] == T0) == n_bids
+    assert {r[4] for r in _rows(results["q13"])} == {"10", "11"}  # 12, 13 are not keys
 
 
 def test_every_query_has_an_oracle() -> None:
@@ -409,6 +443,10 @@ def test_results_only_for_requested_queries() -> None:
     assert list(reference_results(tables, ["q7", "q1"])) == ["q7", "q1"]
     with pytest.raises(ValueError, match="q99"):
         reference_results(tables, ["q99"])
+    # without their extra tables, q12 and q13 are left out of "all" and refused by name
+    assert "q12" not in reference_results(tables) and "q13" not in reference_results(tables)
+    with pytest.raises(ValueError, match="side_input"):
+        reference_results(tables, ["q13"])
 
 
 def test_missing_kinds_are_empty_and_record_batches_accepted() -> None:

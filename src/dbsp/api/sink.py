@@ -84,11 +84,13 @@ def _sort_key(row: tuple) -> tuple:
 class ForEach:
     """Calls ``fn(delta table)`` after every step (see :meth:`DataStream.for_each`)."""
 
-    def __init__(self, handle, fn: Callable[[pa.Table], Any], skip_empty: bool):
+    def __init__(self, handle, fn: Callable[[pa.Table], Any], skip_empty: bool,
+                 consolidate: bool = True):
         self.handle, self.fn, self.skip_empty = handle, fn, skip_empty
+        self.consolidate = consolidate
 
     def fire(self) -> None:
-        d = self.handle.delta()
+        d = self.handle.delta() if self.consolidate else self.handle.delta_loose()
         if self.skip_empty and len(d) == 0:
             return
         self.fn(d.to_arrow())

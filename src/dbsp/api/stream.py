@@ -29,7 +29,9 @@ import pyarrow as pa
 from ..algebra.dtypes import as_type, common_type
 from ..algebra.schema import as_schema
 from ..circuit.types import ZSetType
+from ..connectors.files import ParquetSink
 from ..operators.aggregate import Aggregator
+from ..operators.proc_time import Clock, WallClock, proc_time
 from ..operators.rolling import rolling_aggregate
 from ..operators.window import Hopping, Session, Tumbling, window_aggregate
 from .expr import AggExpr, Alias, Col, Expr, Lit, col
@@ -222,6 +224,14 @@ class DataStream:
         """Per-row flat map (slow path): ``fn(row) -> iterable of row tuples``."""
         return self._new(self._s.flat_map_rows(fn, schema))
 
+    def with_processing_time(self, column: str = "p_time",
+                             clock: Optional[Clock] = None) -> "DataStream":
+        """All columns plus ``column`` (``timestamp[ms]``): the processing time of the step each
+        row arrives in, read from ``clock`` (default :class:`~dbsp.operators.proc_time.WallClock`;
+        a :class:`~dbsp.operators.proc_time.StepClock` makes it deterministic). For insert-only
+        streams: see :mod:`dbsp.operators.proc_time`."""
+        return self._new(proc_time(self._s, column, clock or WallClock()), keep_time=True)
+
     # -- filters --------------------------------------------------------------------------
     def filter(self, pred: Any) -> "DataStream":
         """Keep the rows where the boolean expression (or vectorised ``pred(batch)``) is true;
@@ -382,10 +392,25 @@ class DataStream:
         (:meth:`Collector.view`)."""
         return Collector(self._s.output(name, view=view))
 
-    def for_each(self, fn: Callable[[pa.Table], Any], skip_empty: bool = True) -> None:
+    def write_parquet(self, path: Any, partition_by: Sequence[str] = (), *,
+                      overwrite: bool = False) -> ParquetSink:
+        """Write every step's change as Parquet files under the directory ``path`` (Hive-
+        partitioned by ``partition_by``), each row with its weight; returns the
+        :class:`~dbsp.connectors.files.ParquetSink` (``sink.read()`` reads the view back)."""
+        sink = ParquetSink(path, self.schema, partition_by, overwrite=overwrite)
+        # unconsolidated: the files form a Z-set either way, and sorting every change is the
+        # most expensive part of writing an insert-only stream
+        self.for_each(sink.write, skip_empty=False, consolidate=False)
+        return sink
+
+    def for_each(self, fn: Callable[[pa.Table], Any], skip_empty: bool = True,
+                 consolidate: bool = True) -> None:
         """Call ``fn(delta)`` after every step with that step's change (a table with a
-        ``__weight`` column); steps without a change are skipped unless ``skip_empty=False``."""
-        self.ctx._sinks.append(ForEach(self._s.output(None, view=False), fn, skip_empty))
+        ``__weight`` column); steps without a change are skipped unless ``skip_empty=False``.
+        With ``consolidate=False`` the change comes as the operators produced it (a row may
+        appear more than once; its weights sum to its change), which saves sorting it."""
+        self.ctx._sinks.append(ForEach(self._s.output(None, view=False), fn, skip_empty,
+                                       consolidate))
 
 
 # --- joins -----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Subcommands (each imports only what it needs):
 
-* ``dbsp nexmark --events N --queries q0,q1,... --workers W [--verify] [--json FILE]``
+* ``dbsp nexmark --events N --queries q0,q1,... --workers 1,2 [--verify] [--json FILE]``
 * ``dbsp storage inspect PATH`` / ``dbsp storage verify PATH``
 * ``dbsp info`` – version, native kernels, storage backends available here
 """

@@ -6,6 +6,10 @@
 * :mod:`dbsp.nexmark.reference` -- the queries' precise definitions, their from-scratch results
   computed with DuckDB (:func:`reference_results`, ``pip install dbsp[verify]``) and
   :func:`compare_results` to check an engine's output against them.
+* :mod:`dbsp.nexmark.queries` -- q0-q22 written with the fluent API (:data:`queries.QUERIES`),
+  as a user would write them.
+* :mod:`dbsp.nexmark.cli` -- ``dbsp nexmark``: every query timed end to end (generator in the
+  loop) and push + step, per worker count, with its own peak RSS, verified against DuckDB.
 
 >>> from dbsp.nexmark import NexmarkGenerator
 >>> batch = NexmarkGenerator(seed=0).generate(0, 50)

@@ -1,36 +1,77 @@
 """``dbsp nexmark``: run Nexmark queries on the embedded runtime, time them, verify them.
 
-Every query runs in its own forked process, so its peak memory is its own. Inside, events are
-generated chunk by chunk (``--chunk`` events per step); the clock runs only around pushing a
-chunk and stepping the circuit, never around generating it. With ``--verify`` the query's final
-integrated view is compared, row by row with multiplicities, with the same query computed from
-scratch by DuckDB over all generated events (:mod:`dbsp.nexmark.reference`); any difference
-fails the run (exit 1) and is printed.
+Every (query, worker count) runs in a process of its own, started by a fork server that holds
+nothing but the imported modules, so the peak RSS reported is the query's own: never the
+parent's generator tables or DuckDB reference results. Inside, the query is timed two ways in
+one run:
+
+* **end to end** (``e2e``): a generator thread produces the events chunk by chunk (``--chunk``
+  events per step) into a small queue, as a source would, while the main thread pushes each
+  chunk and steps the circuit; the clock runs from the generator's start to the last step's
+  end. This is the rate the pipeline sustains with its source running, what Feldera and Flink
+  publish.
+* **push + step**: the sum, over steps, of the time spent pushing a chunk and stepping the
+  circuit (the generator's own time excluded, though it competes for the GIL).
+
+Outputs go to a sink that keeps only the last step's change (a black hole), unless
+``--verify``: then each query's integrated view is kept, sent back to the parent and compared,
+row by row with multiplicities, with the same query computed from scratch by DuckDB over all
+generated events (:mod:`dbsp.nexmark.reference`); any difference fails the run (exit 1). q10
+writes Parquet files (its view is read back from them); q12's processing time comes from the
+wall clock, or under ``--verify`` from a deterministic :class:`~dbsp.operators.proc_time.StepClock`
+that the reference reproduces.
 
 Published per-core figures of the Rust DBSP engine (Nexmark, 100M events, 8 cores; in
-``../shared/research/feldera-anchors.md``) are printed beside ours as a ratio.
+``../shared/research/feldera-anchors.md``) are printed beside ours as a ratio of per-core
+end-to-end rates (our rate divided by the worker count).
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import multiprocessing as mp
 import os
+import queue
 import resource
+import shutil
 import sys
+import tempfile
+import threading
 import time
+import traceback
 from typing import Any
+
+import pyarrow as pa
+
+from tqdm import tqdm
+
+from .. import WEIGHT
+from ..api import StreamContext
+from ..operators.proc_time import StepClock, WallClock
+from ..storage.config import StorageConfig
+from .generator import (AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, SIDE_INPUT_SCHEMA,
+                        NexmarkGenerator, side_input)
+from .queries import QUERIES, VARIANTS, QueryEnv
+from .reference import compare_results, reference_results, step_proc_times
 
 RUST_DBSP_PER_CORE = {"q0": 1_173_000, "q1": 1_093_000, "q2": 1_094_000, "q3": 1_008_000,
                       "q4": 811_000}
-DEFAULT_QUERIES = "q0,q1,q2,q3,q4,q5,q6,q7,q8"
+ALL_QUERIES = ",".join(f"q{i}" for i in range(23))
+DEFAULT_QUERIES = ALL_QUERIES
+#: start of the deterministic processing-time clock under --verify, and its tick per step (ms)
+PROC_CLOCK_START_MS = 1_436_918_400_000
+PROC_CLOCK_TICK_MS = 1_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=int, default=1_000_000, help="events to generate")
     p.add_argument("--queries", default=DEFAULT_QUERIES,
-                   help=f"comma-separated query names (default {DEFAULT_QUERIES}; also q9)")
-    p.add_argument("--workers", type=int, default=2, help="circuit replicas (default 2)")
+                   help="comma-separated query names (default q0..q22; also q14_rows, q14 with "
+                        "its user function called per row)")
+    p.add_argument("--workers", default="1,2",
+                   help="circuit replicas, or a comma-separated list of counts to run each "
+                        "query with (default 1,2)")
     p.add_argument("--runtime", choices=["threads", "processes"], default="threads",
                    help="workers as threads of one process or as forked processes")
     p.add_argument("--chunk", type=int, default=100_000, help="events per step")
@@ -40,6 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --storage: memory for state (in-memory batches + block cache)")
     p.add_argument("--backend", default="auto",
                    help="with --storage: auto, uring, pread or mmap")
+    p.add_argument("--out-dir", metavar="DIR",
+                   help="where q10 writes its Parquet files (default: a temporary directory, "
+                        "removed at the end)")
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--verify", action="store_true",
                    help="compare every final result with DuckDB computing it from scratch")
@@ -59,161 +103,241 @@ def _status_mb(field: str) -> float:
     return 0.0
 
 
-def _reset_peak() -> float:
-    """Start a fresh high-water mark for this process; returns the RSS it starts from (MiB).
-
-    A forked query process begins with its parent's resident pages (the generator's tables, and
-    the DuckDB reference results under ``--verify``); resetting makes the peak the query's own
-    plus what it inherited and still maps, and the start figure says how much that was."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _status_mb("VmRSS")
-
-
 def _peak_mb() -> float:
-    """Peak RSS of this process since :func:`_reset_peak`, plus the largest worker process's
-    (``runtime="processes"``; each worker's peak is its own)."""
+    """Peak RSS of this process, plus the largest worker process's (``runtime="processes"``;
+    each worker's peak is its own)."""
     own = _status_mb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
     return own + kids
 
 
-def _run_query(name: str, args: argparse.Namespace, expected, conn) -> None:
-    """Child process: build, feed, time, verify; send a result dict through ``conn``."""
-    try:
-        conn.send(_run_query_inner(name, args, expected))
-    except BaseException as e:  # reported by the parent
-        import traceback
-        conn.send({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
-    finally:
-        conn.close()
-
-
-def _run_query_inner(name: str, args: argparse.Namespace, expected) -> dict:
-    from tqdm import tqdm
-
-    import dbsp
-    from ..api import StreamContext
-    from .generator import NexmarkGenerator
-    from .queries import QUERIES
-
-    start_mb = _reset_peak()
-    gen = NexmarkGenerator(seed=args.seed)
-    ctx = StreamContext(workers=args.workers, runtime=args.runtime, name=name,
-                        storage=_storage(args, name))
-    # events arrive in event-time order: no lateness (a late event would be counted and dropped)
-    streams = {kind: ctx.stream(gen_schema(kind), name=kind, time="date_time")
-               for kind in ("person", "auction", "bid")}
-    out = QUERIES[name](streams).collect(name).handle
-    c = ctx.circuit
-    seconds = 0.0
-    bar = tqdm(total=args.events, desc=f"{name:>4}", unit="ev", unit_scale=True,
-               disable=args.no_progress, leave=True, file=sys.stderr)
-    with c:
-        for batch in gen.iter_batches(args.events, args.chunk):
-            t0 = time.perf_counter()
-            for kind, rb in batch.as_dict().items():
-                if rb.num_rows:
-                    streams[kind].push(rb)
-            ctx.step()
-            seconds += time.perf_counter() - t0
-            bar.update(batch.count)
-        bar.close()
-        result: dict[str, Any] = {
-            "events": args.events, "seconds": seconds,
-            "events_per_s": args.events / seconds if seconds else 0.0,
-            "output_rows": out.rows_out, "steps": c.steps,
-            "late_rows": sum(ctx.late_rows.values()), "state_rows": c.state_rows(),
-        }
-        if expected is not None:
-            from .reference import compare_results
-            view = out.view().to_arrow()
-            diffs = compare_results(expected, view, actual_weight=dbsp.WEIGHT)
-            result["verified"] = not diffs
-            result["differences"] = diffs
-            result["view_rows"] = view.num_rows
-        else:
-            result["verified"] = None
-    result["peak_rss_mb"] = _peak_mb()
-    result["start_rss_mb"] = start_mb
-    return result
-
-
 def _storage(args: argparse.Namespace, name: str):
     if not args.storage:
         return None
-    from ..storage.config import StorageConfig
     kw = {"backend": args.backend}
     if args.memory_budget is not None:
         kw["memory_budget_bytes"] = args.memory_budget << 20
     return StorageConfig(os.path.join(args.storage, name), **kw)
 
 
+def _generate(gen, events: int, chunk: int, q: "queue.Queue", stop: threading.Event) -> None:
+    """The source: put every chunk on ``q``, then ``None`` (an exception is put, too)."""
+    try:
+        for batch in gen.iter_batches(events, chunk):
+            while not stop.is_set():
+                try:
+                    q.put(batch, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        q.put(None)
+    except BaseException as e:  # handed to the consumer, which re-raises it
+        q.put(e)
+
+
+def _table_bytes(table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def _read_table(data: bytes):
+    return pa.ipc.open_stream(data).read_all()
+
+
+def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> dict:
+    """Build query ``name`` on ``workers`` workers, feed it ``args.events`` events from a
+    generator thread, time it; with ``args.verify`` the result carries the view (Arrow IPC
+    bytes under ``"view_ipc"``). Meant to run in a process of its own (:func:`run`)."""
+    start_mb = _status_mb("VmRSS")
+    gen = NexmarkGenerator(seed=args.seed)
+    ctx = StreamContext(workers=workers, runtime=args.runtime, name=name,
+                        storage=_storage(args, f"{name}-w{workers}"))
+    # events arrive in event-time order: no lateness (a late event would be counted and dropped)
+    streams = {kind: ctx.stream(gen_schema(kind), name=kind, time="date_time")
+               for kind in ("person", "auction", "bid")}
+    streams["side_input"] = ctx.stream(SIDE_INPUT_SCHEMA, name="side_input")
+    clock = StepClock(PROC_CLOCK_START_MS, PROC_CLOCK_TICK_MS) if args.verify else WallClock()
+    env = QueryEnv(out_dir=out_dir, clock=clock)
+    built = {**QUERIES, **VARIANTS}[name](streams, env)
+    sink = None
+    if hasattr(built, "collect"):
+        out = built.collect(name, view=bool(args.verify)).handle
+    else:  # a file sink (q10)
+        sink, out = built, None
+    c = ctx.circuit
+    push_step = 0.0
+    bar = tqdm(total=args.events, desc=f"{name:>4} w{workers}", unit="ev", unit_scale=True,
+               disable=args.no_progress, leave=True, file=sys.stderr)
+    q: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    with c:
+        streams["side_input"].push(side_input())  # the bounded side input, with step 0
+        t_start = time.perf_counter()
+        producer = threading.Thread(target=_generate, args=(gen, args.events, args.chunk, q, stop),
+                                    name="nexmark-generator", daemon=True)
+        producer.start()
+        try:
+            while True:
+                batch = q.get()
+                if batch is None:
+                    break
+                if isinstance(batch, BaseException):
+                    raise batch
+                t0 = time.perf_counter()
+                for kind, rb in batch.as_dict().items():
+                    if rb.num_rows:
+                        streams[kind].push(rb)
+                ctx.step()
+                push_step += time.perf_counter() - t0
+                bar.update(batch.count)
+        finally:
+            stop.set()
+            producer.join()
+        e2e = time.perf_counter() - t_start
+        bar.close()
+        peak = _peak_mb()
+        result: dict[str, Any] = {
+            "query": name, "workers": workers, "events": args.events,
+            "e2e_seconds": e2e, "e2e_events_per_s": args.events / e2e if e2e else 0.0,
+            "push_step_seconds": push_step,
+            "push_step_events_per_s": args.events / push_step if push_step else 0.0,
+            "steps": c.steps, "late_rows": sum(ctx.late_rows.values()),
+            "state_rows": c.state_rows(), "peak_rss_mb": peak, "start_rss_mb": start_mb,
+        }
+        if out is not None:
+            result["output_rows"] = out.rows_out
+        if args.verify:
+            view = out.view().to_arrow() if out is not None else sink.read()
+            result["view_rows"] = view.num_rows
+            result["view_ipc"] = _table_bytes(view)
+    return result
+
+
+def _child(name: str, workers: int, args: argparse.Namespace, out_dir: str, conn) -> None:
+    """Entry point of a query process: send :func:`run_query`'s result (or the error)."""
+    try:
+        conn.send(run_query(name, workers, args, out_dir))
+    except BaseException as e:  # reported by the parent
+        conn.send({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+    finally:
+        conn.close()
+
+
+_FORKSERVER_PRELOAD = ["dbsp", "dbsp.api", "dbsp.nexmark.queries", "dbsp.nexmark.generator",
+                       "pyarrow", "pyarrow.compute", "numpy", "tqdm"]
+
+
+def run_one(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> dict:
+    """:func:`run_query` in a fresh process from the fork server (its memory is its own)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(name, workers, args, out_dir, child),
+                    name=f"nexmark-{name}-w{workers}")
+    p.start()
+    child.close()
+    try:
+        res = parent.recv()
+    except EOFError:
+        res = {"error": f"query process died (exit code {p.exitcode})"}
+    p.join()
+    return res
+
+
 def gen_schema(kind: str):
-    from . import generator
-    return {"person": generator.PERSON_SCHEMA, "auction": generator.AUCTION_SCHEMA,
-            "bid": generator.BID_SCHEMA}[kind]
+    return {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}[kind]
+
+
+def _reference_name(q: str) -> str:
+    """The reference query a query (or a variant such as ``q14_rows``) is checked against."""
+    return q.split("_", 1)[0]
 
 
 def _reference(args, names: list[str]) -> dict:
-    from .generator import NexmarkGenerator
-    from .reference import reference_results
     t0 = time.perf_counter()
-    tables = NexmarkGenerator(seed=args.seed).tables(args.events)
-    ref = reference_results(tables, names)
+    gen = NexmarkGenerator(seed=args.seed)
+    tables = gen.tables(args.events)
+    tables["side_input"] = side_input()
+    tables["bid_proc_time"] = step_proc_times(
+        args.events, args.chunk, StepClock(PROC_CLOCK_START_MS, PROC_CLOCK_TICK_MS), gen)
+    ref = reference_results(tables, sorted({_reference_name(q) for q in names}))
     print(f"reference (DuckDB, from scratch over {args.events:,} events): "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return ref
 
 
+def _parse_workers(s: str) -> list[int]:
+    try:
+        ws = [int(x) for x in str(s).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--workers must be a count or a comma-separated list of counts, "
+                         f"got {s!r}") from None
+    if not ws or any(w <= 0 for w in ws):
+        raise ValueError(f"--workers counts must be positive, got {s!r}")
+    return ws
+
+
 def run(args: argparse.Namespace) -> int:
-    from .queries import QUERIES
+    known = {**QUERIES, **VARIANTS}
     names = [q.strip() for q in args.queries.split(",") if q.strip()]
-    unknown = [q for q in names if q not in QUERIES]
+    unknown = [q for q in names if q not in known]
     if unknown:
-        print(f"dbsp nexmark: unknown queries {unknown}; known: {', '.join(QUERIES)}",
+        print(f"dbsp nexmark: unknown queries {unknown}; known: {', '.join(known)}",
               file=sys.stderr)
         return 2
-    if args.events <= 0 or args.chunk <= 0 or args.workers <= 0:
-        print("dbsp nexmark: --events, --chunk and --workers must be positive", file=sys.stderr)
+    try:
+        worker_counts = _parse_workers(args.workers)
+    except ValueError as e:
+        print(f"dbsp nexmark: {e}", file=sys.stderr)
+        return 2
+    if args.events <= 0 or args.chunk <= 0:
+        print("dbsp nexmark: --events and --chunk must be positive", file=sys.stderr)
         return 2
     if (args.memory_budget is not None or args.backend != "auto") and not args.storage:
         print("dbsp nexmark: --memory-budget and --backend need --storage DIR", file=sys.stderr)
         return 2
     refs = _reference(args, names) if args.verify else {}
-    ctx = mp.get_context("fork")
-    results: dict[str, dict] = {}
+    out_root = args.out_dir or tempfile.mkdtemp(prefix="dbsp-nexmark-")
+    results: dict[str, dict[str, dict]] = {}
     failed = False
-    for q in names:
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_run_query, args=(q, args, refs.get(q), child), name=f"nexmark-{q}")
-        p.start()
-        child.close()
-        try:
-            res = parent.recv()
-        except EOFError:
-            res = {"error": f"query process died (exit code {p.exitcode})"}
-        p.join()
-        if "error" in res:
-            print(f"{q}: FAILED: {res['error']}\n{res.get('traceback', '')}", file=sys.stderr)
-            failed = True
-        elif res.get("verified") is False:
-            print(f"{q}: result differs from the reference:", file=sys.stderr)
-            for d in res["differences"]:
-                print(f"  {d}", file=sys.stderr)
-            failed = True
-        results[q] = res
-    _print_table(results, args)
+    try:
+        for q in names:
+            for w in worker_counts:
+                res = run_one(q, w, args, os.path.join(out_root, f"w{w}"))
+                view = res.pop("view_ipc", None)
+                if "error" in res:
+                    print(f"{q} (workers={w}): FAILED: {res['error']}\n"
+                          f"{res.get('traceback', '')}", file=sys.stderr)
+                    failed = True
+                elif args.verify:
+                    diffs = compare_results(refs[_reference_name(q)], _read_table(view),
+                                            actual_weight=WEIGHT)
+                    res["verified"], res["differences"] = not diffs, diffs
+                    if diffs:
+                        print(f"{q} (workers={w}): result differs from the reference:",
+                              file=sys.stderr)
+                        for d in diffs:
+                            print(f"  {d}", file=sys.stderr)
+                        failed = True
+                else:
+                    res["verified"] = None
+                results.setdefault(q, {})[str(w)] = res
+    finally:
+        if not args.out_dir:
+            shutil.rmtree(out_root, ignore_errors=True)
+    _print_table(results)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        doc = {"events": args.events, "workers": args.workers, "runtime": args.runtime,
+        doc = {"events": args.events, "workers": worker_counts, "runtime": args.runtime,
                "storage": args.storage, "memory_budget_mb": args.memory_budget,
                "chunk": args.chunk, "seed": args.seed, "cpus": os.cpu_count(),
-               "queries": {q: {k: v for k, v in r.items() if k not in ("traceback",)}
-                           for q, r in results.items()}}
+               "rust_dbsp_per_core": RUST_DBSP_PER_CORE,
+               "queries": {q: {w: {k: v for k, v in r.items() if k != "traceback"}
+                               for w, r in rs.items()} for q, rs in results.items()}}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
     if failed:
@@ -222,21 +346,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(results: dict[str, dict], args) -> None:
-    cores = min(args.workers, os.cpu_count() or 1)
-    head = (f"{'query':<6}{'events':>12}{'seconds':>10}{'events/s':>14}{'per core':>12}"
-            f"{'Rust/core':>11}{'ratio':>8}{'start MB':>10}{'peak MB':>10}{'verified':>10}")
+def _print_table(results: dict[str, dict[str, dict]]) -> None:
+    head = (f"{'query':<9}{'W':>3}{'events':>12}{'e2e s':>8}{'e2e ev/s':>12}"
+            f"{'push+step ev/s':>16}{'e2e /core':>11}{'Rust/core':>11}{'ratio':>7}"
+            f"{'peak MB':>9}{'verified':>10}")
     print(head)
     print("-" * len(head))
-    for q, r in results.items():
-        if "error" in r:
-            print(f"{q:<6}{'failed':>12}")
-            continue
-        per_core = r["events_per_s"] / cores
-        rust = RUST_DBSP_PER_CORE.get(q)
-        ver = {True: "yes", False: "NO", None: "-"}[r["verified"]]
-        print(f"{q:<6}{r['events']:>12,}{r['seconds']:>10.2f}{r['events_per_s']:>14,.0f}"
-              f"{per_core:>12,.0f}{(f'{rust:,}' if rust else '-'):>11}"
-              f"{(f'{per_core / rust:.2f}' if rust else '-'):>8}{r['start_rss_mb']:>10.0f}"
-              f"{r['peak_rss_mb']:>10.0f}"
-              f"{ver:>10}")
+    slow: list[str] = []
+    for q, rs in results.items():
+        for w, r in rs.items():
+            if "error" in r:
+                print(f"{q:<9}{w:>3}{'failed':>12}")
+                continue
+            per_core = r["e2e_events_per_s"] / int(w)
+            if per_core < 1_000_000:
+                slow.append(f"{q}/w{w}")
+            rust = RUST_DBSP_PER_CORE.get(q)
+            ver = {True: "yes", False: "NO", None: "-"}[r["verified"]]
+            print(f"{q:<9}{w:>3}{r['events']:>12,}{r['e2e_seconds']:>8.2f}"
+                  f"{r['e2e_events_per_s']:>12,.0f}{r['push_step_events_per_s']:>16,.0f}"
+                  f"{per_core:>11,.0f}{(f'{rust:,}' if rust else '-'):>11}"
+                  f"{(f'{per_core / rust:.2f}' if rust else '-'):>7}"
+                  f"{r['peak_rss_mb']:>9.0f}{ver:>10}")
+    if slow:
+        print(f"below 1M events/s per core (end to end): {', '.join(slow)}")

@@ -170,6 +170,20 @@ BID_SCHEMA = pa.schema(
     ]
 )
 
+#: q13's bounded side input: ``key`` 0 .. n-1 with its ``value`` (the key as a string).
+SIDE_INPUT_SCHEMA = pa.schema(
+    [pa.field("key", pa.int64(), nullable=False), pa.field("value", pa.string(), nullable=False)]
+)
+
+
+def side_input(n: int = 10_000) -> pa.Table:
+    """The side input table of q13: keys ``0 .. n-1``, each with its decimal string."""
+    if n <= 0:
+        raise ValueError(f"side_input needs n > 0, got {n}")
+    keys = pa.array(np.arange(n, dtype=np.int64))
+    return pa.table([keys, keys.cast(pa.string())], schema=SIDE_INPUT_SCHEMA)
+
+
 # ---------------------------------------------------------------------------------------------
 # Counter-based random numbers
 # ---------------------------------------------------------------------------------------------

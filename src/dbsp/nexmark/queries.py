@@ -1,8 +1,12 @@
-"""Nexmark queries q0–q9 written with dbsp's fluent API, as a user would write them.
+"""Nexmark queries q0–q22 written with dbsp's fluent API, as a user would write them.
 
-Each query is a function ``build(streams) -> DataStream`` where ``streams`` maps ``"person"``,
-``"auction"`` and ``"bid"`` to the :class:`~dbsp.api.StreamContext` input streams (event time
-``date_time``). The definitions (result columns, window rules, the winning-bid rule) are those of
+Each query is a function ``build(streams, env) -> DataStream | ParquetSink`` where ``streams``
+maps ``"person"``, ``"auction"`` and ``"bid"`` (and ``"side_input"``, the bounded table of q13)
+to the :class:`~dbsp.api.StreamContext` input streams (event time ``date_time``) and ``env`` (a
+:class:`QueryEnv`) holds what a query needs from outside: q10's output directory and q12's
+processing-time clock. q10 is a sink: it returns the
+:class:`~dbsp.connectors.files.ParquetSink` its rows went to; every other query returns its
+result stream. The definitions (result columns, window rules, the winning-bid rule) are those of
 :mod:`dbsp.nexmark.reference`, whose DuckDB SQL recomputes every result from scratch for
 ``dbsp nexmark --verify``.
 
@@ -12,32 +16,59 @@ first, so operator state holds only the columns a query needs.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Callable
+from typing import Callable, Optional
 
-from ..api import avg, col, count, hopping, max_, tumbling
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..api import (avg, coalesce, col, count, count_distinct, hopping, lit, max_, min_, session,
+                   sum_, tumbling, udf, when)
+from ..operators.proc_time import Clock, WallClock
 
 WINDOW = timedelta(seconds=10)
 HOP = timedelta(seconds=2)
+SIDE_INPUT_KEYS = 10_000  # q13: bids join the side input on auction % SIDE_INPUT_KEYS
 
 
-def q0(s):
+@dataclass
+class QueryEnv:
+    """What queries need from outside the event streams.
+
+    ``out_dir``: q10 writes its Parquet files to ``out_dir/q10`` (a fresh temporary directory
+    when ``None``). ``clock``: q12's processing-time clock (the wall clock by default; a
+    :class:`~dbsp.operators.proc_time.StepClock` for a deterministic, verifiable run).
+    """
+
+    out_dir: Optional[str] = None
+    clock: Clock = field(default_factory=WallClock)
+
+    def output_dir(self, name: str) -> str:
+        if self.out_dir is None:
+            self.out_dir = tempfile.mkdtemp(prefix="dbsp-nexmark-")
+        return os.path.join(self.out_dir, name)
+
+
+def q0(s, env=None):
     """Pass-through: every bid."""
     return s["bid"]
 
 
-def q1(s):
+def q1(s, env=None):
     """Currency conversion: ``price * 908 // 1000`` (0.908, exact in integers)."""
     return s["bid"].select("auction", "bidder", (col("price") * 908 // 1000).alias("price"),
                            "date_time", "extra")
 
 
-def q2(s):
+def q2(s, env=None):
     """Selection: bids on auctions whose id is a multiple of 123."""
     return s["bid"].filter(col("auction") % 123 == 0).select("auction", "price")
 
 
-def q3(s):
+def q3(s, env=None):
     """Local item suggestion: category-10 auctions of sellers in OR, ID or CA."""
     auctions = s["auction"].filter(col("category") == 10).select("id", "seller")
     persons = s["person"].filter(col("state").is_in(["OR", "ID", "CA"])) \
@@ -57,14 +88,14 @@ def _qualifying_bids(s, *auction_cols: str):
                     & (col("price") >= col("reserve")))
 
 
-def q4(s):
+def q4(s, env=None):
     """Average closing price per category (closing price: the winning bid's price)."""
     winners = _qualifying_bids(s, "category").group_by("auction", "category") \
         .agg(final=max_("price"))
     return winners.group_by("category").agg(avg_price=avg("final"))
 
 
-def q5(s):
+def q5(s, env=None):
     """Hot items: per 10 s window sliding by 2 s, the auction(s) with the most bids."""
     counts = s["bid"].select("auction", "date_time").group_by("auction") \
         .window(hopping(WINDOW, HOP)).agg(num=count())
@@ -74,7 +105,7 @@ def q5(s):
                       col("window_end").alias("endtime"))
 
 
-def q6(s):
+def q6(s, env=None):
     """Average selling price of each seller's last 10 won auctions (last: greatest expires, id)."""
     winners = _qualifying_bids(s, "seller").group_by("auction", "seller", "expires") \
         .agg(final=max_("price"))
@@ -82,7 +113,7 @@ def q6(s):
     return last10.group_by("seller").agg(avg_price=avg("final"))
 
 
-def q7(s):
+def q7(s, env=None):
     """Highest bid: every bid whose price is its tumbling 10 s window's maximum."""
     bids = s["bid"].select("auction", "price", "bidder", "date_time", "extra",
                            col("date_time").dt.floor(WINDOW).alias("window_start"))
@@ -92,7 +123,7 @@ def q7(s):
     return best.select("auction", "price", "bidder", "date_time", "extra")
 
 
-def q8(s):
+def q8(s, env=None):
     """New users: persons who opened an auction in the tumbling 10 s window they joined in."""
     persons = s["person"].select("id", "name", col("date_time").dt.floor(WINDOW)
                                  .alias("starttime"))
@@ -102,7 +133,7 @@ def q8(s):
                         how="semi").distinct()
 
 
-def q9(s):
+def q9(s, env=None):
     """Winning bids: every auction with a winner, with its winning bid (the first qualifying bid
     by price desc, then date_time, bidder, extra, channel, url)."""
     bids = s["bid"].select("auction", "bidder", "price", "channel", "url",
@@ -119,9 +150,190 @@ def q9(s):
                       "auction", "bidder", "price", "bid_date_time", "bid_extra")
 
 
+def q10(s, env=None):
+    """Log to file system: every bid with its day ``dt`` and minute ``hm``, written as Parquet
+    files partitioned by ``dt``/``hm``. Returns the sink (the result is the files)."""
+    env = env or QueryEnv()
+    minute = col("date_time").dt.floor(timedelta(minutes=1))  # few distinct values to format
+    rows = s["bid"].select("auction", "bidder", "price", "date_time", "extra",
+                           dt=minute.dt.strftime("%Y-%m-%d"), hm=minute.dt.strftime("%H:%M"))
+    return rows.write_parquet(env.output_dir("q10"), partition_by=["dt", "hm"])
+
+
+def q11(s, env=None):
+    """User sessions: bids per bidder session (a gap of more than 10 s ends a session).
+
+    ``session(gap)`` joins times closer than ``gap``; Nexmark keeps a gap of exactly 10 s in the
+    session and ends it 10 s after its last bid, hence ``gap = 10 s + 1 ms`` and ``endtime =
+    window_end - 1 ms``."""
+    gap = WINDOW + timedelta(milliseconds=1)
+    sessions = s["bid"].select("bidder", "date_time").group_by("bidder") \
+        .window(session(gap)).agg(bid_count=count())
+    return sessions.select("bidder", "bid_count", col("window_start").alias("starttime"),
+                           (col("window_end") - timedelta(milliseconds=1)).alias("endtime"))
+
+
+def q12(s, env=None):
+    """Processing-time windows: bids per bidder per tumbling 10 s window of processing time."""
+    env = env or QueryEnv()
+    bids = s["bid"].select("bidder").with_processing_time("p_time", env.clock)
+    counts = bids.group_by("bidder").window(tumbling(WINDOW), time="p_time") \
+        .agg(bid_count=count())
+    return counts.select("bidder", "bid_count", col("window_start").alias("starttime"),
+                         col("window_end").alias("endtime"))
+
+
+def q13(s, env=None):
+    """Bounded side input join: every bid with the side input's value for
+    ``auction % 10000``."""
+    bids = s["bid"].select("auction", "bidder", "price", "date_time",
+                           (col("auction") % SIDE_INPUT_KEYS).alias("key"))
+    j = bids.join(s["side_input"], on="key")
+    return j.select("auction", "bidder", "price", "date_time", "value")
+
+
+def count_char_vectorised(extra: pa.Array) -> pa.Array:
+    """q14's user function, vectorised: occurrences of ``'c'`` in each string (Arrow kernels)."""
+    return pc.count_substring(extra, "c").cast(pa.int64())
+
+
+def count_char_row(extra: str) -> int:
+    """q14's user function, one row at a time (the per-row fallback)."""
+    return extra.count("c")
+
+
+def _q14(s, c_counts):
+    eur = col("price") * 908 // 1000
+    hour = col("date_time").dt.hour()
+    kind = when((hour >= 8) & (hour <= 18), "dayTime") \
+        .when((hour <= 6) | (hour >= 20), "nightTime").otherwise("otherTime")
+    return s["bid"].filter((eur > 1_000_000) & (eur < 50_000_000)) \
+        .select("auction", "bidder", eur.alias("price"), kind.alias("bid_time_type"),
+                "date_time", "extra", c_counts.alias("c_counts"))
+
+
+def q14(s, env=None):
+    """Calculation, with a user function (vectorised: whole columns per call)."""
+    return _q14(s, udf(count_char_vectorised, col("extra"), type_=pa.int64()))
+
+
+def q14_rows(s, env=None):
+    """q14 with its user function called once per row (``map_rows``: the slow fallback)."""
+    base = _q14(s, lit(0))
+    names = base.columns
+    i = names.index("extra")
+
+    def per_row(r):
+        return r[:-1] + (count_char_row(r[i]),)
+    return base.map_rows(per_row, base.schema)
+
+
+_RANK1 = col("price") < 10_000
+_RANK2 = (col("price") >= 10_000) & (col("price") < 1_000_000)
+_RANK3 = col("price") >= 1_000_000
+_RANKS = (("rank1", _RANK1), ("rank2", _RANK2), ("rank3", _RANK3))
+
+
+def _rank_stats():
+    """The twelve counts of q15/q16: bids, distinct bidders and distinct auctions, in total and
+    per price rank (filtered aggregates: a filter is ``when(cond, value)``, null elsewhere, and
+    aggregates skip nulls)."""
+    out = {}
+    for unit, c in (("bids", None), ("bidders", "bidder"), ("auctions", "auction")):
+        out[f"total_{unit}"] = count() if c is None else count_distinct(c)
+        for r, cond in _RANKS:
+            out[f"{r}_{unit}"] = count(when(cond, 1)) if c is None \
+                else count_distinct(when(cond, col(c)))
+    return out
+
+
+def _day():
+    return col("date_time").dt.floor(timedelta(days=1)).dt.strftime("%Y-%m-%d")
+
+
+def q15(s, env=None):
+    """Bidding statistics per day."""
+    return s["bid"].select("bidder", "auction", "price", day=_day()) \
+        .group_by("day").agg(**_rank_stats())
+
+
+def q16(s, env=None):
+    """Channel statistics per (channel, day), with the day's latest minute."""
+    return s["bid"].select("channel", "bidder", "auction", "price", day=_day(),
+                           minute=col("date_time").dt.floor(timedelta(minutes=1))
+                           .dt.strftime("%H:%M")) \
+        .group_by("channel", "day").agg(minute=max_("minute"), **_rank_stats())
+
+
+def q17(s, env=None):
+    """Auction statistics per (auction, day)."""
+    return s["bid"].select("auction", "price", day=_day()).group_by("auction", "day").agg(
+        total_bids=count(),
+        **{f"{r}_bids": count(when(cond, 1)) for r, cond in _RANKS},
+        min_price=min_("price"), max_price=max_("price"), avg_price=avg("price"),
+        sum_price=sum_("price"))
+
+
+_BID = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
+
+
+def q18(s, env=None):
+    """Find last bid: per (bidder, auction) the latest bid (ties: higher price, then channel,
+    url, extra)."""
+    bids = s["bid"].with_columns(neg_t=-col("date_time").dt.epoch_ms(), neg_price=-col("price"))
+    last = bids.group_by("bidder", "auction").topk(
+        1, by=["neg_t", "neg_price", "channel", "url", "extra"])
+    return last.select(*_BID)
+
+
+def q19(s, env=None):
+    """Auction top-10 price: the 10 best bids per auction, numbered from 1."""
+    bids = s["bid"].with_columns(neg_price=-col("price"))
+    top = bids.group_by("auction").topk(
+        10, by=["neg_price", "date_time", "bidder", "channel", "url", "extra"],
+        rank="rank_number")
+    return top.select(*_BID, "rank_number")
+
+
+def q20(s, env=None):
+    """Expand bid with auction: bids on category-10 auctions, with the auction's columns."""
+    auctions = s["auction"].filter(col("category") == 10).select(
+        "id", "item_name", "description", "initial_bid", "reserve",
+        col("date_time").alias("auction_date_time"), "expires", "seller", "category",
+        col("extra").alias("auction_extra"))
+    return s["bid"].join(auctions, left_on="auction", right_on="id")
+
+
+CHANNEL_ID = r"(&|^)channel_id=([^&]*)"
+
+
+def q21(s, env=None):
+    """Add channel id: a code for the four hot channels, else the URL's ``channel_id``
+    parameter (regex extraction); bids with neither are dropped."""
+    ch = col("channel").str.lower()
+    known = when(ch == "apple", "0").when(ch == "google", "1").when(ch == "facebook", "2") \
+        .when(ch == "baidu", "3")
+    cid = coalesce(known, col("url").str.extract(CHANNEL_ID, 2))
+    return s["bid"].select("auction", "bidder", "price", "channel", cid.alias("channel_id")) \
+        .filter(col("channel_id").is_not_null())
+
+
+def q22(s, env=None):
+    """Get URL directories: the 4th to 6th ``/``-separated parts of the bid's URL."""
+    url = col("url").str
+    return s["bid"].select("auction", "bidder", "price", "channel",
+                           url.split_part("/", 3).alias("dir1"),
+                           url.split_part("/", 4).alias("dir2"),
+                           url.split_part("/", 5).alias("dir3"))
+
+
 QUERIES: dict[str, Callable] = {
     "q0": q0, "q1": q1, "q2": q2, "q3": q3, "q4": q4, "q5": q5, "q6": q6, "q7": q7, "q8": q8,
-    "q9": q9,
+    "q9": q9, "q10": q10, "q11": q11, "q12": q12, "q13": q13, "q14": q14, "q15": q15,
+    "q16": q16, "q17": q17, "q18": q18, "q19": q19, "q20": q20, "q21": q21, "q22": q22,
 }
 
-__all__ = ["QUERIES"]
+#: Variants measured beside the standard queries (not part of the suite's result set).
+VARIANTS: dict[str, Callable] = {"q14_rows": q14_rows}
+
+__all__ = ["QUERIES", "VARIANTS", "QueryEnv", "SIDE_INPUT_KEYS"]

@@ -99,8 +99,16 @@ q22 ``auction, bidder, price: int64, channel, dir1, dir2, dir3: string``
     URL split: ``dir1..dir3`` are the 4th..6th ``'/'``-separated parts of the URL (null when
     the URL has fewer parts).
 
-Not provided: q10 (writes files), q12 (processing-time windows: not deterministic) and q13
-(needs a side-input file).
+q10 ``auction, bidder, price: int64, date_time: ts, extra, dt, hm: string``
+    Log to file system: every bid with ``dt = 'YYYY-MM-DD'`` and ``hm = 'HH:MM'`` of its time
+    (the engine writes it as Parquet files partitioned by ``dt``/``hm``).
+q12 ``bidder, bid_count: int64, starttime, endtime: ts``
+    Processing-time windows: bids per bidder per tumbling 10 s window of *processing* time.
+    Processing time is not in the events: the reference takes it as the extra table
+    ``bid_proc_time`` (one ``p_time`` per bid, in bid order; see :func:`step_proc_times`).
+q13 ``auction, bidder, price: int64, date_time: ts, value: string``
+    Bounded side input join: ``bid B JOIN side_input S ON B.auction % 10000 = S.key``
+    (``side_input``: :func:`dbsp.nexmark.generator.side_input`).
 """
 
 from __future__ import annotations
@@ -114,9 +122,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .generator import AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA
+from .generator import (AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, SIDE_INPUT_SCHEMA,
+                        NexmarkGenerator)
 
-__all__ = ["QUERIES", "QUERY_SCHEMAS", "QUERY_SQL", "compare_results", "reference_results"]
+__all__ = ["QUERIES", "QUERY_SCHEMAS", "QUERY_SQL", "compare_results", "reference_results",
+           "step_proc_times"]
 
 _TS = pa.timestamp("ms")
 _I = pa.int64()
@@ -160,7 +170,15 @@ QUERY_SCHEMAS: dict[str, pa.Schema] = {
             pa.field("bid_extra", _S),
         ]
     ),
+    "q10": _schema(
+        ("auction", _I), ("bidder", _I), ("price", _I), ("date_time", _TS), ("extra", _S),
+        ("dt", _S), ("hm", _S),
+    ),
     "q11": _schema(("bidder", _I), ("bid_count", _I), ("starttime", _TS), ("endtime", _TS)),
+    "q12": _schema(("bidder", _I), ("bid_count", _I), ("starttime", _TS), ("endtime", _TS)),
+    "q13": _schema(
+        ("auction", _I), ("bidder", _I), ("price", _I), ("date_time", _TS), ("value", _S)
+    ),
     "q14": _schema(
         ("auction", _I), ("bidder", _I), ("price", _I), ("bid_time_type", _S),
         ("date_time", _TS), ("extra", _S), ("c_counts", _I),
@@ -282,6 +300,10 @@ WITH {_WINNERS}
 SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, category,
        extra, auction, bidder, price, bid_date_time, bid_extra
 FROM winners""",
+    "q10": """
+SELECT auction, bidder, price, date_time, extra, strftime(date_time, '%Y-%m-%d') AS dt,
+       strftime(date_time, '%H:%M') AS hm
+FROM bid""",
     "q11": """
 WITH b AS (SELECT bidder, ms(date_time) AS t FROM bid),
 s AS (
@@ -298,6 +320,15 @@ g AS (
 SELECT bidder, COUNT(*) AS bid_count, epoch_ms(MIN(t)) AS starttime,
        epoch_ms(MAX(t) + 10000) AS endtime
 FROM g GROUP BY bidder, sid""",
+    "q12": """
+WITH b AS (
+    SELECT bidder, fl(ms(p_time), 10000) AS w FROM bid POSITIONAL JOIN bid_proc_time
+)
+SELECT bidder, COUNT(*) AS bid_count, epoch_ms(w) AS starttime, epoch_ms(w + 10000) AS endtime
+FROM b GROUP BY bidder, w""",
+    "q13": """
+SELECT B.auction, B.bidder, B.price, B.date_time, S.value
+FROM bid B JOIN side_input S ON B.auction % 10000 = S.key""",
     "q14": """
 WITH b AS (
     SELECT *, (price * 908) // 1000 AS eur,
@@ -368,7 +399,24 @@ SELECT auction, bidder, price, channel,
 FROM bid""",
 }
 
-_INPUT_SCHEMAS = {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}
+_INPUT_SCHEMAS = {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA,
+                  "side_input": SIDE_INPUT_SCHEMA,
+                  "bid_proc_time": pa.schema([pa.field("p_time", _TS, nullable=False)])}
+#: tables a query reads beyond person/auction/bid; they must be given for it
+_NEEDS = {"q12": ("bid_proc_time",), "q13": ("side_input",)}
+
+
+def step_proc_times(total_events: int, chunk: int, clock: Any,
+                    generator: NexmarkGenerator | None = None) -> pa.Table:
+    """The ``bid_proc_time`` table of q12 for a run that pushes events in steps of ``chunk``
+    events from event 0: bid ``k`` gets ``clock.now_ms(step of its event)``."""
+    gen = generator or NexmarkGenerator()
+    n = np.arange(total_events, dtype=np.int64)
+    steps = n[gen.event_kind(n) == 2] // chunk
+    uniq, inv = np.unique(steps, return_inverse=True)
+    stamps = np.array([clock.now_ms(int(s)) for s in uniq], dtype=np.int64)[inv] \
+        if len(uniq) else np.zeros(0, np.int64)
+    return pa.table([pa.array(stamps).cast(_TS)], schema=_INPUT_SCHEMAS["bid_proc_time"])
 
 
 def _to_table(data: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -403,8 +451,8 @@ def reference_results(
             "pip install dbsp[verify]"
         ) from exc
 
-    if queries is None:
-        names = list(QUERIES)
+    if queries is None:  # every query whose tables are given
+        names = [q for q in QUERIES if all(t in events for t in _NEEDS.get(q, ()))]
     elif isinstance(queries, str):
         names = [queries]
     else:
@@ -414,7 +462,12 @@ def reference_results(
         raise ValueError(f"unknown Nexmark queries {unknown}; known: {', '.join(QUERIES)}")
     extra_kinds = set(events) - set(_INPUT_SCHEMAS)
     if extra_kinds:
-        raise ValueError(f"unknown event kinds {sorted(extra_kinds)}; expected person/auction/bid")
+        raise ValueError(f"unknown event kinds {sorted(extra_kinds)}; expected person/auction/"
+                         f"bid (and side_input for q13, bid_proc_time for q12)")
+    for q in names:
+        missing = [t for t in _NEEDS.get(q, ()) if t not in events]
+        if missing:
+            raise ValueError(f"{q} needs the table(s) {missing} in events")
 
     con = duckdb.connect()
     try:

@@ -24,6 +24,17 @@ from ...algebra.time import duration_to_units, epoch_ms as _epoch_ms, from_physi
 from .tree import Expr, Func, extension, need
 
 
+def _strftime(v: Any, fmt: str) -> Any:
+    """``pc.strftime`` once per distinct value (formatting costs ~1 µs a value; times that
+    share a day or a minute, once floored, repeat a lot)."""
+    if isinstance(v, pa.Scalar) or len(v) < 64:
+        return pc.strftime(v, format=fmt)
+    d = pc.dictionary_encode(v)
+    if len(d.dictionary) * 2 > len(v):  # mostly distinct: format directly
+        return pc.strftime(v, format=fmt)
+    return pc.strftime(d.dictionary, format=fmt).take(d.indices)
+
+
 @extension("dt")
 class DtNamespace:
     """Date/time functions (``col("date_time").dt.…``)."""
@@ -92,6 +103,14 @@ class DtNamespace:
     def day_of_week(self) -> Expr:
         """Monday = 0 ... Sunday = 6."""
         return self._part("day_of_week", pc.day_of_week)
+
+    def strftime(self, fmt: str) -> Expr:
+        """The timestamp or date formatted by the C/strftime ``fmt`` (``"%Y-%m-%d"``,
+        ``"%H:%M"``), as a string; timestamps without a time zone are read as UTC."""
+        return Func("dt.strftime", [self._e],
+                    need(lambda t: pa.types.is_timestamp(t) or pa.types.is_date(t),
+                         "a timestamp or date"),
+                    lambda a, n: _strftime(a[0], fmt), params=(fmt,))
 
     def date(self) -> Expr:
         return Func("dt.date", [self._e], need(pa.types.is_timestamp, "a timestamp"),

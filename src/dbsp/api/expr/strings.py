@@ -21,7 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...algebra.dtypes import cast_value, is_null, is_string
-from .tree import Expr, Func, _wrap, extension, need
+from ...algebra.strings import name_groups, regex_extract
+from ...algebra.strings import split_part as split_part_kernel
+from .tree import Expr, Func, _as_array, _wrap, extension, need
 
 _STR = need(is_string, "a string")
 
@@ -80,6 +82,31 @@ class StrNamespace:
     def strip(self) -> Expr:
         return self._f("strip", lambda a, n: pc.utf8_trim_whitespace(
             cast_value(a[0], pa.string())))
+
+    def extract(self, pattern: str, group: int = 0) -> Expr:
+        """Capture group ``group`` (1-based; 0: the whole match) of the first match of the regex
+        ``pattern`` (RE2 syntax); null where it does not match
+        (:func:`dbsp.algebra.strings.regex_extract`)."""
+        name_groups(pattern)  # bad arguments fail when the query is built
+        if not isinstance(group, int) or group < 0:
+            raise ValueError(f"str.extract: group must be an int >= 0, got {group!r}")
+        return self._f("extract", lambda a, n: regex_extract(
+            _as_array(a[0], n), pattern, group), (pattern, group))
+
+    def split_part(self, sep: str, index: int) -> Expr:
+        """Part ``index`` (0-based) of the string split on the literal ``sep``; null where the
+        string has fewer parts (:func:`dbsp.algebra.strings.split_part`)."""
+        if not isinstance(sep, str) or not sep:
+            raise ValueError(f"str.split_part: sep must be a non-empty string, got {sep!r}")
+        if not isinstance(index, int) or index < 0:
+            raise ValueError(f"str.split_part: index must be an int >= 0, got {index!r}")
+        return self._f("split_part", lambda a, n: split_part_kernel(
+            _as_array(a[0], n), sep, index), (sep, index))
+
+    def count(self, pattern: str) -> Expr:
+        """Non-overlapping occurrences of the literal ``pattern`` (int64)."""
+        return self._f("count", lambda a, n: cast_value(pc.count_substring(
+            cast_value(a[0], pa.string()), pattern), pa.int64()), (pattern,))
 
     def concat(self, *others: Any, sep: str = "") -> Expr:
         """``self ++ sep ++ other ++ ...``; null if any part is null (SQL ``||``)."""
