@@ -241,6 +241,33 @@ class ReplaySource(Source):
             self._take_iter(1)  # learn now whether the source is drained (no empty last step)
         return n
 
+    @property
+    def position(self) -> int:
+        """Source rows fed so far (an input log records it: recovery re-reads from here)."""
+        return self._offset
+
+    def skip_to(self, position: int) -> None:
+        """Drop the source's rows before ``position`` (fed before a restart and already in
+        the input log or a checkpoint), so that the next feed starts there."""
+        n = position - self._offset
+        if n < 0:
+            raise ValueError(f"source '{self.name}' is at row {self._offset}, cannot go back "
+                             f"to row {position}")
+        if n == 0:
+            return
+        if self._q is not None:
+            self._take_queue(n, float("inf"))
+        else:
+            self._take_iter(n)
+        chunk = self._chunk(n)
+        got = 0 if chunk is None else chunk.num_rows
+        if got < n:
+            raise ValueError(f"source '{self.name}' has {self._offset + got} rows; the input "
+                             f"log recorded {position} fed")
+        self._offset += got
+        if self._buf_rows == 0 and self._q is None:
+            self._take_iter(1)
+
     def close(self) -> None:
         if self._thread is not None:
             self._stop = True

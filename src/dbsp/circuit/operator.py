@@ -5,11 +5,23 @@ worker owns its own state. Each step the scheduler calls :meth:`Operator.eval` w
 values of the input streams (in dependency order). *Strict* operators (``z^-1`` and what is built
 on it) instead produce their output from state at the start of a step with :meth:`output` and
 consume their input at the end with :meth:`consume`; that is what lets a circuit have cycles.
+
+*State for checkpoints.* An operator names the attributes that hold its state in
+:attr:`Stateful.state_attrs`; :meth:`Stateful.checkpoint_state` returns them at a step boundary,
+each spine as its :class:`~dbsp.trace.spine.SpineImage` (the immutable batches and the key bound),
+each nested stateful object (an aggregate's versioned rows, a nested circuit's scheduler) as its
+own state, every other value as it is (values held between steps are never mutated in place:
+a step replaces them). :meth:`Stateful.restore_state` puts such a state back into a freshly built
+operator (spines refilled in place, so they keep their storage hooks). What to do with the state -
+write the batches to files, pickle the rest, fsync, publish - is the checkpoint layer's business
+(:mod:`dbsp.checkpoint`); operators do not know it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from ..trace.spine import Spine, SpineImage
 
 
 @dataclass
@@ -23,8 +35,70 @@ class WorkerContext:
     stats: dict = field(default_factory=dict)
 
 
-class Operator:
-    """Base class. Subclasses override :meth:`eval` (or :meth:`output` / :meth:`consume`)."""
+class NestedState(dict):
+    """The state of a nested stateful object inside an operator's state (a marker type)."""
+
+
+def capture(value: Any) -> Any:
+    """A value's checkpoint form: spine -> :class:`SpineImage`, stateful object -> its
+    :class:`NestedState`, list / tuple -> elementwise, anything else as it is."""
+    if isinstance(value, Spine):
+        return value.image()
+    if hasattr(value, "checkpoint_state"):
+        return NestedState(value.checkpoint_state())
+    if isinstance(value, (list, tuple)):
+        return type(value)(capture(v) for v in value)
+    return value
+
+
+def restore(current: Any, saved: Any, where: str = "state") -> Any:
+    """Put ``saved`` (made by :func:`capture`) back into ``current``; returns the new value."""
+    if isinstance(saved, SpineImage):
+        if not isinstance(current, Spine):
+            raise TypeError(f"{where}: the checkpoint holds a spine, the circuit has "
+                            f"{type(current).__name__}")
+        current.restore(saved)
+        return current
+    if isinstance(saved, NestedState):
+        if not hasattr(current, "restore_state"):
+            raise TypeError(f"{where}: the checkpoint holds nested state, the circuit has "
+                            f"{type(current).__name__}")
+        current.restore_state(dict(saved))
+        return current
+    if isinstance(saved, (list, tuple)) and isinstance(current, (list, tuple)) \
+            and any(isinstance(v, (SpineImage, NestedState)) for v in saved):
+        if len(current) != len(saved):
+            raise ValueError(f"{where}: {len(saved)} items in the checkpoint, "
+                             f"{len(current)} in the circuit")
+        return type(current)(restore(c, v, f"{where}[{i}]")
+                             for i, (c, v) in enumerate(zip(current, saved)))
+    return saved
+
+
+class Stateful:
+    """An object whose state a checkpoint saves: the attributes named in :attr:`state_attrs`."""
+
+    #: attributes that hold state between steps (empty: nothing to save)
+    state_attrs: tuple[str, ...] = ()
+
+    def checkpoint_state(self) -> dict:
+        """This object's state at a step boundary (see the module doc)."""
+        return {a: capture(getattr(self, a)) for a in self.state_attrs}
+
+    def restore_state(self, state: dict) -> None:
+        """Put a state made by :meth:`checkpoint_state` back (into a freshly built object)."""
+        missing = set(self.state_attrs) - set(state)
+        extra = set(state) - set(self.state_attrs)
+        if missing or extra:
+            raise ValueError(f"{type(self).__name__}: checkpoint state has attributes "
+                             f"{sorted(state)}, expected {sorted(self.state_attrs)}")
+        for a in self.state_attrs:
+            setattr(self, a, restore(getattr(self, a), state[a], f"{type(self).__name__}.{a}"))
+
+
+class Operator(Stateful):
+    """Base class. Subclasses override :meth:`eval` (or :meth:`output` / :meth:`consume`) and
+    name their state in :attr:`state_attrs`."""
 
     strict = False
     name = "operator"

@@ -88,6 +88,25 @@ class Scheduler:
     #: what a driver may ask a worker between steps (``call`` of the runtime's executors)
     CALLS = ("state_rows", "profile")
 
+    # -- checkpoints (see dbsp.circuit.operator: Stateful) ---------------------------------
+    def checkpoint_state(self) -> dict:
+        """``{node id: state}`` of every stateful operator, at a step boundary."""
+        return {i: op.checkpoint_state() for i, op in enumerate(self.ops) if op.state_attrs}
+
+    def restore_state(self, state: dict) -> None:
+        """Put back a state made by :meth:`checkpoint_state` (operators freshly built)."""
+        want = {i for i, op in enumerate(self.ops) if op.state_attrs}
+        if set(state) != want:
+            raise ValueError(f"worker {self.ctx.worker}: checkpoint has state for operators "
+                             f"{sorted(state)}, the circuit for {sorted(want)}")
+        for i in sorted(want):
+            self.ops[i].restore_state(state[i])
+
+    def apply(self, fn, *args):
+        """``fn(self, *args)`` on this worker (the runtime's ``apply``: upper layers hand a
+        module-level function, which a worker process receives by reference)."""
+        return fn(self, *args)
+
     def state_rows(self) -> int:
         return sum(op.state_rows() for op in self.ops)
 

@@ -81,7 +81,7 @@ from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import take
 from ..circuit.exchange import shard_rows
-from ..circuit.operator import Operator
+from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, match_batches, ranges
 from ..trace.probe import codes_le, first_positive, pair_weights
@@ -363,7 +363,7 @@ def rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
     return eq
 
 
-class VersionedRows:
+class VersionedRows(Stateful):
     """A spine holding at most one row per key; its value code is the row's version number.
 
     Replacing row ``(k, v)`` inserts ``(k, old row, v, -1)`` and ``(k, new row, v', +1)`` in one
@@ -372,6 +372,8 @@ class VersionedRows:
     the spine: reusing one after a deletion would let a merge pair a retraction with the wrong
     row); after a restore the counter restarts above the largest version stored.
     """
+
+    state_attrs = ('trace', '_next')
 
     def __init__(self, name: str, val_schema: pa.Schema):
         self.trace = Spine(name=name)
@@ -608,6 +610,8 @@ class LinearAggregateOperator(Operator):
     own delta into one partial row per key, and only those rows cross the exchange (by key hash),
     where the parts of a key are added up (a combiner: the exchange moves keys, not rows).
     """
+
+    state_attrs = ('state',)
 
     name = "aggregate(linear)"
 
@@ -914,6 +918,8 @@ class GeneralAggregateOperator(Operator):
 class GroupAggregateOperator(Operator):
     """Aggregates that include a user :class:`Aggregator`: recomputed over the whole groups of
     the touched keys (an :class:`Aggregator` sees whole groups by contract)."""
+
+    state_attrs = ('input', 'outputs')
 
     name = "aggregate(general)"
 

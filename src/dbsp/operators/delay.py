@@ -12,6 +12,8 @@ from ._values import empty_of
 
 
 class DelayOperator(Operator):
+    state_attrs = ('value',)
+
     name = "delay"
     strict = True
 

@@ -6,6 +6,8 @@ from ._values import add, empty_of
 
 
 class DifferentiateOperator(Operator):
+    state_attrs = ('prev',)
+
     name = "differentiate"
 
     def __init__(self, ctx, type_):

@@ -48,6 +48,8 @@ def sign_changes(old: np.ndarray, delta: np.ndarray) -> np.ndarray:
 class DistinctOperator(Operator):
     """``distinct`` over a Z-set stream whose rows are already sharded by row hash."""
 
+    state_attrs = ('trace',)
+
     name = "distinct"
 
     def __init__(self, ctx, schema):

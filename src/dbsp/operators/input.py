@@ -78,6 +78,33 @@ class InputStream(Stream):
     def pending_rows(self) -> int:
         return self._pending_rows
 
+    def take_pending(self) -> Optional[tuple[pa.RecordBatch, np.ndarray]]:
+        """Take the rows pushed for the next step as one ``(batch, weights)`` (None if none):
+        for an input log, which hands them back with :meth:`put_pending`."""
+        parts, self._pending, self._pending_rows = self._pending, [], 0
+        if not parts:
+            return None
+        data = concat_batches(self.schema, [p[0] for p in parts])
+        w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        return data, w
+
+    def put_pending(self, batch: pa.RecordBatch, weights: np.ndarray,
+                    record_keys: bool = False) -> None:
+        """Make ``(batch, weights)`` the next step's input as it is: rows logged or taken by
+        :meth:`take_pending`. A keyed input's key state recorded them when they were pushed;
+        ``record_keys``: record them now (rows replayed from a log into a restored input)."""
+        if batch.schema != self.schema:
+            raise InputError(f"input '{self.name}': logged rows have schema {batch.schema}, "
+                             f"the input {self.schema}")
+        if len(weights) != batch.num_rows:
+            raise InputError(f"input '{self.name}': {batch.num_rows} rows, {len(weights)} "
+                             f"weights")
+        weights = np.asarray(weights, dtype=np.int64)
+        if record_keys and self._key is not None and batch.num_rows:
+            self._key.record(self._key.indexed(batch, weights))
+        self._pending.append((batch, weights))
+        self._pending_rows += batch.num_rows
+
     def _split(self, workers: int, key: Optional[tuple] = None) -> list:
         """Take the pending rows: one part per worker (None where empty), dealt by the hash of
         ``key`` (column names, key schema) when the circuit's placement gives one

@@ -12,6 +12,8 @@ from ._values import consolidated, empty_of
 
 
 class IntegrateOperator(Operator):
+    state_attrs = ('trace',)
+
     name = "integrate"
 
     def __init__(self, ctx, type_):

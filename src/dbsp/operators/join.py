@@ -206,6 +206,8 @@ class JoinOperator(Operator):
     right side is a key set of weight 1) or ``"fn"`` (``fn(keys, lv, rv)``).
     """
 
+    state_attrs = ('left', 'right')
+
     name = "join"
 
     def __init__(self, ctx, out_schema: pa.Schema, mode: str, fn: Optional[Callable] = None,
@@ -307,6 +309,8 @@ def join(left, right, fn: Optional[Callable] = None, schema: Any = None):
 class KeySetOperator(Operator):
     """``distinct(keys(b))`` as an indexed stream ``key -> ()`` of weight ±1 changes; keys with a
     null column are left out (they match nothing)."""
+
+    state_attrs = ('trace',)
 
     name = "distinct_keys"
 

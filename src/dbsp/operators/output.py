@@ -11,7 +11,7 @@ from typing import Optional
 
 import pyarrow as pa
 
-from ..circuit.operator import Operator
+from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.spine import Spine
@@ -30,13 +30,15 @@ class OutputOperator(Operator):
         return None
 
 
-class OutputHandle:
+class OutputHandle(Stateful):
     """The delta of the last step (:meth:`delta`) and, with ``view=True``, the integrated view.
 
     Gathering costs nothing per step: the workers' parts are kept as they are, and consolidated
     only when read (:meth:`delta`, :meth:`view`), so a pipeline whose output is read rarely does
     not pay for sorting every step.
     """
+
+    state_attrs = ("_view", "rows_out")
 
     def __init__(self, node: int, schema: pa.Schema, name: str, keep_view: bool):
         self.node = node
@@ -59,6 +61,15 @@ class OutputHandle:
         if self.keep_view and parts:
             self._view_pending.extend(parts)
             self._view_cache = None
+
+    def checkpoint_state(self) -> dict:
+        self._fold_view()
+        return super().checkpoint_state()
+
+    def restore_state(self, state: dict) -> None:
+        self._view_pending, self._view_cache = [], None
+        self._parts, self._delta = [], OrdZSet.empty(self.schema)
+        super().restore_state(state)
 
     # -- delta ----------------------------------------------------------------------------
     def delta(self) -> OrdZSet:
@@ -86,15 +97,19 @@ class OutputHandle:
         """Everything output so far, consolidated (the materialised view)."""
         if self._view is None:
             raise RuntimeError(f"output '{self.name}' keeps no view (created with view=False)")
-        if self._view_pending:
-            b = _consolidate_parts(self.schema, self._view_pending)
-            self._view_pending = []
-            if len(b):
-                self._view.insert(b)
+        self._fold_view()
         if self._view_cache is None:
             v = self._view.consolidated()
             self._view_cache = v if v is not None else OrdZSet.empty(self.schema)
         return self._view_cache  # type: ignore[return-value]
+
+    def _fold_view(self) -> None:
+        """Add the steps' deltas not yet in the view's spine to it."""
+        if self._view is not None and self._view_pending:
+            b = _consolidate_parts(self.schema, self._view_pending)
+            self._view_pending = []
+            if len(b):
+                self._view.insert(b)
 
     def view_arrow(self) -> pa.Table:
         return self.view().to_arrow()

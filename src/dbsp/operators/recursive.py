@@ -119,6 +119,8 @@ def _sum(type_, parts: list):
 class RecursiveOperator(Operator):
     """Runs the body's replica (on this worker) to a fixed point at every outer step."""
 
+    state_attrs = ('child', 'inputs', 'result', 'iterations', 'recomputes')
+
     name = "recursive"
 
     def __init__(self, ctx, nodes, import_ids: list[int], in_types: list, fb_id: int, x_type,

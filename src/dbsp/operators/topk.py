@@ -128,6 +128,8 @@ class TopKOperator(Operator):
     retracted values in front of its top ``k``.
     """
 
+    state_attrs = ('trace',)
+
     name = "topk"
 
     def __init__(self, ctx, k: int, order_by: list[str], descending: bool, rank: Optional[str],

@@ -33,12 +33,15 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import WEIGHT, InputError, conform, take
+from ..circuit.operator import Stateful
 from ..trace.batch import OrdIndexedZSet
 from ..trace.spine import Spine
 
 
-class KeyState:
+class KeyState(Stateful):
     """The current rows of a keyed input, indexed by key."""
+
+    state_attrs = ('trace',)
 
     def __init__(self, input_name: str, schema: pa.Schema, key: Sequence[str]):
         key = [key] if isinstance(key, str) else list(key)

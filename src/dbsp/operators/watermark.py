@@ -102,6 +102,8 @@ def time_int64(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 class LatenessOperator(Operator):
     """Drops (and counts) rows behind the watermark and advances the watermark."""
 
+    state_attrs = ('max_seen', 'watermark', 'late_rows')
+
     name = "lateness"
 
     def __init__(self, ctx, schema: pa.Schema, column: str, lateness: int):

@@ -193,6 +193,8 @@ class WindowAggregateOperator(Operator):
     """The engine's aggregate over ``(window_start, keys) -> values``, plus watermark GC and the
     final column layout ``keys ++ (window_start, window_end) ++ aggregates``."""
 
+    state_attrs = ('inner', 'cut')
+
     name = "window_aggregate"
 
     def __init__(self, ctx, inner: Operator, size: int, t: pa.DataType, key_schema: pa.Schema,
@@ -332,6 +334,8 @@ class KeyedRecomputeOperator(Operator):
     Subclasses implement :meth:`compute` and :meth:`retain` (which rows a watermark makes
     useless).
     """
+
+    state_attrs = ('input', 'gc_wm', 'live')
 
     name = "keyed_recompute"
     MIN_GC_ROWS = 1024

@@ -18,10 +18,18 @@ every spine its operators build keeps state beyond the memory budget in layer fi
 3. gathers the outputs of all workers into the output handles.
 
 An error in any worker aborts the transport (so no worker hangs), and the step raises it.
+
+A circuit with storage holds the directory's exclusive lock
+(:class:`~dbsp.storage.lock.DirectoryLock`) from construction to :meth:`Circuit.close`. For the
+checkpoint layer above it offers, between steps: :meth:`Circuit.apply` (a function run on every
+worker, in the worker's own process), :meth:`Circuit.driver_state` / :meth:`restore_driver_state`
+(the state this process keeps besides the workers': keyed inputs, output views, the step count)
+and :meth:`Circuit.fingerprint` (what a checkpoint must match to be restored into this circuit).
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from typing import Any, Callable, Optional, Sequence
 
@@ -34,6 +42,7 @@ from ..operators.recursive import recursive
 from ..operators.stream import make_stream
 from ..operators.upsert import KeyState
 from ..storage.config import as_storage_config
+from ..storage.lock import DirectoryLock
 from ..storage.memory import tune_malloc
 from ..trace.merge_helper import start_helper, stop_helpers
 from ..trace.spill import SpineStorage
@@ -72,8 +81,11 @@ class Circuit(Graph):
         self.runtime = runtime
         self.storage = as_storage_config(storage)
         self._worker_storage: dict = {}
+        self._lock: Optional[DirectoryLock] = None
         if self.storage is not None:
             os.makedirs(self.storage.dir, exist_ok=True)
+            # before anything in the directory is touched (worker storage removes temporaries)
+            self._lock = DirectoryLock(self.storage.dir)
             if not self._worker_processes:  # worker processes build their own, after the fork
                 # set up now, not in the first step: merge helpers (forked before the storage
                 # opens its ring and pool, which a helper builds for itself), then each worker's
@@ -164,6 +176,63 @@ class Circuit(Graph):
             out._gather([o.get(out.node) for o in outs])
         self.steps += 1
 
+    # -- for the checkpoint layer ---------------------------------------------------------
+    def start(self) -> None:
+        """Freeze the graph and build the workers now (else the first step does it)."""
+        if self._executor is None:
+            self._start()
+
+    def apply(self, fn: Callable, *args: Any) -> list:
+        """``fn(scheduler, *args)`` on every worker between steps, in its own process (``fn``
+        must be a module-level function: worker processes receive it by reference). Returns
+        the results in worker order."""
+        self.start()
+        return self._executor.apply(fn, *args)
+
+    def driver_state(self) -> dict:
+        """What this process keeps besides the workers' operators, in the form of
+        :func:`dbsp.circuit.operator.capture`: keyed inputs' rows, output views, steps."""
+        return {"steps": self.steps,
+                "keys": {n: s._key.checkpoint_state() for n, s in self.inputs.items()
+                         if s._key is not None},
+                "outputs": {h.node: h.checkpoint_state() for h in self.outputs}}
+
+    def restore_driver_state(self, state: dict) -> None:
+        """Put back a :meth:`driver_state` (pending input is dropped)."""
+        keys = {n for n, s in self.inputs.items() if s._key is not None}
+        if set(state["keys"]) != keys or \
+                set(state["outputs"]) != {h.node for h in self.outputs}:
+            raise ValueError(f"circuit '{self.name}': the checkpoint's keyed inputs / outputs "
+                             f"do not match this circuit's")
+        for n, st in state["keys"].items():
+            self.inputs[n]._key.restore_state(st)
+        for h in self.outputs:
+            h.restore_state(state["outputs"][h.node])
+        for inp in self.inputs.values():
+            inp.take_pending()
+        self.steps = int(state["steps"])
+
+    def driver_storage(self) -> Any:
+        """A worker storage of this process (worker 0's), for files the driver writes."""
+        self.start()
+        if self._replicas is not None:
+            return self._replicas[0].ctx.storage
+        return self._executor.replica.ctx.storage
+
+    def fingerprint(self) -> str:
+        """A digest of the circuit's shape (nodes, their kinds, inputs and types, nested
+        circuits by name) and worker count: a checkpoint is restored only into a circuit with
+        the same fingerprint."""
+        h = hashlib.sha256()
+        h.update(f"workers={self.workers}\n".encode())
+        for n in self.nodes:
+            h.update(f"{n.id}|{n.name}|{n.kind}|{n.strict}|{n.inputs}|{n.type!r}\n".encode())
+        for name, s in sorted(self.inputs.items()):
+            h.update(f"input {name} {s.node} keyed={s._key is not None}\n".encode())
+        for o in self.outputs:
+            h.update(f"output {o.name} {o.node} view={o.keep_view}\n".encode())
+        return h.hexdigest()[:32]
+
     def state_rows(self) -> int:
         """Rows of operator state over all workers."""
         if self._executor is None:
@@ -201,6 +270,8 @@ class Circuit(Graph):
             self._broken = self._broken or RuntimeError(f"circuit '{self.name}' was closed")
         if self.storage is not None:
             stop_helpers(self.storage)
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self) -> "Circuit":
         return self

@@ -11,6 +11,8 @@ Protocol on each driver <-> worker control socket (one request, one reply):
 
 * ``("step", {input_node: ZSet | None})`` -> ``("ok", {output_node: value})`` or ``("err", exc)``
 * ``("call", name)`` -> ``("ok", value)``: ``state_rows``, ``profile``
+* ``("apply", fn, args)`` -> ``("ok", fn(replica, *args))``: ``fn`` a module-level function
+  (pickled by reference), e.g. a checkpoint layer's save / load of the worker's state
 * ``("stop",)`` -> the worker exits
 
 A worker that dies (killed, crashed) closes its sockets: the driver's next reply read fails and
@@ -55,6 +57,8 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
                 wire.send(ctrl, ("ok", replica.take_outputs()))
             elif cmd == "call":
                 wire.send(ctrl, ("ok", _call(replica, msg[1])))
+            elif cmd == "apply":
+                wire.send(ctrl, ("ok", replica.apply(msg[1], *msg[2])))
             else:
                 wire.send(ctrl, ("err", ValueError(f"unknown command {cmd!r}")))
         except BaseException as e:  # reported to the driver
@@ -161,6 +165,17 @@ class ProcessPool:
     def call(self, name: str) -> list[Any]:
         mine = _call(self.replica, name)  # refuses an unknown name before asking the others
         self._send({w: ("call", name) for w in self.ctrl})
+        return [mine] + self._replies()
+
+    def apply(self, fn, *args) -> list[Any]:
+        """``fn(replica, *args)`` on every worker (the forked ones concurrently with this
+        process's own), in worker order."""
+        self._send({w: ("apply", fn, args) for w in self.ctrl})
+        try:
+            mine = self.replica.apply(fn, *args)
+        except BaseException as e:
+            self._replies(e)
+            raise
         return [mine] + self._replies()
 
     def close(self) -> None:

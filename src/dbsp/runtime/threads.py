@@ -110,6 +110,10 @@ class ThreadPool:
     def call(self, name: str) -> list:
         return [getattr(r, name)() for r in self.replicas]
 
+    def apply(self, fn, *args) -> list:
+        """``fn(replica, *args)`` for every replica, in order (between steps)."""
+        return [r.apply(fn, *args) for r in self.replicas]
+
     def close(self) -> None:
         if not self._threads:
             return

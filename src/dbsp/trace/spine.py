@@ -92,7 +92,7 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -108,8 +108,25 @@ log = logging.getLogger("dbsp.trace.spine")
 KeyBound = Union[int, bytes]
 RowFilter = Callable[[Batch], np.ndarray]
 
-__all__ = ["Spine", "Batch", "Merger", "MergeStats", "SpineMergeError", "default_merger",
+__all__ = ["Spine", "SpineImage", "Batch", "Merger", "MergeStats", "SpineMergeError",
+           "default_merger",
            "default_threads", "shutdown_default_merger", "merge_batches"]
+
+
+@dataclass(frozen=True)
+class SpineImage:
+    """What a checkpoint keeps of a spine (:meth:`Spine.image`): its stored batches, uncut and
+    immutable (a merge in flight is represented by its inputs), and its key bound. The batches
+    sum to the spine's state at the moment of the image whatever merges finish later."""
+
+    batches: tuple
+    key_bound: Optional[Any] = None
+    #: the spine imaged (a checkpoint swaps the file copies of in-memory batches into it)
+    source: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(b) for b in self.batches)
 
 
 class SpineMergeError(RuntimeError):
@@ -463,6 +480,37 @@ class Spine:
             self._changed()
             self._cv.notify_all()
         self._fire_change()
+
+    def image(self) -> SpineImage:
+        """The spine's state now, for a checkpoint: the stored batches (loose ones and the
+        inputs of merges in flight, uncut by the key bound) and the key bound. Cheap: no batch
+        is copied; holding the image pins its batches."""
+        with self._cv:
+            raw = [b for bs in self._levels.values() for b in bs]
+            for job in self._inflight.values():
+                raw.extend(job.inputs)
+            self._raise_error()
+            return SpineImage(tuple(raw), self._key_bound, self)
+
+    def restore(self, image: SpineImage) -> None:
+        """Replace the state with ``image``'s batches and key bound (merges in flight are
+        discarded); the merge policy then files and merges them as usual."""
+        with self._cv:
+            self._levels.clear()
+            self._inflight.clear()
+            self._epoch += 1
+            for b in image.batches:
+                if len(b):
+                    self._levels.setdefault(self.level_of(len(b)), []).append(b)
+                    if self._proto is None:
+                        self._proto = b
+            self._key_bound = image.key_bound
+            self._changed()
+            waiting = self._waiting()
+            self._cv.notify_all()
+        self._fire_change()
+        if waiting and self.background:
+            self._get_merger()._notify(self)
 
     def loose_batches(self) -> list[Batch]:
         """The stored batches no merge is using now (uncut by the key bound), e.g. to spill."""

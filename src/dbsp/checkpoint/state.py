@@ -1,0 +1,255 @@
+"""One worker's (or the driver's) state in a checkpoint: capture at a step boundary, write
+after, read back.
+
+Goals
+-----
+* The pause a checkpoint costs the circuit does not grow with the state: at the step boundary
+  only the *small* state is serialised and each spine's batch list recorded (batches are
+  immutable, so holding the list is a consistent snapshot: 001's barrier snapshot made trivial);
+  batches that live only in memory are written to layer files afterwards, while the circuit
+  steps on (:class:`PendingState`).
+* Batch files are shared: a batch already in a file is referenced, not copied; a batch written
+  for a checkpoint replaces its in-memory twin in the spine, so the next checkpoint references
+  that file too.
+
+Design
+------
+The state (``Scheduler.checkpoint_state()``, see :mod:`dbsp.circuit.operator`) is pickled with a
+persistent id for every :class:`~dbsp.trace.spine.SpineImage`: the pickle holds
+``("spine", i, key_bound)``; the file's header holds spine ``i``'s batch list as
+``(path relative to the storage root, first key, end key)`` triples. File layout::
+
+    b"DBSPSTAT" | u32 header length | header JSON | pickle | u32 crc32 of all before
+
+Files a checkpoint references are pinned in this process (:func:`pin`) so that a merge that
+retires them does not delete them; :func:`release` unpins (and deletes what no live batch uses)
+when the last checkpoint naming them is removed.
+
+Invariants
+----------
+* A state file is written with :func:`dbsp.storage.faults.write_durable` and names only files
+  that were fsynced before it.
+* Reading checks the magic and the checksum and every referenced file; a mismatch is a
+  :class:`CheckpointCorrupt` error, never a silently different state.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import struct
+import threading
+import zlib
+from typing import Any, Optional
+
+from ..storage.faults import fsync_path, write_durable
+from ..trace.file_batch import BatchFile, FileOrdIndexedZSet, FileOrdZSet, write_batch
+from ..trace.spine import SpineImage
+
+__all__ = ["PendingState", "capture_state", "read_state", "pin", "release", "CheckpointCorrupt",
+           "CheckpointError"]
+
+MAGIC = b"DBSPSTAT"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (the previous one stands) or restored."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A checkpoint file is damaged or a file it names is missing."""
+
+
+# -- files this process keeps for checkpoints --------------------------------------------------
+
+_lock = threading.Lock()
+_pins: dict[str, Any] = {}     # absolute path -> the BatchFile's shared state dict
+_alive: dict[str, Any] = {}    # absolute path -> the BatchFile's finalizer
+_synced: set[str] = set()      # absolute paths fsynced by this process
+
+
+def pin(bf: BatchFile) -> None:
+    """Keep ``bf``'s file on disk after its batches are gone (a checkpoint names it)."""
+    with _lock:
+        if bf.path not in _pins:
+            bf.pin()
+            _pins[bf.path] = bf._state
+            _alive[bf.path] = bf._fin
+
+
+def release(paths: list[str]) -> int:
+    """Unpin ``paths`` (absolute) and delete those that no live batch of this process uses.
+    Returns the files deleted now."""
+    removed = 0
+    for p in paths:
+        with _lock:
+            st = _pins.pop(p, None)
+            fin = _alive.pop(p, None)
+            _synced.discard(p)
+        if st is not None:
+            st["pins"] = max(0, st["pins"] - 1)
+            if fin is not None and fin.alive:
+                continue  # a live batch still reads it; its finalizer deletes it (pins == 0)
+        try:
+            os.unlink(p)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _fsync_once(path: str) -> None:
+    with _lock:
+        if path in _synced:
+            return
+    fsync_path(path)
+    with _lock:
+        _synced.add(path)
+
+
+def forget_process_state() -> None:
+    """Drop this process's pin and sync records (a forked child starts with none)."""
+    with _lock:
+        _pins.clear()
+        _alive.clear()
+        _synced.clear()
+
+
+# -- capture and write ---------------------------------------------------------------------------
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, f, images: list):
+        super().__init__(f, protocol=5)
+        self.images = images
+
+    def persistent_id(self, obj: Any):
+        if isinstance(obj, SpineImage):
+            self.images.append(obj)
+            return ("spine", len(self.images) - 1, obj.key_bound)
+        return None
+
+
+class PendingState:
+    """A state captured at a step boundary whose in-memory batches are still to be written.
+
+    :meth:`write` (on any thread, while the circuit steps on) writes those batches to layer
+    files, fsyncs every file the state names and writes the state file; it returns
+    ``{"files": [relative paths], "bytes": state file bytes + new batch bytes}``.
+    """
+
+    def __init__(self, blob: bytes, images: list, storage: Any, root: str):
+        self.blob = blob
+        self.images = images
+        self.storage = storage
+        self.root = os.path.realpath(root)
+
+    @property
+    def memory_batches(self) -> int:
+        return sum(1 for im in self.images for b in im.batches if not getattr(b, "is_file", False))
+
+    def write(self, path: str, kill_hook: Any = None) -> dict:
+        spines: list[list] = []
+        files: list[str] = []
+        new_bytes = 0
+        for im in self.images:
+            entries = []
+            for b in im.batches:
+                if not getattr(b, "is_file", False):
+                    if self.storage is None:
+                        raise CheckpointError("a checkpoint needs storage (StorageConfig) to "
+                                              "write in-memory state to")
+                    fb = write_batch(self.storage, b, name=getattr(im.source, "name", ""))
+                    if fb is None:
+                        continue
+                    new_bytes += fb.file_bytes
+                    pin(fb.file)
+                    if im.source is not None:  # the next checkpoint reuses the file
+                        fb.hits = getattr(b, "hits", 0)
+                        im.source.replace_batch(b, fb)
+                    b = fb
+                else:
+                    pin(b.file)
+                ap = os.path.realpath(b.path)
+                rel = os.path.relpath(ap, self.root)
+                if rel.startswith(".."):
+                    raise CheckpointError(f"batch file {ap} is outside the storage root "
+                                          f"{self.root}")
+                _fsync_once(ap)
+                entries.append([rel, int(b.k0), int(b.k1)])
+                files.append(rel)
+            spines.append(entries)
+        header = json.dumps({"version": 1, "spines": spines}).encode()
+        body = MAGIC + struct.pack("<I", len(header)) + header + self.blob
+        body += struct.pack("<I", zlib.crc32(body))
+        if kill_hook is not None:
+            kill_hook()
+        write_durable(path, body)
+        return {"files": sorted(set(files)), "bytes": len(body) + new_bytes}
+
+
+def capture_state(state: Any, storage: Any, root: str) -> PendingState:
+    """Serialise ``state`` (a ``checkpoint_state()`` result) now; see :class:`PendingState`."""
+    images: list = []
+    f = io.BytesIO()
+    _Pickler(f, images).dump(state)
+    return PendingState(f.getvalue(), images, storage, root)
+
+
+# -- read ------------------------------------------------------------------------------------------
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f, spines: list):
+        super().__init__(f)
+        self.spines = spines
+
+    def persistent_load(self, pid: Any):
+        kind, i, bound = pid
+        if kind != "spine" or not 0 <= i < len(self.spines):
+            raise CheckpointCorrupt(f"bad spine reference {pid!r}")
+        return SpineImage(self.spines[i], bound)
+
+
+def read_state(path: str, storage: Any, root: str) -> Any:
+    """The state in the state file ``path``, its spines' batches opened from their files
+    (pinned: the checkpoint names them)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise CheckpointCorrupt(f"checkpoint state file {path} is missing") from None
+    if len(data) < len(MAGIC) + 8 or data[:len(MAGIC)] != MAGIC:
+        raise CheckpointCorrupt(f"{path}: not a dbsp checkpoint state file")
+    (crc,) = struct.unpack("<I", data[-4:])
+    if zlib.crc32(data[:-4]) != crc:
+        raise CheckpointCorrupt(f"{path}: checksum mismatch (the file is damaged)")
+    (hl,) = struct.unpack("<I", data[len(MAGIC):len(MAGIC) + 4])
+    h0 = len(MAGIC) + 4
+    header = json.loads(data[h0:h0 + hl])
+    root = os.path.realpath(root)
+    files: dict[str, BatchFile] = {}
+    spines = []
+    backend = storage.backend if storage is not None else None
+    acct = getattr(storage, "accountant", None)
+    for entries in header["spines"]:
+        batches = []
+        for rel, k0, k1 in entries:
+            ap = os.path.join(root, rel)
+            bf = files.get(ap)
+            if bf is None:
+                if not os.path.exists(ap):
+                    raise CheckpointCorrupt(f"{path}: batch file {rel} is missing")
+                try:
+                    bf = BatchFile(ap, backend, accountant=acct)
+                except Exception as e:
+                    raise CheckpointCorrupt(f"{path}: batch file {rel} is unreadable: "
+                                            f"{e}") from e
+                pin(bf)
+                with _lock:
+                    _synced.add(ap)
+                files[ap] = bf
+            cls = FileOrdIndexedZSet if bf.indexed else FileOrdZSet
+            batches.append(cls(bf, k0, k1))
+        spines.append(tuple(batches))
+    return _Unpickler(io.BytesIO(data[h0 + hl:-4]), spines).load()
+

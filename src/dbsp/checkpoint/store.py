@@ -1,0 +1,329 @@
+"""The checkpoint store: a storage directory's catalog of checkpoints, and the protocol that
+writes, restores and retires them (seed 002, "Persistent Circuits").
+
+Layout of the storage root (the circuit's ``StorageConfig.dir``)::
+
+    LOCK                      the exclusive lock (pid host), dbsp.storage.lock
+    checkpoints.json          the catalog: fingerprint, checkpoints oldest first, each with
+                              name, step, time, bytes and the batch files it names
+    ckpt-<uuid>/              one directory per checkpoint
+        worker-<w>.state      each worker's operator state (dbsp.checkpoint.state)
+        driver.state          the driver's: keyed inputs, output views, step count
+    worker-<w>/b-<uuid>.dbsp  immutable batch files, shared by checkpoints and live spines
+
+Goals
+-----
+* A checkpoint is published by one atomic rename of the catalog; everything it depends on is
+  fsynced before (the state files, the batch files they name, the checkpoint directory), and
+  the catalog's directory after. A crash at any point leaves the previous catalog, which names
+  only complete checkpoints.
+* Nothing is orphaned: opening the store removes every ``*.mut``, every checkpoint directory
+  the catalog does not name and every batch file no checkpoint names (the store holds the
+  directory lock, so none of them belongs to a live process). Retiring a checkpoint (gc, keep
+  the last ``keep`` >= 2) removes its directory and the files only it named.
+* A checkpoint is restored only into the circuit that wrote it: the catalog's fingerprint
+  (:meth:`dbsp.runtime.circuit.Circuit.fingerprint`) must match.
+* The pause is short: :meth:`CheckpointStore.begin` captures the state at a step boundary;
+  the writing (:meth:`PendingCheckpoint.finish`) may run while the circuit steps on.
+
+Invariants
+----------
+* A failed fsync is never retried over: the checkpoint fails with :class:`CheckpointError`, the
+  previous one stands, and the store refuses further checkpoints (the kernel may have dropped
+  the dirty pages; a later fsync would report success over lost data). Restart to recover.
+* The catalog never names a checkpoint whose files are not all durable.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..storage.faults import fsync_dir, kill_point, write_durable
+from .state import CheckpointCorrupt, CheckpointError, capture_state, read_state, release
+
+__all__ = ["CheckpointStore", "CheckpointInfo", "PendingCheckpoint", "CheckpointError",
+           "CheckpointCorrupt", "CircuitMismatch", "save_worker_begin", "save_worker_finish",
+           "load_worker", "release_worker_files"]
+
+CATALOG = "checkpoints.json"
+MIN_KEEP = 2
+
+
+class CircuitMismatch(CheckpointError):
+    """The checkpoints in a storage directory were written by a different circuit."""
+
+
+@dataclass
+class CheckpointInfo:
+    """One published checkpoint."""
+
+    name: str
+    step: int
+    time: float
+    bytes: int
+    files: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "step": self.step, "time": self.time, "bytes": self.bytes,
+                "files": self.files}
+
+
+# -- functions run on each worker (module level: a worker process gets them by reference) -------
+
+_pending: dict[tuple, Any] = {}
+_pending_lock = threading.Lock()
+
+
+def save_worker_begin(sched: Any, root: str, name: str) -> int:
+    """Capture this worker's state now (the pause); the write is left for
+    :func:`save_worker_finish`. Returns the in-memory batches left to write."""
+    ps = capture_state(sched.checkpoint_state(), sched.ctx.storage, root)
+    with _pending_lock:
+        _pending[(root, name, sched.ctx.worker)] = ps
+    return ps.memory_batches
+
+
+def save_worker_finish(sched: Any, root: str, name: str) -> dict:
+    """Write the state captured by :func:`save_worker_begin` into the checkpoint directory."""
+    w = sched.ctx.worker
+    with _pending_lock:
+        ps = _pending.pop((root, name, w))
+    return ps.write(os.path.join(root, name, f"worker-{w}.state"))
+
+
+def save_worker_abort(sched: Any, root: str, name: str) -> None:
+    with _pending_lock:
+        _pending.pop((root, name, sched.ctx.worker), None)
+
+
+def load_worker(sched: Any, root: str, name: str) -> None:
+    """Restore this worker's operators from checkpoint ``name``."""
+    state = read_state(os.path.join(root, name, f"worker-{sched.ctx.worker}.state"),
+                       sched.ctx.storage, root)
+    sched.restore_state(state)
+
+
+def release_worker_files(sched: Any, root: str, paths: list) -> int:
+    """Unpin / delete the files among ``paths`` (relative) in this worker's directory."""
+    prefix = f"worker-{sched.ctx.worker}{os.sep}"
+    mine = [os.path.join(os.path.realpath(root), p) for p in paths if p.startswith(prefix)]
+    return release(mine)
+
+
+# -- the store -------------------------------------------------------------------------------------
+
+class PendingCheckpoint:
+    """A checkpoint captured at a step boundary, being written (see :meth:`finish`)."""
+
+    def __init__(self, store: "CheckpointStore", circuit: Any, name: str, step: int,
+                 driver: Any, paused: float):
+        self.store, self.circuit, self.name, self.step = store, circuit, name, step
+        self.driver = driver
+        self.pause_seconds = paused
+        self.info: Optional[CheckpointInfo] = None
+
+    def finish(self) -> CheckpointInfo:
+        """Write every worker's state and the driver's, fsync, publish in the catalog, retire
+        old checkpoints. Raises :class:`CheckpointError` (the previous checkpoint stands)."""
+        if self.info is not None:
+            return self.info
+        return self.store._finish(self)
+
+
+class CheckpointStore:
+    """The checkpoints of one storage directory (see the module doc). The circuit must hold the
+    directory lock (a circuit with storage does from its construction)."""
+
+    def __init__(self, root: str, fingerprint: str, keep: int = MIN_KEEP):
+        if keep < MIN_KEEP:
+            raise ValueError(f"keep must be at least {MIN_KEEP} (the last checkpoint and the one "
+                             f"before it), got {keep}")
+        self.root = os.path.realpath(root)
+        self.fingerprint = fingerprint
+        self.keep = keep
+        self.failed: Optional[BaseException] = None
+        self._lock = threading.Lock()
+        self.checkpoints: list[CheckpointInfo] = self._read_catalog()
+        self.removed_at_open = self._clean()
+
+    # -- catalog -----------------------------------------------------------------------------
+    @property
+    def catalog_path(self) -> str:
+        return os.path.join(self.root, CATALOG)
+
+    def _read_catalog(self) -> list[CheckpointInfo]:
+        try:
+            with open(self.catalog_path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            if glob.glob(os.path.join(self.root, "ckpt-*", "*.state")):
+                raise CheckpointCorrupt(
+                    f"{self.root}: checkpoint directories exist but the catalog {CATALOG} is "
+                    f"missing; refusing to start (and to delete them)") from None
+            return []
+        try:
+            doc = json.loads(raw)
+            body = json.dumps(doc["catalog"], sort_keys=True).encode()
+            if zlib.crc32(body) != doc["crc32"]:
+                raise ValueError("checksum mismatch")
+            cat = doc["catalog"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointCorrupt(f"{self.catalog_path}: damaged catalog ({e})") from e
+        if cat["fingerprint"] != self.fingerprint and cat["checkpoints"]:
+            raise CircuitMismatch(
+                f"storage directory {self.root} holds checkpoints of a different circuit "
+                f"(fingerprint {cat['fingerprint']}, this circuit {self.fingerprint}): the "
+                f"operators, inputs, outputs or worker count changed; use a new directory")
+        return [CheckpointInfo(**c) for c in cat["checkpoints"]]
+
+    def _write_catalog(self, cps: list[CheckpointInfo]) -> None:
+        cat = {"version": 1, "fingerprint": self.fingerprint,
+               "checkpoints": [c.as_dict() for c in cps]}
+        body = json.dumps(cat, sort_keys=True).encode()
+        doc = json.dumps({"catalog": cat, "crc32": zlib.crc32(body)}).encode()
+        write_durable(self.catalog_path, doc)
+
+    def referenced(self, cps: Optional[list] = None) -> set:
+        return {f for c in (self.checkpoints if cps is None else cps) for f in c.files}
+
+    def _clean(self) -> int:
+        """Remove ``*.mut``, unnamed checkpoint directories and unnamed batch files."""
+        removed = 0
+        names = {c.name for c in self.checkpoints}
+        refs = self.referenced()
+        for p in glob.glob(os.path.join(self.root, "*.mut")) + \
+                glob.glob(os.path.join(self.root, "*", "*.mut")):
+            _unlink(p)
+            removed += 1
+        for d in glob.glob(os.path.join(self.root, "ckpt-*")):
+            if os.path.basename(d) not in names:
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
+        for p in glob.glob(os.path.join(self.root, "worker-*", "*.dbsp")):
+            if os.path.relpath(p, self.root) not in refs:
+                _unlink(p)
+                removed += 1
+        for c in self.checkpoints:
+            if not os.path.isdir(os.path.join(self.root, c.name)):
+                raise CheckpointCorrupt(f"{self.root}: checkpoint {c.name} (step {c.step}) is in "
+                                        f"the catalog but its directory is missing")
+        if removed:
+            fsync_dir(self.root)
+        return removed
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def latest(self) -> Optional[CheckpointInfo]:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def find(self, name: Optional[str] = None) -> Optional[CheckpointInfo]:
+        """Checkpoint ``name`` (a name or a step number), or the latest (None if there is
+        none)."""
+        if name is None:
+            return self.latest
+        for c in self.checkpoints:
+            if c.name == name or (isinstance(name, int) and c.step == name):
+                return c
+        known = ", ".join(f"{c.name} (step {c.step})" for c in self.checkpoints) or "none"
+        raise CheckpointError(f"no checkpoint {name!r} in {self.root} (known: {known})")
+
+    # -- writing -----------------------------------------------------------------------------
+    def begin(self, circuit: Any, step: int) -> PendingCheckpoint:
+        """Capture ``circuit``'s state at this step boundary (the pause the circuit sees)."""
+        if self.failed is not None:
+            raise CheckpointError(f"an earlier checkpoint failed ({self.failed}); storage "
+                                  f"cannot be trusted until the pipeline restarts from the "
+                                  f"last checkpoint") from self.failed
+        t0 = time.perf_counter()
+        name = f"ckpt-{uuid.uuid4().hex}"
+        try:
+            circuit.apply(save_worker_begin, self.root, name)
+            driver = capture_state(circuit.driver_state(), circuit.driver_storage(), self.root)
+        except BaseException:
+            circuit.apply(save_worker_abort, self.root, name)
+            raise
+        return PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0)
+
+    def _finish(self, pc: PendingCheckpoint) -> CheckpointInfo:
+        circuit, name = pc.circuit, pc.name
+        d = os.path.join(self.root, name)
+        try:
+            os.makedirs(d, exist_ok=False)
+            results = circuit.apply(save_worker_finish, self.root, name)
+            kill_point("checkpoint-mid-workers")  # every worker's state written, not the driver's
+            results.append(pc.driver.write(os.path.join(d, "driver.state")))
+            fsync_dir(d)
+            fsync_dir(self.root)
+        except BaseException as e:
+            self.failed = e if isinstance(e, OSError) else self.failed
+            circuit.apply(save_worker_abort, self.root, name)
+            shutil.rmtree(d, ignore_errors=True)
+            raise CheckpointError(f"checkpoint at step {pc.step} failed: {e}; the previous "
+                                  f"checkpoint stands") from e
+        files = sorted({f for r in results for f in r["files"]})
+        info = CheckpointInfo(name, pc.step, time.time(), sum(r["bytes"] for r in results),
+                              files)
+        with self._lock:
+            cps = self.checkpoints + [info]
+            try:
+                self._write_catalog(cps)
+            except BaseException as e:
+                self.failed = e
+                raise CheckpointError(f"checkpoint at step {pc.step} failed publishing the "
+                                      f"catalog: {e}; the previous checkpoint stands") from e
+            self.checkpoints = cps
+        pc.info = info
+        kill_point("checkpoint-after-rename")
+        self.gc(circuit)
+        return info
+
+    def checkpoint(self, circuit: Any, step: int) -> CheckpointInfo:
+        """Capture and write a checkpoint now (blocking)."""
+        return self.begin(circuit, step).finish()
+
+    def gc(self, circuit: Any, keep: Optional[int] = None) -> int:
+        """Retire checkpoints beyond the last ``keep`` (default: the store's): catalog first,
+        then their directories, then the files no remaining checkpoint names."""
+        keep = max(self.keep if keep is None else keep, MIN_KEEP)
+        with self._lock:
+            if len(self.checkpoints) <= keep:
+                return 0
+            old, cps = self.checkpoints[:-keep], self.checkpoints[-keep:]
+            self._write_catalog(cps)
+            self.checkpoints = cps
+        for c in old:
+            shutil.rmtree(os.path.join(self.root, c.name), ignore_errors=True)
+        gone = sorted(self.referenced(old) - self.referenced(cps))
+        circuit.apply(release_worker_files, self.root, gone)
+        return len(old)
+
+    # -- restoring ---------------------------------------------------------------------------
+    def restore(self, circuit: Any, name: Optional[str] = None) -> Optional[CheckpointInfo]:
+        """Load checkpoint ``name`` (default: the latest) into ``circuit`` (freshly built, not
+        stepped). Returns it, or None when the store has no checkpoint."""
+        info = self.find(name)
+        if info is None:
+            return None
+        d = os.path.join(self.root, info.name)
+        circuit.apply(load_worker, self.root, info.name)
+        driver = read_state(os.path.join(d, "driver.state"), circuit.driver_storage(), self.root)
+        circuit.restore_driver_state(driver)
+        if circuit.steps != info.step:
+            raise CheckpointCorrupt(f"checkpoint {info.name}: catalog says step {info.step}, "
+                                    f"its state step {circuit.steps}")
+        return info
+
+
+def _unlink(p: str) -> None:
+    try:
+        os.unlink(p)
+    except FileNotFoundError:
+        pass

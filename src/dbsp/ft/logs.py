@@ -1,0 +1,277 @@
+"""The durable input log and the output log of seed 000 ("Input", "Output", "Input/output
+synchronization").
+
+Input log
+---------
+Recovery replays the input of every step after the checkpoint, so the input of a step - and its
+*division into steps* - must be durable before any output of the step is released. Each step's
+input is one record, ``<dir>/<step>.log``: for every input that received rows, the rows and their
+weights as an Arrow IPC stream, plus the producers' *positions* (an opaque integer per input,
+e.g. a sequence number or an offset: a producer asks :meth:`InputLog.position` whether its input
+was recorded, and a push at a recorded position is a duplicate to ignore). A record is written
+``.mut`` -> fsync -> rename -> fsync of the directory and is checksummed (crc32 over the whole
+record); a damaged record is an error, never replayed. Records below the oldest checkpoint kept
+are trimmed.
+
+Output log
+----------
+:meth:`OutputLog.write` follows 000's ``write(step, output)`` rules: a step already in the log was
+produced before and is discarded (with ``check=True``, compared first: a different output is
+an :class:`OutputMismatch`); the next step is appended; a step beyond the next is a gap, an
+:class:`OutputGap` error. Every row of a record carries its step (a ``__step`` column) so that
+consumers can deduplicate.
+
+Record layout (both logs)::
+
+    magic (8 bytes) | u32 header length | header JSON | Arrow IPC streams | u32 crc32 of all before
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import struct
+import threading
+import zlib
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..storage.faults import fsync_dir, write_durable
+
+__all__ = ["InputLog", "OutputLog", "read_outputs", "LogCorrupt", "OutputGap", "OutputMismatch", "WEIGHT", "STEP"]
+
+WEIGHT = "__weight"
+STEP = "__step"
+_IN_MAGIC = b"DBSPINLG"
+_OUT_MAGIC = b"DBSPOTLG"
+
+
+class LogCorrupt(RuntimeError):
+    """A log record is damaged (bad magic, checksum or layout) or a step is missing."""
+
+
+class OutputGap(RuntimeError):
+    """``write(step)`` for a step beyond the next one: output of a step would be lost."""
+
+
+class OutputMismatch(RuntimeError):
+    """Output re-produced during recovery differs from the output logged the first time."""
+
+
+def _encode(magic: bytes, header: dict, tables: list[tuple[str, pa.Table]]) -> bytes:
+    blobs, entries = [], []
+    off = 0
+    for name, t in tables:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        b = sink.getvalue().to_pybytes()
+        entries.append({"name": name, "offset": off, "length": len(b), "rows": t.num_rows})
+        blobs.append(b)
+        off += len(b)
+    header = dict(header, tables=entries)
+    hb = json.dumps(header).encode()
+    body = magic + struct.pack("<I", len(hb)) + hb + b"".join(blobs)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _decode(magic: bytes, path: str) -> tuple[dict, dict[str, pa.Table]]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise LogCorrupt(f"log record {path} is missing") from None
+    if len(data) < len(magic) + 8 or data[:len(magic)] != magic:
+        raise LogCorrupt(f"{path}: not a dbsp log record")
+    (crc,) = struct.unpack("<I", data[-4:])
+    if zlib.crc32(data[:-4]) != crc:
+        raise LogCorrupt(f"{path}: checksum mismatch (the record is damaged)")
+    (hl,) = struct.unpack("<I", data[len(magic):len(magic) + 4])
+    h0 = len(magic) + 4
+    header = json.loads(data[h0:h0 + hl])
+    base = h0 + hl
+    tables = {}
+    for e in header["tables"]:
+        buf = pa.py_buffer(data[base + e["offset"]:base + e["offset"] + e["length"]])
+        tables[e["name"]] = pa.ipc.open_stream(buf).read_all()
+    return header, tables
+
+
+class _StepLog:
+    """Numbered records ``<dir>/<step:012d>.log``, contiguous from :attr:`first` to
+    :attr:`end` (exclusive)."""
+
+    magic = b""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        for p in glob.glob(os.path.join(directory, "*.mut")):
+            os.unlink(p)
+        steps = sorted(int(os.path.basename(p)[:-4])
+                       for p in glob.glob(os.path.join(directory, "*.log")))
+        if steps and steps != list(range(steps[0], steps[-1] + 1)):
+            missing = sorted(set(range(steps[0], steps[-1] + 1)) - set(steps))
+            raise LogCorrupt(f"{directory}: steps {missing[:5]} are missing from the log")
+        self.first = steps[0] if steps else 0
+        self.end = steps[-1] + 1 if steps else 0
+        self._lock = threading.Lock()
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.dir, f"{step:012d}.log")
+
+    def trim(self, below: int) -> int:
+        """Remove the records of steps ``< below``."""
+        n = 0
+        with self._lock:
+            while self.first < min(below, self.end):
+                try:
+                    os.unlink(self.path(self.first))
+                except FileNotFoundError:
+                    pass
+                self.first += 1
+                n += 1
+            if self.first == self.end:
+                self.first = self.end = max(self.end, self.first)
+        if n:
+            fsync_dir(self.dir)
+        return n
+
+    def start_at(self, step: int) -> None:
+        """An empty log continues at ``step`` (the step of the checkpoint it follows)."""
+        with self._lock:
+            if self.end > self.first:
+                raise ValueError(f"{self.dir}: the log is not empty")
+            self.first = self.end = step
+
+
+class InputLog(_StepLog):
+    """The durable input log (see the module doc)."""
+
+    magic = _IN_MAGIC
+
+    def __init__(self, directory: str):
+        super().__init__(directory)
+        self._positions: dict[str, int] = {}
+        if self.end > self.first:
+            self._positions = dict(self.read(self.end - 1)[1])
+
+    def append(self, step: int, parts: dict[str, Optional[tuple]], positions: dict,
+               meta: Optional[dict] = None) -> None:
+        """Record step ``step``'s input durably: ``{input: (RecordBatch, weights) | None}``
+        and the producers' positions after it."""
+        if step != self.end:
+            raise LogCorrupt(f"{self.dir}: appending step {step}, the log ends at {self.end}")
+        tables = []
+        for name, p in sorted(parts.items()):
+            if p is None:
+                continue
+            batch, w = p
+            t = pa.Table.from_batches([batch]).append_column(
+                WEIGHT, pa.array(np.asarray(w, dtype=np.int64)))
+            tables.append((name, t))
+        pos = dict(self._positions)
+        pos.update({k: int(v) for k, v in positions.items()})
+        data = _encode(self.magic, {"step": step, "positions": pos, "meta": meta or {}}, tables)
+        write_durable(self.path(step), data, kill_before_fsync="input-log-before-fsync",
+                      kill_before_rename="input-log-before-rename")
+        with self._lock:
+            if self.end == self.first:
+                self.first = step
+            self.end = step + 1
+            self._positions = pos
+
+    def read(self, step: int) -> tuple[dict[str, tuple], dict[str, int], dict]:
+        """``({input: (RecordBatch, weights)}, positions, meta)`` of a logged step."""
+        if not self.first <= step < self.end:
+            raise LogCorrupt(f"{self.dir}: step {step} is not in the log "
+                             f"(steps {self.first}..{self.end - 1})")
+        header, tables = _decode(self.magic, self.path(step))
+        if header["step"] != step:
+            raise LogCorrupt(f"{self.path(step)}: holds step {header['step']}")
+        parts = {}
+        for name, t in tables.items():
+            w = t.column(WEIGHT).to_numpy()
+            data = t.drop_columns([WEIGHT]).combine_chunks().to_batches()
+            batch = data[0] if data else pa.RecordBatch.from_pylist([], schema=t.schema)
+            parts[name] = (batch, w)
+        return parts, header["positions"], header.get("meta", {})
+
+    def position(self, name: str) -> Optional[int]:
+        """The last position recorded for input ``name`` (None: nothing recorded)."""
+        return self._positions.get(name)
+
+
+class OutputLog(_StepLog):
+    """The output log (see the module doc); ``check``: compare re-produced output with the
+    logged output."""
+
+    magic = _OUT_MAGIC
+
+    def __init__(self, directory: str, check: bool = False):
+        super().__init__(directory)
+        self.check = check
+        self.discarded = 0
+
+    def write(self, step: int, outputs: dict[str, pa.Table]) -> bool:
+        """Log ``{output: delta table with a __weight column}`` as step ``step`` (000's
+        rules). Returns True if appended, False if discarded as already produced."""
+        if step < self.end:
+            if self.check and step >= self.first:
+                _, old = self.read(step)
+                for name in set(old) | set(outputs):
+                    a = old.get(name)
+                    b = outputs.get(name)
+                    if _canon(a) != _canon(b):
+                        raise OutputMismatch(f"output {name!r} of step {step} differs from the "
+                                             f"output logged before")
+            self.discarded += 1
+            return False
+        if step > self.end:
+            raise OutputGap(f"{self.dir}: output of step {step} written, but the log ends at "
+                            f"step {self.end - 1} (steps in between would be lost)")
+        tables = []
+        for name, t in sorted(outputs.items()):
+            if t is None or t.num_rows == 0:
+                continue
+            tables.append((name, t.append_column(STEP, pa.array(np.full(t.num_rows, step,
+                                                                        np.int64)))))
+        data = _encode(self.magic, {"step": step}, tables)
+        write_durable(self.path(step), data, kill_before_rename="output-log-before-record")
+        with self._lock:
+            if self.end == self.first:
+                self.first = step
+            self.end = step + 1
+        return True
+
+    def read(self, step: int) -> tuple[int, dict[str, pa.Table]]:
+        """``(step, {output: table with __weight and __step})`` of a logged step."""
+        if not self.first <= step < self.end:
+            raise LogCorrupt(f"{self.dir}: step {step} is not in the log "
+                             f"(steps {self.first}..{self.end - 1})")
+        header, tables = _decode(self.magic, self.path(step))
+        return header["step"], tables
+
+
+def _canon(t: Optional[pa.Table]) -> list:
+    if t is None or t.num_rows == 0:
+        return []
+    if STEP in t.column_names:
+        t = t.drop_columns([STEP])
+    return sorted(map(tuple, (r.values() for r in t.to_pylist())), key=repr)
+
+
+def read_outputs(directory: str) -> list[tuple[int, dict[str, pa.Table]]]:
+    """Every record of an output log directory, in step order, read-only (for consumers and
+    checkers: nothing is removed)."""
+    steps = sorted(int(os.path.basename(p)[:-4])
+                   for p in glob.glob(os.path.join(directory, "*.log")))
+    out = []
+    for s in steps:
+        header, tables = _decode(_OUT_MAGIC, os.path.join(directory, f"{s:012d}.log"))
+        if header["step"] != s:
+            raise LogCorrupt(f"{directory}: record {s} holds step {header['step']}")
+        out.append((s, tables))
+    return out
