@@ -21,9 +21,22 @@ replayed source is drained).
 A step feeds every replayed source's next chunk (and what was pushed into push sources), runs the
 circuit once - every output then holds the change this step caused - reads the per-input
 statistics (late rows, watermarks) and calls the ``for_each`` sinks.
+
+Fault tolerance
+---------------
+With ``storage=`` and ``checkpoint_every=`` (steps) or ``checkpoint_seconds=``, or
+``durable=True``, the pipeline is exactly-once (:mod:`dbsp.ft`): every step's input is logged
+durably before the step runs, every output delta goes to the output log
+(``<storage>/ft/output``) under its step number, and checkpoints (:mod:`dbsp.checkpoint`) are
+taken periodically and by :meth:`StreamContext.checkpoint`. A context opened on a directory
+that holds checkpoints *resumes*: at the first step it restores the latest checkpoint (or
+``resume_from=``) and replays the logged input after it; replayed sources skip the rows already
+fed, and a push with a ``position=`` the input log already recorded is ignored as a duplicate.
+:meth:`StreamContext.report` shows the last checkpoint, its step and size.
 """
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any, Optional
@@ -32,6 +45,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..algebra.time import from_physical
+from ..checkpoint import CheckpointStore
+from ..ft import DurableCircuit
 from ..operators.watermark import watermark
 from ..runtime.circuit import Circuit
 from .sink import ForEach
@@ -48,10 +63,21 @@ class SourceStream(DataStream):
         self.source = source
         self.input = input_stream
 
-    def push(self, data: Any, weights: Any = None) -> int:
+    def push(self, data: Any, weights: Any = None, position: Optional[int] = None) -> int:
         """Add rows (weights default to 1) for the next step; see
-        :meth:`dbsp.operators.input.InputStream.push`."""
-        return self._counted(self.input.push(data, weights))
+        :meth:`dbsp.operators.input.InputStream.push`. ``position``: the producer's position
+        after these rows (a sequence number, an offset); in a durable pipeline it is recorded
+        with the step, and a push at a position already recorded is a duplicate delivery,
+        ignored (returns 0)."""
+        if position is not None:
+            rec = self.ctx.recorded_position(self.name)
+            pend = self.ctx._positions.get(self.name)
+            if (rec is not None and position <= rec) or (pend is not None and position <= pend):
+                return 0
+        n = self._counted(self.input.push(data, weights))
+        if position is not None:
+            self.ctx._positions[self.name] = int(position)
+        return n
 
     def insert(self, data: Any) -> int:
         return self._counted(self.input.insert(data))
@@ -99,7 +125,16 @@ class StreamContext:
     """
 
     def __init__(self, workers: int = 1, *, storage: Any = None,
-                 batching: Any = None, runtime: str = "threads", name: str = "pipeline"):
+                 batching: Any = None, runtime: str = "threads", name: str = "pipeline",
+                 checkpoint_every: Optional[int] = None,
+                 checkpoint_seconds: Optional[float] = None, durable: Optional[bool] = None,
+                 keep_checkpoints: int = 2, resume_from: Any = None,
+                 check_output: bool = False):
+        if durable is None:
+            durable = checkpoint_every is not None or checkpoint_seconds is not None
+        if durable and storage is None:
+            raise ValueError("checkpoints need storage=: a directory (or StorageConfig) for the "
+                             "checkpoints and the input and output logs")
         self.circuit = Circuit(workers=workers, name=name, runtime=runtime, storage=storage)
         self.workers = workers
         self.storage_config = self.circuit.storage
@@ -114,6 +149,17 @@ class StreamContext:
         self._wm_raw: dict[str, Optional[int]] = {}
         self.steps = 0
         self.seconds = 0.0
+        self._positions: dict[str, int] = {}
+        self.resume_from = resume_from
+        self.durable: Optional[DurableCircuit] = None
+        self.circuit.add_state_hook("context", self._get_state, self._set_state)
+        if durable:
+            root = self.storage_config.dir
+            self.durable = DurableCircuit(
+                self.circuit,
+                lambda c: CheckpointStore(root, c.fingerprint(), keep=keep_checkpoints),
+                os.path.join(root, "ft"), checkpoint_every=checkpoint_every,
+                checkpoint_seconds=checkpoint_seconds, check_output=check_output)
 
     def __repr__(self) -> str:
         return (f"<StreamContext {self.circuit.name!r} workers={self.workers} "
@@ -179,12 +225,81 @@ class StreamContext:
         """Whether every replayed source has fed all its rows."""
         return all(s.exhausted for s in self.sources.values())
 
+    def open(self) -> "StreamContext":
+        """Build the pipeline now; in a durable pipeline, restore the last checkpoint (or
+        ``resume_from``) and replay the logged input after it (else the first step does)."""
+        d = self.durable
+        if d is None:
+            self.circuit.start()
+            return self
+        if d.opened:
+            return self
+        extra = {}
+        d.on_replay = lambda s, parts: self._after_step(sinks=False)
+        pending = {n: inp.take_pending() for n, inp in self.circuit.inputs.items()}
+        d.open(self.resume_from)
+        for n, p in pending.items():  # pushed before the pipeline opened: after the replay
+            if p is not None:
+                self.circuit.inputs[n].put_pending(*p)
+        self.steps = d.step_no
+        # replayed sources continue after the rows the input log recorded as fed
+        last = d.input_log.end - 1
+        if last >= d.input_log.first:
+            _, positions, meta = d.input_log.read(last)
+            extra = meta.get("sources", {})
+        for name, s in self.sources.items():
+            if name in extra and hasattr(s, "skip_to"):
+                s.skip_to(int(extra[name]))
+        return self
+
+    def _get_state(self) -> dict:
+        return {"late_rows": dict(self.late_rows), "wm_raw": dict(self._wm_raw),
+                "rows_in": {n: s.rows_in for n, s in self.sources.items()}}
+
+    def _set_state(self, st: dict) -> None:
+        self.late_rows.update(st["late_rows"])
+        self._wm_raw.update(st["wm_raw"])
+        for n, r in st["rows_in"].items():
+            if n in self.sources:
+                self.sources[n].rows_in = r
+
+    def recorded_position(self, name: str) -> Optional[int]:
+        """The last producer position the input log recorded for stream ``name`` (None: none;
+        always None in a pipeline that is not durable)."""
+        if self.durable is None:
+            return None
+        self.open()
+        return self.durable.recorded_position(name)
+
+    def checkpoint(self, wait: bool = True) -> Any:
+        """Take a checkpoint now (see the module doc); returns its
+        :class:`~dbsp.checkpoint.CheckpointInfo` (None with ``wait=False``: written in the
+        background)."""
+        if self.durable is None:
+            raise RuntimeError("this pipeline is not durable: give StreamContext(storage=..., "
+                               "checkpoint_every=... or durable=True)")
+        self.open()
+        return self.durable.checkpoint(wait=wait)
+
     def step(self) -> bool:
         """Run one step. Returns whether some replayed source still has rows."""
         t0 = time.perf_counter()
+        if self.durable is not None:
+            self.open()
         for s in self.sources.values():
             s.feed()
-        self.circuit.step()
+        if self.durable is not None:
+            meta = {"sources": {n: s.position for n, s in self.sources.items()
+                                if hasattr(s, "position")}}
+            positions, self._positions = self._positions, {}
+            self.durable.step(positions, meta)
+        else:
+            self.circuit.step()
+        self._after_step()
+        self.seconds += time.perf_counter() - t0
+        return not self.drained
+
+    def _after_step(self, sinks: bool = True) -> None:
         self.steps += 1
         for name, h in self._stats.items():
             z = h.delta_loose()
@@ -194,10 +309,9 @@ class StreamContext:
                 self.late_rows[name] += int((late * z.weights).sum())
                 if wms.null_count < len(wms):
                     self._wm_raw[name] = pc.max(wms).as_py()
-        for sink in self._sinks:
-            sink.fire()
-        self.seconds += time.perf_counter() - t0
-        return not self.drained
+        if sinks:
+            for sink in self._sinks:
+                sink.fire()
 
     def execute(self, max_steps: Optional[int] = None) -> "StreamContext":
         """Step until every replayed source is drained (at least once when something was
@@ -238,13 +352,22 @@ class StreamContext:
         for name in self._wm:
             if name not in inputs:
                 inputs[name] = {"late_rows": self.late_rows[name], "watermark": wms.get(name)}
-        return {"steps": self.steps, "seconds": self.seconds, "workers": self.workers,
-                "inputs": inputs, "state_rows": self.state_rows()}
+        out = {"steps": self.steps, "seconds": self.seconds, "workers": self.workers,
+               "inputs": inputs, "state_rows": self.state_rows()}
+        if self.durable is not None:
+            out["fault_tolerance"] = self.durable.report()
+            out["last_checkpoint"] = out["fault_tolerance"]["last_checkpoint"]
+        return out
 
     def close(self) -> None:
+        """Stop the pipeline; a durable one first takes a last checkpoint (a restart then has
+        nothing to replay)."""
         for s in self.sources.values():
             s.close()
-        self.circuit.close()
+        if self.durable is not None:
+            self.durable.close()
+        else:
+            self.circuit.close()
 
     def __enter__(self) -> "StreamContext":
         return self

@@ -152,6 +152,10 @@ class CheckpointStore:
         self.failed: Optional[BaseException] = None
         self._lock = threading.Lock()
         self.checkpoints: list[CheckpointInfo] = self._read_catalog()
+        if not os.path.exists(self.catalog_path):
+            # an empty catalog before any checkpoint directory exists: from now on a directory
+            # the catalog does not name is an unpublished checkpoint, safe to remove
+            self._write_catalog([])
         self.removed_at_open = self._clean()
 
     # -- catalog -----------------------------------------------------------------------------

@@ -20,7 +20,9 @@ Graceful shutdown is the case with nothing to replay: :meth:`close` takes a last
 (``checkpoint_on_close``) and waits for the one being written.
 
 The checkpoint store is anything with :class:`StateStore`'s methods (the checkpoint layer's
-:class:`dbsp.checkpoint.CheckpointStore`; this layer does not import it).
+:class:`dbsp.checkpoint.CheckpointStore`; this layer does not import it), or a function
+``circuit -> store`` called at :meth:`open`, once the circuit's graph is complete (a store checks
+the circuit's fingerprint when it opens).
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ class DurableCircuit:
     """See the module doc. ``root``: the directory of the logs (``<root>/input``,
     ``<root>/output``). ``check_output``: compare replayed output with the logged output."""
 
-    def __init__(self, circuit: Any, store: StateStore, root: str, *,
+    def __init__(self, circuit: Any, store: Any, root: str, *,
                  checkpoint_every: Optional[int] = None,
                  checkpoint_seconds: Optional[float] = None,
                  check_output: bool = False, background: Optional[bool] = None,
@@ -62,7 +64,8 @@ class DurableCircuit:
         if checkpoint_seconds is not None and checkpoint_seconds <= 0:
             raise ValueError(f"checkpoint_seconds must be > 0, got {checkpoint_seconds}")
         self.circuit = circuit
-        self.store = store
+        self._store_factory = store if callable(store) else None
+        self.store: Any = None if callable(store) else store
         self.root = root
         self.checkpoint_every = checkpoint_every
         self.checkpoint_seconds = checkpoint_seconds
@@ -93,6 +96,8 @@ class DurableCircuit:
             return self
         t0 = time.perf_counter()
         c = self.circuit
+        if self.store is None:
+            self.store = self._store_factory(c)
         c.start()
         info = self.store.restore(c, checkpoint)
         start = info.step if info is not None else 0
@@ -232,7 +237,7 @@ class DurableCircuit:
         return {"step": self.step_no,
                 "last_checkpoint": None if cp is None else
                 {"name": cp.name, "step": cp.step, "bytes": cp.bytes, "time": cp.time},
-                "checkpoints": len(self.store.checkpoints),
+                "checkpoints": 0 if self.store is None else len(self.store.checkpoints),
                 "replayed_steps": self.replayed,
                 "recovery_seconds": self.recovery_seconds,
                 "input_log": {"first": self.input_log.first, "end": self.input_log.end},

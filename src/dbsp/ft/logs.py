@@ -123,18 +123,17 @@ class _StepLog:
         return os.path.join(self.dir, f"{step:012d}.log")
 
     def trim(self, below: int) -> int:
-        """Remove the records of steps ``< below``."""
+        """Remove the records of steps ``< below``, but never the last record: it carries the
+        log's end (and the input log's recorded positions) across a restart."""
         n = 0
         with self._lock:
-            while self.first < min(below, self.end):
+            while self.first < min(below, self.end - 1):
                 try:
                     os.unlink(self.path(self.first))
                 except FileNotFoundError:
                     pass
                 self.first += 1
                 n += 1
-            if self.first == self.end:
-                self.first = self.end = max(self.end, self.first)
         if n:
             fsync_dir(self.dir)
         return n

@@ -102,6 +102,8 @@ class Circuit(Graph):
         self._placement: Any = None
         self.steps = 0
         self._broken: Optional[BaseException] = None
+        # small state of the layers above (name -> (get, set)), saved with the driver's state
+        self._state_hooks: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
 
     # -- construction ---------------------------------------------------------------------
     def add_input(self, name: str, schema: Any, key: Optional[Sequence[str]] = None):
@@ -189,13 +191,20 @@ class Circuit(Graph):
         self.start()
         return self._executor.apply(fn, *args)
 
+    def add_state_hook(self, name: str, get: Callable[[], Any],
+                       set_: Callable[[Any], None]) -> None:
+        """Save ``get()`` (small, picklable) with every checkpoint and hand it to ``set_`` on
+        restore: the state a layer above keeps about this circuit (e.g. a context's counters)."""
+        self._state_hooks[name] = (get, set_)
+
     def driver_state(self) -> dict:
         """What this process keeps besides the workers' operators, in the form of
         :func:`dbsp.circuit.operator.capture`: keyed inputs' rows, output views, steps."""
         return {"steps": self.steps,
                 "keys": {n: s._key.checkpoint_state() for n, s in self.inputs.items()
                          if s._key is not None},
-                "outputs": {h.node: h.checkpoint_state() for h in self.outputs}}
+                "outputs": {h.node: h.checkpoint_state() for h in self.outputs},
+                "hooks": {n: get() for n, (get, _) in self._state_hooks.items()}}
 
     def restore_driver_state(self, state: dict) -> None:
         """Put back a :meth:`driver_state` (pending input is dropped)."""
@@ -210,6 +219,9 @@ class Circuit(Graph):
             h.restore_state(state["outputs"][h.node])
         for inp in self.inputs.values():
             inp.take_pending()
+        for n, v in state.get("hooks", {}).items():
+            if n in self._state_hooks:
+                self._state_hooks[n][1](v)
         self.steps = int(state["steps"])
 
     def driver_storage(self) -> Any:

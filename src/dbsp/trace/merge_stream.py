@@ -36,6 +36,7 @@ import numpy as np
 from ..algebra import kernels as K
 from ..algebra.codes import Codes
 from ..algebra.schema import concat_batches
+from ..storage.faults import kill_point
 from .batch import OrdIndexedZSet, OrdZSet
 from .file_batch import BatchFileSink
 
@@ -209,6 +210,7 @@ def merge_stream(inputs: Sequence, storage, *, bound=None, keep: Optional[Callab
                 if sink is None:
                     sink = BatchFileSink(storage, r, keys, name)
                 sink.append(r)
+                kill_point("merge-mid")  # (crash tests: a partly written merge output)
                 if on_round is not None:
                     on_round()
         except BaseException:

@@ -1,0 +1,234 @@
+"""The crash harness: a durable pipeline in a real child process, killed with ``kill -9`` at
+random moments (or at named kill points), restarted until it finishes; a checker that reads only
+the output log and classifies every row as ok / lost / duplicated / unexpected.
+
+Run it: ``python -m dbsp.testing.crash --rounds 50`` (``--workers``, ``--every``,
+``--events``, ``--kill-at NAME``; prints a summary line per round and a total).
+
+The pipeline (:func:`child_main`): an input ``ev(seq, k, v)`` fed with a sequence-numbered
+stream (event ``seq`` has ``k = seq % 7``, ``v = (seq * 7919) % 1000 - 500``; every fifth event
+also retracts the event three before it, so min and max must handle retractions), and an input
+``dims(k, w)`` filled once. The producer pushes each chunk with ``position=`` its last sequence
+number + 1 and, after a restart, continues from the position the input log recorded. Views:
+
+* ``ids``: the live events themselves (a loss or a duplicate of one event is one bad row);
+* ``agg``: count, sum, min, max of ``v`` per ``k``;
+* ``join``: events joined with ``dims`` on ``k``.
+
+The checker (:func:`check`) integrates each view's deltas from the output log (each record
+carries its step; the log holds every step once) and compares with the views computed directly
+from the sequence: a row expected with weight 1 and found with weight 1 is *ok*, found with 0 is
+*lost*, found with more is *duplicated*; a row found that is not expected is *unexpected*.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Optional
+
+K = 7
+EV_SCHEMA = [("seq", "int64"), ("k", "int64"), ("v", "int64")]
+
+
+def event(seq: int) -> tuple[int, int, int]:
+    return seq, seq % K, (seq * 7919) % 1000 - 500
+
+
+def live_events(n: int) -> list[tuple[int, int, int]]:
+    """The events alive after ``n`` were fed (every fifth retracts the one three before)."""
+    dead = {s - 3 for s in range(n) if s % 5 == 4 and s >= 3}
+    return [event(s) for s in range(n) if s not in dead]
+
+
+def dims() -> list[tuple[int, int]]:
+    return [(k, 100 + k) for k in range(K)]
+
+
+def expected(n: int) -> dict[str, dict[tuple, int]]:
+    ev = live_events(n)
+    agg: dict[int, list] = {}
+    for _, k, v in ev:
+        agg.setdefault(k, []).append(v)
+    w = dict(dims())
+    return {
+        "ids": {e: 1 for e in ev},
+        "agg": {(k, len(vs), sum(vs), min(vs), max(vs)): 1 for k, vs in agg.items()},
+        "join": {(s, k, v, w[k]): 1 for s, k, v in ev},
+    }
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+def child_main(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from dbsp.api import StreamContext
+    from dbsp.api.expr.aggregates import count, max_, min_, sum_
+
+    from dbsp.storage.config import StorageConfig
+
+    every = args.every if args.every > 0 else None
+    # small files and merges into files from a few hundred rows: state on disk, merges that
+    # write files (the "merge-mid" kill point), checkpoints naming files written by merges
+    storage = StorageConfig(args.dir, min_file_rows=64, merge_process_rows=None)
+    ctx = StreamContext(workers=args.workers, storage=storage, checkpoint_every=every,
+                        durable=True, runtime=args.runtime)
+    ev = ctx.stream(pa.schema([(n, getattr(pa, t)()) for n, t in EV_SCHEMA]), name="ev")
+    dm = ctx.stream(pa.schema([("k", pa.int64()), ("w", pa.int64())]), name="dims")
+    ev.collect(name="ids")
+    ev.group_by("k").agg(n=count(), s=sum_("v"), lo=min_("v"), hi=max_("v")).collect(name="agg")
+    ev.join(dm, on="k").select("seq", "k", "v", "w").collect(name="join")
+    ctx.open()
+    if ctx.recorded_position("dims") is None:
+        dm.push(dims(), position=1)
+    pos = ctx.recorded_position("ev") or 0
+    chunk = args.chunk
+    while pos < args.events:
+        hi = min(pos + chunk, args.events)
+        ins = [event(s) for s in range(pos, hi)]
+        dels = [event(s - 3) for s in range(pos, hi) if s % 5 == 4 and s >= 3]
+        rows = ins + dels
+        ev.push(pa.table({"seq": [r[0] for r in rows], "k": [r[1] for r in rows],
+                          "v": [r[2] for r in rows]}),
+                [1] * len(ins) + [-1] * len(dels), position=hi)
+        ctx.step()
+        pos = hi
+    ctx.close()
+    return 0
+
+
+# -- the checker -----------------------------------------------------------------------------------
+
+def read_views(directory: str) -> tuple[dict[str, Counter], int]:
+    """Every view integrated from the output log alone, and the number of steps logged."""
+    from dbsp.ft import read_outputs
+    views: dict[str, Counter] = {"ids": Counter(), "agg": Counter(), "join": Counter()}
+    recs = read_outputs(os.path.join(directory, "ft", "output"))
+    for i, (step, tables) in enumerate(recs):
+        if step != recs[0][0] + i:
+            raise AssertionError(f"output log has a gap before step {step}")
+        for name, t in tables.items():
+            if name not in views:
+                continue
+            cols = [c for c in t.column_names if c not in ("__weight", "__step")]
+            steps = t.column("__step").to_pylist()
+            if any(s != step for s in steps):
+                raise AssertionError(f"a row of record {step} carries another step")
+            rows = zip(*[t.column(c).to_pylist() for c in cols])
+            for r, w in zip(rows, t.column("__weight").to_pylist()):
+                views[name][tuple(r)] += w
+    return views, len(recs)
+
+
+def check(directory: str, n: int) -> dict[str, int]:
+    """Classify every row (see the module doc): counts of ok / lost / duplicated / unexpected."""
+    got, _ = read_views(directory)
+    want = expected(n)
+    out = Counter(ok=0, lost=0, duplicated=0, unexpected=0)
+    for name, rows in want.items():
+        g = got[name]
+        for r in rows:
+            w = g.get(r, 0)
+            out["ok" if w == 1 else "lost" if w <= 0 else "duplicated"] += 1
+        for r, w in g.items():
+            if w != 0 and r not in rows:
+                out["unexpected"] += 1
+    return dict(out)
+
+
+# -- the parent --------------------------------------------------------------------------------------
+
+def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
+              kill_at: Optional[str] = None, kills: int = 3, runtime: str = "threads",
+              keep: bool = False, max_starts: int = 30) -> dict:
+    """One round: a fresh directory, the child killed ``kills`` times at random moments (or at
+    ``kill_at``, a named kill point, on its first passage each run), restarted until it
+    finishes; then :func:`check`."""
+    rng = random.Random(seed)
+    d = tempfile.mkdtemp(prefix="dbsp-crash-")
+    cmd = [sys.executable, "-m", "dbsp.testing.crash", "child", "--dir", d,
+           "--workers", str(workers), "--every", str(every), "--events", str(events),
+           "--chunk", str(chunk), "--runtime", runtime]
+    starts = killed = self_killed = 0
+    t0 = time.monotonic()
+    try:
+        while True:
+            starts += 1
+            if starts > max_starts:
+                raise RuntimeError(f"round {seed}: the child did not finish in {max_starts} starts")
+            env = dict(os.environ)
+            if kill_at and killed < kills:  # at a random passage of the point
+                env["DBSP_KILL_AT"] = f"{kill_at}:{rng.randint(1, 4)}"
+            else:
+                env.pop("DBSP_KILL_AT", None)
+            p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if not kill_at and killed < kills:
+                try:
+                    p.wait(timeout=rng.uniform(0.4, 2.5))
+                except subprocess.TimeoutExpired:
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed += 1
+            _, err = p.communicate(timeout=300)
+            if p.returncode == 0:
+                break
+            if p.returncode == -signal.SIGKILL:
+                if kill_at:
+                    killed += 1
+                    self_killed += 1
+                continue
+            raise RuntimeError(f"round {seed}: the child failed (rc {p.returncode}):\n"
+                               f"{err.decode(errors='replace')[-3000:]}")
+        res = check(d, events)
+        res.update(seed=seed, workers=workers, every=every, starts=starts, killed=killed,
+                   self_killed=self_killed, seconds=round(time.monotonic() - t0, 2))
+        return res
+    finally:
+        if not keep:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dbsp.testing.crash", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    c = sub.add_parser("child")
+    c.add_argument("--dir", required=True)
+    for p in (ap, c):
+        p.add_argument("--workers", type=int, default=None)
+        p.add_argument("--every", type=int, default=None)
+        p.add_argument("--events", type=int, default=600)
+        p.add_argument("--chunk", type=int, default=10)
+        p.add_argument("--runtime", default="threads")
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kill-at", default=None, help="a named kill point (dbsp.storage.faults)")
+    ap.add_argument("--kills", type=int, default=3, help="kills per round")
+    args = ap.parse_args(argv)
+    if args.cmd == "child":
+        args.workers = args.workers or 1
+        args.every = 3 if args.every is None else args.every
+        return child_main(args)
+    total = Counter()
+    combos = [(w, e) for w in ([args.workers] if args.workers else [1, 2])
+              for e in ([args.every] if args.every is not None else [1, 4, 10])]
+    for r in range(args.rounds):
+        w, e = combos[r % len(combos)]
+        res = run_round(args.seed + r, w, e, args.events, args.chunk, args.kill_at, args.kills,
+                        args.runtime)
+        print(res, flush=True)
+        for k in ("ok", "lost", "duplicated", "unexpected", "killed", "starts"):
+            total[k] += res[k]
+    print("total", dict(total), flush=True)
+    return 0 if total["lost"] == total["duplicated"] == total["unexpected"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
