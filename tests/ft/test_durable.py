@@ -195,3 +195,28 @@ class Pipeline(RuleBasedStateMachine):
 
 TestPipeline = Pipeline.TestCase
 TestPipeline.settings = settings(max_examples=15, stateful_step_count=15, deadline=None)
+
+
+def test_graceful_close_leaves_no_orphan_file(tmp_path):
+    """Merges into files run while the pipeline steps; close waits for them, takes a last
+    checkpoint and removes every file no checkpoint names (and every temporary)."""
+    import json
+
+    from dbsp.storage.config import StorageConfig
+    d = str(tmp_path)
+    cfg = StorageConfig(d, min_file_rows=32, merge_process_rows=None)
+    ctx = StreamContext(storage=cfg, checkpoint_every=3)
+    s = ctx.stream(SCHEMA, name="s")
+    s.group_by("k").agg(n=count(), hi=max_("v")).collect(name="agg")
+    s.join(s, on="k").collect(name="self_join")
+    for i in range(40):
+        s.push([(j % 5, i * 100 + j) for j in range(20)])
+        ctx.step()
+    ctx.close()
+    cat = json.loads(open(os.path.join(d, "checkpoints.json")).read())["catalog"]
+    named = {f for c in cat["checkpoints"] for f in c["files"]}
+    on_disk = {os.path.relpath(p, d) for p in glob.glob(os.path.join(d, "worker-*", "*"))}
+    assert on_disk == named and named
+    assert not glob.glob(os.path.join(d, "**", "*.mut"), recursive=True)
+    dirs = {os.path.basename(p) for p in glob.glob(os.path.join(d, "ckpt-*"))}
+    assert dirs == {c["name"] for c in cat["checkpoints"]}

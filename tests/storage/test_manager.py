@@ -3,6 +3,7 @@ backend and the disk-space gate. Nothing here knows a batch: these are the stora
 promises."""
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -89,6 +90,21 @@ def test_full_disk_waits_until_space_is_freed(tmp_path, monkeypatch):
     free["bytes"] = 10_000
     t.join(timeout=10)
     assert done.is_set() and ws.disk_wait_seconds > 0
+
+
+def test_full_disk_fails_with_a_typed_error_after_the_bounded_wait(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from dbsp.storage.manager import DiskFull
+    ws = WorkerStorage(replace(_cfg(tmp_path), disk_wait_seconds=0.3), 0)
+    monkeypatch.setattr(storage_config, "free_space", lambda path: 100)
+    before = reserved_bytes()
+    t0 = time.monotonic()
+    with pytest.raises(DiskFull, match="disk_wait_seconds=0.3") as e:
+        with ws.reserve_disk(1000, "a merge"):
+            pass
+    assert 0.3 <= time.monotonic() - t0 < 3 and e.value.errno == errno.ENOSPC
+    assert reserved_bytes() == before and ws.disk_waits >= 1
 
 
 def test_reservations_count_against_each_other(tmp_path, monkeypatch):

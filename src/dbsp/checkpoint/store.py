@@ -309,6 +309,11 @@ class CheckpointStore:
         circuit.apply(release_worker_files, self.root, gone)
         return len(old)
 
+    def close(self) -> int:
+        """Final clean-up once the circuit has stopped (its merges finished): remove every
+        file and directory no checkpoint names, so a closed pipeline leaves no orphan."""
+        return self._clean()
+
     # -- restoring ---------------------------------------------------------------------------
     def restore(self, circuit: Any, name: Optional[str] = None) -> Optional[CheckpointInfo]:
         """Load checkpoint ``name`` (default: the latest) into ``circuit`` (freshly built, not

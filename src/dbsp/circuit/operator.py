@@ -75,6 +75,19 @@ def restore(current: Any, saved: Any, where: str = "state") -> Any:
     return saved
 
 
+def spines_of(value: Any) -> list:
+    """Every spine in a stateful value (an operator, a scheduler, a list ...), nested ones too."""
+    if isinstance(value, Spine):
+        return [value]
+    if hasattr(value, "spines"):
+        return value.spines()
+    if isinstance(value, Stateful):
+        return [sp for a in value.state_attrs for sp in spines_of(getattr(value, a))]
+    if isinstance(value, (list, tuple)):
+        return [sp for v in value for sp in spines_of(v)]
+    return []
+
+
 class Stateful:
     """An object whose state a checkpoint saves: the attributes named in :attr:`state_attrs`."""
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..trace.spill import use_storage
 from .graph import Node
-from .operator import Operator, WorkerContext
+from .operator import Operator, WorkerContext, spines_of
 
 __all__ = ["Scheduler"]
 
@@ -101,6 +101,16 @@ class Scheduler:
                              f"{sorted(state)}, the circuit for {sorted(want)}")
         for i in sorted(want):
             self.ops[i].restore_state(state[i])
+
+    def spines(self) -> list:
+        """Every spine of this worker's operators (nested circuits included)."""
+        return [sp for op in self.ops for sp in spines_of(op)]
+
+    def close(self) -> None:
+        """Wait for this worker's merges in flight and stop merging in the background (so that
+        no merge writes a file after the circuit is closed)."""
+        for sp in self.spines():
+            sp.close()
 
     def apply(self, fn, *args):
         """``fn(self, *args)`` on this worker (the runtime's ``apply``: upper layers hand a

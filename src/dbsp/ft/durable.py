@@ -49,6 +49,8 @@ class StateStore(Protocol):
 
     def begin(self, circuit: Any, step: int) -> Any: ...
 
+    def close(self) -> Any: ...
+
 
 class DurableCircuit:
     """See the module doc. ``root``: the directory of the logs (``<root>/input``,
@@ -224,13 +226,14 @@ class DurableCircuit:
         """Graceful shutdown: wait for a checkpoint being written, take a last one (nothing to
         replay on restart), close the circuit."""
         try:
-            if self.opened:
+            if self.opened and self.circuit.failed is None:
                 self.wait_checkpoint()
                 if self.checkpoint_on_close and (self.last_checkpoint is None or
                                                  self.last_checkpoint.step != self.step_no):
                     self.checkpoint(wait=True)
         finally:
-            self.circuit.close()
+            store = self.store
+            self.circuit.close(before_unlock=store.close if store is not None else None)
 
     def report(self) -> dict:
         cp = self.last_checkpoint

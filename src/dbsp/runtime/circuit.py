@@ -178,6 +178,11 @@ class Circuit(Graph):
             out._gather([o.get(out.node) for o in outs])
         self.steps += 1
 
+    @property
+    def failed(self) -> Optional[BaseException]:
+        """The error of a failed step (the circuit cannot step any more), else None."""
+        return self._broken
+
     # -- for the checkpoint layer ---------------------------------------------------------
     def start(self) -> None:
         """Freeze the graph and build the workers now (else the first step does it)."""
@@ -275,13 +280,17 @@ class Circuit(Graph):
                  "state_rows": sum(r.ops[n.id].state_rows() for r in self._replicas)}
                 for n in self.nodes]
 
-    def close(self) -> None:
-        """Stop the workers (threads or processes). The circuit cannot step afterwards."""
+    def close(self, before_unlock: Optional[Callable[[], None]] = None) -> None:
+        """Stop the workers (threads or processes; merges in flight finish first). The circuit
+        cannot step afterwards. ``before_unlock``: called once everything has stopped, while
+        the storage directory is still locked (a checkpoint store's final clean-up)."""
         if self._executor is not None:
             self._executor.close()
             self._broken = self._broken or RuntimeError(f"circuit '{self.name}' was closed")
         if self.storage is not None:
             stop_helpers(self.storage)
+        if before_unlock is not None and self._lock is not None and self._lock.held:
+            before_unlock()
         if self._lock is not None:
             self._lock.release()
 

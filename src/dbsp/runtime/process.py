@@ -49,6 +49,7 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
             return
         cmd = msg[0]
         if cmd == "stop":
+            replica.close()
             return
         try:
             if cmd == "step":
@@ -179,6 +180,7 @@ class ProcessPool:
         return [mine] + self._replies()
 
     def close(self) -> None:
+        self.replica.close()
         for c in self.ctrl.values():
             try:
                 wire.send(c, ("stop",))

@@ -115,6 +115,8 @@ class ThreadPool:
         return [r.apply(fn, *args) for r in self.replicas]
 
     def close(self) -> None:
+        for r in self.replicas:  # merges in flight finish before the circuit is closed
+            r.close()
         if not self._threads:
             return
         self._stop = True

@@ -19,8 +19,9 @@ Disk space
 ----------
 A merge that writes a file first waits until the file system has room for the sum of its inputs
 plus ``min_free_bytes`` (:func:`free_space`, from ``statvfs``); it logs (logger
-``dbsp.storage``) and retries with backoff, so a full disk stalls the pipeline instead of failing
-it, and resumes once space is freed.
+``dbsp.storage``) and retries with backoff, so a short shortage stalls the pipeline and it
+resumes once space is freed; after ``disk_wait_seconds`` it fails with the typed error
+:class:`~dbsp.storage.manager.DiskFull` (the step fails; the last checkpoint stays usable).
 """
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ class StorageConfig:
     while it merges (part of the transient memory above the budget).
     ``bloom_fpr``: Bloom filter false-positive rate of batch files (over their keys).
     ``min_free_bytes``: disk space a file-writing merge leaves free (it waits otherwise).
+    ``disk_wait_seconds``: how long such a merge waits for space (for other merges and GC to
+    free it) before it fails with :class:`~dbsp.storage.manager.DiskFull` (None: forever).
     ``durable``: fsync batch files when written (off by default: no checkpoint refers to them
     yet; a checkpoint syncs the files it lists).
     ``index_fanout``: cap on children per index block (tests use it for deep index trees).
@@ -92,6 +95,7 @@ class StorageConfig:
     index_fanout: Optional[int] = None
     limit_allocators: bool = True
     merge_process_rows: Optional[int] = 65536
+    disk_wait_seconds: Optional[float] = 300.0
 
     def __post_init__(self):
         object.__setattr__(self, "dir", os.fspath(self.dir))
@@ -107,6 +111,9 @@ class StorageConfig:
             raise ValueError(f"compression must be None or 'lz4', got {self.compression!r}")
         if self.min_file_rows < 1 or self.merge_chunk_rows < 1:
             raise ValueError("min_file_rows and merge_chunk_rows must be at least 1")
+        if self.disk_wait_seconds is not None and self.disk_wait_seconds < 0:
+            raise ValueError(f"disk_wait_seconds must be >= 0 or None, got "
+                             f"{self.disk_wait_seconds}")
 
     @property
     def cache(self) -> int:

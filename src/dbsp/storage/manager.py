@@ -15,9 +15,9 @@ Goals
 * One backend (and slab pool) per process and configuration
   (:func:`dbsp.storage.backend.make_backend` with a ``config.cache`` pool): every worker of the
   process reads through it.
-* A full disk stalls, never fails: a merge that writes a file first reserves the space it may
-  need (the size of its inputs) and waits, with backoff and a log line, until the file system
-  has it.
+* A full disk stalls, then fails with a typed error: a merge that writes a file first reserves
+  the space it may need (the size of its inputs) and waits, with backoff and a log line, until
+  the file system has it, at most ``disk_wait_seconds`` (then :class:`DiskFull`).
 
 *Allocators.* Freed memory that the allocators keep counts in the RSS as much as live state. With
 ``limit_allocators`` (the default) the first :class:`WorkerStorage` of a process applies the
@@ -34,6 +34,7 @@ Invariants
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import logging
 import os
@@ -48,7 +49,7 @@ from .config import StorageConfig, as_storage_config
 from .format import bloom_params
 from .memory import limit_allocator_retention
 
-__all__ = ["WorkerStorage", "backend_for", "reserved_bytes", "on_fork"]
+__all__ = ["WorkerStorage", "backend_for", "reserved_bytes", "on_fork", "DiskFull"]
 
 log = logging.getLogger("dbsp.storage")
 
@@ -101,6 +102,9 @@ def backend_for(config: StorageConfig):
 
 
 # --- disk space -------------------------------------------------------------------------------------
+
+class DiskFull(OSError):
+    """The disk had no room for a file-writing merge within ``disk_wait_seconds``."""
 
 _disk_lock = threading.Lock()
 _reserved = 0
@@ -186,15 +190,25 @@ class WorkerStorage:
                 if free - _reserved - nbytes >= self.config.min_free_bytes:
                     _reserved += nbytes
                     break
+            limit = self.config.disk_wait_seconds
+            if limit is not None and waited >= limit:
+                self.disk_wait_seconds += waited
+                raise DiskFull(errno.ENOSPC,
+                               f"{what} in {self.dir} needs {nbytes} B plus "
+                               f"{self.config.min_free_bytes} B kept free; {free} B were "
+                               f"available after waiting {waited:.1f} s "
+                               f"(disk_wait_seconds={limit})")
             if not logged:
                 log.warning("%s in %s waits for disk space: needs %d B plus %d B kept free, "
                             "%d B available (%d B reserved by other merges)", what, self.dir,
                             nbytes, self.config.min_free_bytes, free, _reserved)
                 logged = True
             self.disk_waits += 1
+            if limit is not None:
+                delay = min(delay, max(limit - waited, 0.0))
             time.sleep(delay)
             waited += delay
-            delay = min(delay * 2, _MAX_BACKOFF)
+            delay = min(max(delay, 0.01) * 2, _MAX_BACKOFF)
         if logged:
             self.disk_wait_seconds += waited
             log.warning("%s in %s resumed after waiting %.2f s for disk space", what, self.dir,
