@@ -26,7 +26,7 @@ def test_random_kills_lose_and_duplicate_nothing():
     total = {"ok": 0, "lost": 0, "duplicated": 0, "unexpected": 0, "killed": 0}
     for r in range(ROUNDS):
         w, e = combos[r % len(combos)]
-        res = crash.run_round(1000 + r, w, e, events=300, chunk=10, kills=2)
+        res = crash.run_round(1000 + r, w, e, events=200, chunk=10, kills=2)
         for k in total:
             total[k] += res[k]
         assert res["lost"] == res["duplicated"] == res["unexpected"] == 0, res

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Optional
+from typing import Any, Optional
 
 K = 7
 EV_SCHEMA = [("seq", "int64"), ("k", "int64"), ("v", "int64")]
@@ -146,17 +146,63 @@ def check(directory: str, n: int) -> dict[str, int]:
 
 # -- the parent --------------------------------------------------------------------------------------
 
+class _Forked:
+    """A child made by ``fork`` from this (already imported) process: the same pipeline as the
+    ``child`` command without an interpreter start per run (which dominated a round)."""
+
+    def __init__(self, args: argparse.Namespace, env: dict):
+        err = os.path.join(args.dir, "child.err")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                os.environ.clear()
+                os.environ.update(env)
+                code = child_main(args)
+            except BaseException:
+                import traceback
+                with open(err, "w") as f:
+                    traceback.print_exc(file=f)
+            finally:
+                os._exit(code)
+        self.pid, self.err, self.returncode = pid, err, None
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG if deadline is not None else 0)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                return self.returncode
+            if time.monotonic() >= deadline:  # type: ignore[operator]
+                raise subprocess.TimeoutExpired("crash child", timeout)
+            time.sleep(0.005)
+
+    def communicate(self, timeout: Optional[float] = None) -> tuple[bytes, bytes]:
+        self.wait(timeout)
+        try:
+            with open(self.err, "rb") as f:
+                return b"", f.read()
+        except FileNotFoundError:
+            return b"", b""
+
+
 def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
               kill_at: Optional[str] = None, kills: int = 3, runtime: str = "threads",
-              keep: bool = False, max_starts: int = 30) -> dict:
+              keep: bool = False, max_starts: int = 30, fork: bool = True) -> dict:
     """One round: a fresh directory, the child killed ``kills`` times at random moments (or at
-    ``kill_at``, a named kill point, on its first passage each run), restarted until it
-    finishes; then :func:`check`."""
+    ``kill_at``, a named kill point, at a random passage of it), restarted until it finishes;
+    then :func:`check`. ``fork``: children forked from this process (else a fresh
+    interpreter each run: ``python -m dbsp.testing.crash child``)."""
     rng = random.Random(seed)
     d = tempfile.mkdtemp(prefix="dbsp-crash-")
     cmd = [sys.executable, "-m", "dbsp.testing.crash", "child", "--dir", d,
            "--workers", str(workers), "--every", str(every), "--events", str(events),
            "--chunk", str(chunk), "--runtime", runtime]
+    cargs = argparse.Namespace(dir=d, workers=workers, every=every, events=events, chunk=chunk,
+                               runtime=runtime)
     starts = killed = self_killed = 0
     t0 = time.monotonic()
     try:
@@ -169,10 +215,14 @@ def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
                 env["DBSP_KILL_AT"] = f"{kill_at}:{rng.randint(1, 4)}"
             else:
                 env.pop("DBSP_KILL_AT", None)
-            p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if fork:
+                p: Any = _Forked(cargs, env)
+            else:
+                p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
             if not kill_at and killed < kills:
                 try:
-                    p.wait(timeout=rng.uniform(0.4, 2.5))
+                    p.wait(timeout=rng.uniform(0.05, 1.5) if fork else rng.uniform(0.4, 2.5))
                 except subprocess.TimeoutExpired:
                     os.kill(p.pid, signal.SIGKILL)
                     killed += 1
@@ -211,6 +261,8 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-at", default=None, help="a named kill point (dbsp.storage.faults)")
     ap.add_argument("--kills", type=int, default=3, help="kills per round")
+    ap.add_argument("--exec", action="store_true",
+                    help="start each child as a fresh interpreter (default: fork)")
     args = ap.parse_args(argv)
     if args.cmd == "child":
         args.workers = args.workers or 1
@@ -222,7 +274,7 @@ def main(argv: Optional[list] = None) -> int:
     for r in range(args.rounds):
         w, e = combos[r % len(combos)]
         res = run_round(args.seed + r, w, e, args.events, args.chunk, args.kill_at, args.kills,
-                        args.runtime)
+                        args.runtime, fork=not args.exec)
         print(res, flush=True)
         for k in ("ok", "lost", "duplicated", "unexpected", "killed", "starts"):
             total[k] += res[k]
