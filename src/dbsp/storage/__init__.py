@@ -16,6 +16,9 @@ Bottom up:
   given to ``Circuit(storage=...)`` / ``StreamContext(storage=...)``.
 * :mod:`dbsp.storage.manager`: ``WorkerStorage`` per worker (``<dir>/worker-<i>/``): file names,
   the process's backend, the disk-space gate of merges.
+* :mod:`dbsp.storage.lock`: the storage directory's exclusive lock (one live process per
+  directory); :mod:`dbsp.storage.faults`: durable writes (``.mut`` -> fsync -> rename) and the
+  fault hooks the crash tests use (named kill points, injected fsync failures).
 * :mod:`dbsp.storage.memory`: the process's allocator policies; :mod:`dbsp.storage.wire`: the
   wire format of values crossing a process boundary (pickle 5, buffers out of band, Arrow IPC).
 
@@ -28,11 +31,13 @@ from .backend import available_backends, default_backend, make_backend
 from .config import StorageConfig, free_space
 from .format import CorruptBlockError, FormatVersionError, StorageError, TruncatedFileError
 from .inspect import inspect_file, verify_file
-from .manager import WorkerStorage
+from .lock import DirectoryLock, DirectoryLocked
+from .manager import DiskFull, WorkerStorage
 from .reader import LayerChunk, LayerFile, read_metadata
 from .writer import LayerFileWriter, LayerSpec
 
 __all__ = ["available_backends", "default_backend", "make_backend", "StorageConfig", "free_space",
            "CorruptBlockError", "FormatVersionError", "StorageError", "TruncatedFileError",
-           "inspect_file", "verify_file", "WorkerStorage", "LayerChunk", "LayerFile",
+           "inspect_file", "verify_file", "WorkerStorage", "DiskFull", "DirectoryLock",
+           "DirectoryLocked", "LayerChunk", "LayerFile",
            "read_metadata", "LayerFileWriter", "LayerSpec"]
