@@ -226,3 +226,25 @@ def test_failed_fsync_fails_the_checkpoint_and_is_not_retried(tmp_path, nth):
     assert store2.restore(c2).name == good.name
     assert views(outs2) == want
     c2.close()
+
+
+def test_reopening_in_the_same_process_keeps_named_files(tmp_path):
+    """A directory restored twice in one process: the second circuit's batch objects are
+    pinned too, so when they are merged away and collected the files a checkpoint names stay."""
+    import gc
+    d = str(tmp_path)
+    c, t, u, outs = build(d)
+    store = CheckpointStore(d, c.fingerprint())
+    _steps(c, t, u, 6)
+    store.checkpoint(c, c.steps)
+    c.close()
+    for _ in range(2):
+        c, t, u, outs = build(d)
+        store = CheckpointStore(d, c.fingerprint())
+        store.restore(c)
+        _steps(c, t, u, 8, 100)  # merges retire the restored batches
+        c.close()
+        del c, t, u, outs
+        gc.collect()
+        for f in store.referenced():
+            assert os.path.exists(os.path.join(d, f)), f

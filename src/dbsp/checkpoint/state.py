@@ -64,18 +64,19 @@ class CheckpointCorrupt(CheckpointError):
 # -- files this process keeps for checkpoints --------------------------------------------------
 
 _lock = threading.Lock()
-_pins: dict[str, Any] = {}     # absolute path -> the BatchFile's shared state dict
-_alive: dict[str, Any] = {}    # absolute path -> the BatchFile's finalizer
+# absolute path -> [(shared state dict, finalizer)] of every BatchFile object this process
+# opened on it and pinned (a directory reopened in the same process opens the file again)
+_pins: dict[str, list] = {}
 _synced: set[str] = set()      # absolute paths fsynced by this process
 
 
 def pin(bf: BatchFile) -> None:
     """Keep ``bf``'s file on disk after its batches are gone (a checkpoint names it)."""
     with _lock:
-        if bf.path not in _pins:
+        held = _pins.setdefault(bf.path, [])
+        if not any(st is bf._state for st, _ in held):
             bf.pin()
-            _pins[bf.path] = bf._state
-            _alive[bf.path] = bf._fin
+            held.append((bf._state, bf._fin))
 
 
 def release(paths: list[str]) -> int:
@@ -84,13 +85,12 @@ def release(paths: list[str]) -> int:
     removed = 0
     for p in paths:
         with _lock:
-            st = _pins.pop(p, None)
-            fin = _alive.pop(p, None)
+            held = _pins.pop(p, [])
             _synced.discard(p)
-        if st is not None:
+        for st, _ in held:
             st["pins"] = max(0, st["pins"] - 1)
-            if fin is not None and fin.alive:
-                continue  # a live batch still reads it; its finalizer deletes it (pins == 0)
+        if any(fin.alive for _, fin in held):
+            continue  # a live batch still reads it; its finalizer deletes it (pins == 0)
         try:
             os.unlink(p)
             removed += 1
@@ -106,14 +106,6 @@ def _fsync_once(path: str) -> None:
     fsync_path(path)
     with _lock:
         _synced.add(path)
-
-
-def forget_process_state() -> None:
-    """Drop this process's pin and sync records (a forked child starts with none)."""
-    with _lock:
-        _pins.clear()
-        _alive.clear()
-        _synced.clear()
 
 
 # -- capture and write ---------------------------------------------------------------------------

@@ -170,6 +170,8 @@ class _Forked:
         self.pid, self.err, self.returncode = pid, err, None
 
     def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is not None:  # reaped already
+            return self.returncode
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             pid, status = os.waitpid(self.pid, os.WNOHANG if deadline is not None else 0)
