@@ -21,9 +21,15 @@ The package, bottom up (imports only go down; ``lint-imports`` checks it):
 * :mod:`dbsp.operators`: one module per operator, and the stream verbs that add them.
 * :mod:`dbsp.runtime`: ``Circuit`` running on W replicas (threads or processes), transports,
   input placement.
-* :mod:`dbsp.api`: the fluent API (``StreamContext``, column expressions, windows).
+* :mod:`dbsp.checkpoint`: the storage directory's checkpoint catalog; saving / restoring a
+  circuit's state (spines as lists of immutable batch files), gc, fingerprint.
+* :mod:`dbsp.ft`: the durable input log, the output log, exactly-once stepping and recovery
+  (restore the last checkpoint + replay the logged input), the coordinator loop.
+* :mod:`dbsp.api`: the fluent API (``StreamContext``, column expressions, windows) and
+  ``durable(circuit)``.
 * :mod:`dbsp.nexmark`, :mod:`dbsp.cli`: the Nexmark benchmark and the ``dbsp`` command.
-* :mod:`dbsp.testing`: the naive reference model every operator is tested against.
+* :mod:`dbsp.testing`: the naive reference model every operator is tested against, and the
+  crash harness (``python -m dbsp.testing.crash``).
 
 >>> import pyarrow as pa
 >>> from dbsp import StreamContext, col, sum_
@@ -43,12 +49,13 @@ __version__ = "0.1.0"
 from .algebra.schema import WEIGHT, InputError  # noqa: E402
 from .api import (StreamContext, avg, coalesce, col, count, count_distinct,  # noqa: E402
                   hopping, lit, max_, min_, session, sum_, tumbling, when)
+from .api.durable import durable  # noqa: E402
 from .circuit.graph import CircuitError  # noqa: E402
 from .runtime.circuit import Circuit  # noqa: E402
 from .storage.config import StorageConfig  # noqa: E402
 from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 
 __all__ = ["Circuit", "CircuitError", "InputError", "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
-           "StorageConfig",
+           "StorageConfig", "durable",
            "StreamContext", "col", "lit", "when", "coalesce", "count", "sum_", "avg", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session"]

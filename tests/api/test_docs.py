@@ -9,7 +9,7 @@ import pytest
 MODULES = ["dbsp.api", "dbsp.api.expr", "dbsp.api.expr.tree", "dbsp.api.expr.strings",
            "dbsp.api.expr.datetime", "dbsp.api.expr.aggregates", "dbsp.api.context",
            "dbsp.algebra.dtypes", "dbsp.algebra.time", "dbsp.operators.watermark",
-           "dbsp.operators.window", "dbsp.operators.rolling"]
+           "dbsp.operators.window", "dbsp.operators.rolling", "dbsp.api.durable"]
 
 
 @pytest.mark.parametrize("name", MODULES)

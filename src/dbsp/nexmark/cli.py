@@ -84,6 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", metavar="DIR",
                    help="where q10 writes its Parquet files (default: a temporary directory, "
                         "removed at the end)")
+    p.add_argument("--checkpoint-seconds", type=float, default=None, metavar="S",
+                   help="with --storage: exactly-once (input and output logs) and a checkpoint "
+                        "every S seconds")
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--verify", action="store_true",
                    help="compare every final result with DuckDB computing it from scratch")
@@ -155,7 +158,8 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
     start_mb = _status_mb("VmRSS")
     gen = NexmarkGenerator(seed=args.seed)
     ctx = StreamContext(workers=workers, runtime=args.runtime, name=name,
-                        storage=_storage(args, f"{name}-w{workers}"))
+                        storage=_storage(args, f"{name}-w{workers}"),
+                        checkpoint_seconds=getattr(args, "checkpoint_seconds", None))
     # events arrive in event-time order: no lateness (a late event would be counted and dropped)
     streams = {kind: ctx.stream(gen_schema(kind), name=kind, time="date_time")
                for kind in ("person", "auction", "bid")}
@@ -210,6 +214,9 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
         }
         if out is not None:
             result["output_rows"] = out.rows_out
+        if ctx.durable is not None:
+            result["checkpoints"] = len(ctx.durable.pauses)
+            result["max_checkpoint_pause_s"] = ctx.durable.report()["max_pause_seconds"]
         if args.verify:
             view = out.view().to_arrow() if out is not None else sink.read()
             result["view_rows"] = view.num_rows
@@ -297,8 +304,10 @@ def run(args: argparse.Namespace) -> int:
     if args.events <= 0 or args.chunk <= 0:
         print("dbsp nexmark: --events and --chunk must be positive", file=sys.stderr)
         return 2
-    if (args.memory_budget is not None or args.backend != "auto") and not args.storage:
-        print("dbsp nexmark: --memory-budget and --backend need --storage DIR", file=sys.stderr)
+    if (args.memory_budget is not None or args.backend != "auto" or
+            args.checkpoint_seconds is not None) and not args.storage:
+        print("dbsp nexmark: --memory-budget, --backend and --checkpoint-seconds need "
+              "--storage DIR", file=sys.stderr)
         return 2
     refs = _reference(args, names) if args.verify else {}
     out_root = args.out_dir or tempfile.mkdtemp(prefix="dbsp-nexmark-")
