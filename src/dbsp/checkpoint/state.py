@@ -43,7 +43,7 @@ import threading
 import zlib
 from typing import Any, Optional
 
-from ..storage.faults import fsync_path, write_durable
+from ..storage.faults import fsync_dir, fsync_path, write_durable
 from ..trace.file_batch import BatchFile, FileOrdIndexedZSet, FileOrdZSet, write_batch
 from ..trace.spine import SpineImage
 
@@ -99,13 +99,15 @@ def release(paths: list[str]) -> int:
     return removed
 
 
-def _fsync_once(path: str) -> None:
+def _fsync_once(path: str) -> bool:
+    """fsync ``path`` unless this process did already; True if it did now."""
     with _lock:
         if path in _synced:
-            return
+            return False
     fsync_path(path)
     with _lock:
         _synced.add(path)
+    return True
 
 
 # -- capture and write ---------------------------------------------------------------------------
@@ -140,9 +142,10 @@ class PendingState:
     def memory_batches(self) -> int:
         return sum(1 for im in self.images for b in im.batches if not getattr(b, "is_file", False))
 
-    def write(self, path: str, kill_hook: Any = None) -> dict:
+    def write(self, path: str) -> dict:
         spines: list[list] = []
         files: list[str] = []
+        dirs: set[str] = set()  # directories that gained a file this checkpoint names
         new_bytes = 0
         for im in self.images:
             entries = []
@@ -167,15 +170,16 @@ class PendingState:
                 if rel.startswith(".."):
                     raise CheckpointError(f"batch file {ap} is outside the storage root "
                                           f"{self.root}")
-                _fsync_once(ap)
+                if _fsync_once(ap):
+                    dirs.add(os.path.dirname(ap))
                 entries.append([rel, int(b.k0), int(b.k1)])
                 files.append(rel)
             spines.append(entries)
         header = json.dumps({"version": 1, "spines": spines}).encode()
         body = MAGIC + struct.pack("<I", len(header)) + header + self.blob
         body += struct.pack("<I", zlib.crc32(body))
-        if kill_hook is not None:
-            kill_hook()
+        for d in sorted(dirs):  # the new files' names are durable too, not only their bytes
+            fsync_dir(d)
         write_durable(path, body)
         return {"files": sorted(set(files)), "bytes": len(body) + new_bytes}
 
