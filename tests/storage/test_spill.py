@@ -52,7 +52,7 @@ def test_join_literal_with_storage_writes_files(tmp_path, workers):
                     lambda l, r: ref.join(l, r, [0], [0]), steps, storage=tiny(tmp_path))
     assert c.storage is not None
     dirs = sorted(os.listdir(tmp_path))
-    assert dirs == [f"worker-{w}" for w in range(workers)]
+    assert dirs == ["LOCK"] + [f"worker-{w}" for w in range(workers)]  # LOCK: one process only
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=HC)
@@ -111,7 +111,7 @@ def test_join_with_storage_on_worker_processes(tmp_path):
     check_steps(2, {"l": L, "r": R}, lambda l, r: _ix(l).join(_ix(r)),
                 lambda l, r: ref.join(l, r, [0], [0]), steps,
                 storage=tiny(tmp_path, merge_process_rows=3), runtime="processes")
-    assert sorted(os.listdir(tmp_path)) == ["worker-0", "worker-1"]
+    assert sorted(os.listdir(tmp_path)) == ["LOCK", "worker-0", "worker-1"]
 
 
 def test_stream_context_takes_a_storage_config(tmp_path):
@@ -122,7 +122,7 @@ def test_stream_context_takes_a_storage_config(tmp_path):
     out = bids.group_by("auction").agg(total=sum_(col("price"))).collect()
     ctx.execute()
     assert sorted(out.rows()) == [(a, sum(range(a, 50, 4))) for a in range(4)]
-    assert ctx.storage == str(tmp_path) and os.listdir(tmp_path) == ["worker-0"]
+    assert ctx.storage == str(tmp_path) and sorted(os.listdir(tmp_path)) == ["LOCK", "worker-0"]
 
 
 # --- spines: spilling, file lifetime, disk space -------------------------------------------------
