@@ -41,14 +41,20 @@ class NestedState(dict):
 
 def capture(value: Any) -> Any:
     """A value's checkpoint form: spine -> :class:`SpineImage`, stateful object -> its
-    :class:`NestedState`, list / tuple -> elementwise, anything else as it is."""
+    :class:`NestedState`, list / tuple / dict -> elementwise, anything else as it is."""
     if isinstance(value, Spine):
         return value.image()
     if hasattr(value, "checkpoint_state"):
         return NestedState(value.checkpoint_state())
     if isinstance(value, (list, tuple)):
         return type(value)(capture(v) for v in value)
+    if isinstance(value, dict):
+        return {k: capture(v) for k, v in value.items()}
     return value
+
+
+def _holds_state(v: Any) -> bool:
+    return isinstance(v, (SpineImage, NestedState))
 
 
 def restore(current: Any, saved: Any, where: str = "state") -> Any:
@@ -65,8 +71,14 @@ def restore(current: Any, saved: Any, where: str = "state") -> Any:
                             f"{type(current).__name__}")
         current.restore_state(dict(saved))
         return current
+    if isinstance(saved, dict) and not isinstance(saved, NestedState) \
+            and isinstance(current, dict) and any(_holds_state(v) for v in saved.values()):
+        if set(current) != set(saved):
+            raise ValueError(f"{where}: keys {sorted(map(str, saved))} in the checkpoint, "
+                             f"{sorted(map(str, current))} in the circuit")
+        return {k: restore(current[k], v, f"{where}[{k!r}]") for k, v in saved.items()}
     if isinstance(saved, (list, tuple)) and isinstance(current, (list, tuple)) \
-            and any(isinstance(v, (SpineImage, NestedState)) for v in saved):
+            and any(_holds_state(v) for v in saved):
         if len(current) != len(saved):
             raise ValueError(f"{where}: {len(saved)} items in the checkpoint, "
                              f"{len(current)} in the circuit")
@@ -85,6 +97,8 @@ def spines_of(value: Any) -> list:
         return [sp for a in value.state_attrs for sp in spines_of(getattr(value, a))]
     if isinstance(value, (list, tuple)):
         return [sp for v in value for sp in spines_of(v)]
+    if isinstance(value, dict):
+        return [sp for v in value.values() for sp in spines_of(v)]
     return []
 
 

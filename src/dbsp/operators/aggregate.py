@@ -691,12 +691,14 @@ class LinearAggregateOperator(Operator):
         return len(self.state)
 
 
-class _ValueCounts:
+class _ValueCounts(Stateful):
     """Per ``(key, value)`` weights of one value column (nulls left out): an indexed spine
     ``key -> value`` whose values of a key are sorted by value code, so min / max seek the first /
     last value of positive weight and count distinct probes single pairs
     (:mod:`dbsp.trace.probe`). ``monotone`` while no negative weight was ever inserted: then
     every stored weight is positive and inserts alone cannot retract an extreme."""
+
+    state_attrs = ('trace', '_monotone')
 
     def __init__(self, col: str, type_: pa.DataType):
         self.col = col
@@ -768,6 +770,8 @@ class GeneralAggregateOperator(Operator):
     State: one row per key (partials, extremes, distinct counts) and, per min / max /
     count_distinct column, the value trace of :class:`_ValueCounts`.
     """
+
+    state_attrs = ('state', 'values')
 
     name = "aggregate(general)"
 

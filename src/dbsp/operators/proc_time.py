@@ -74,6 +74,7 @@ class StepClock:
 
 class ProcTimeOperator(Operator):
     name = "proc_time"
+    state_attrs = ("step",)  # (a wall clock's times are not reproduced on replay)
 
     def __init__(self, ctx, clock: Clock, schema: pa.Schema):
         super().__init__(ctx)
