@@ -195,9 +195,10 @@ class IndexedStream(_Base):
         """
         return aggregate(self, aggs)
 
-    def topk(self, k: int, order_by: Sequence[str], descending: bool = False,
+    def topk(self, k: int, order_by: Sequence[str], descending: Any = False,
              rank: Optional[str] = None) -> Stream:
-        """The first ``k`` values of each key by ``order_by`` (optionally with a rank column)."""
+        """The first ``k`` values of each key by ``order_by`` (optionally with a rank column);
+        ``descending``: one bool, or one per ``order_by`` column."""
         return topk(self, k, order_by, descending, rank)
 
 
