@@ -141,10 +141,10 @@ def conform(name: str, schema: pa.Schema, data: Any,
         table = data
     elif _is_pandas(data):
         table = pa.Table.from_pandas(data, preserve_index=False)
-    elif _is_polars(data):
-        table = data.to_arrow()  # zero-copy where Polars' layout is Arrow's
+    elif is_polars(data):
+        table = from_polars(data)
     elif isinstance(data, dict):
-        table = _columns_to_table(name, data)
+        table = columns_to_table(name, data)
     else:
         table = _rows_to_table(name, schema, data)
     names = table.schema.names
@@ -209,12 +209,35 @@ def _is_pandas(data: Any) -> bool:
     return mod.startswith("pandas") and type(data).__name__ == "DataFrame"
 
 
-def _is_polars(data: Any) -> bool:
+def is_polars(data: Any) -> bool:
+    """Whether ``data`` is a Polars DataFrame (without importing Polars)."""
     mod = type(data).__module__
     return mod.startswith("polars") and type(data).__name__ == "DataFrame"
 
 
-def _columns_to_table(name: str, data: dict) -> pa.Table:
+def from_polars(df: Any) -> pa.Table:
+    """A Polars DataFrame as an Arrow table: zero-copy where Polars' layout is Arrow's; string
+    and binary *views* (Polars' own layout) become large_string / large_binary."""
+    t = df.to_arrow()
+    fields = []
+    for f in t.schema:
+        if pa.types.is_string_view(f.type):
+            f = f.with_type(pa.large_string())
+        elif pa.types.is_binary_view(f.type):
+            f = f.with_type(pa.large_binary())
+        fields.append(f)
+    target = pa.schema(fields)
+    return t if target == t.schema else t.cast(target)
+
+
+def is_columns(data: Any) -> bool:
+    """Whether ``data`` is a dict of columns (every value an array, Series or list)."""
+    return isinstance(data, dict) and bool(data) and all(
+        isinstance(v, (pa.Array, pa.ChunkedArray, np.ndarray, list))
+        or type(v).__module__.startswith(("pandas", "polars")) for v in data.values())
+
+
+def columns_to_table(name: str, data: dict) -> pa.Table:
     """A dict of columns (numpy / Arrow arrays, pandas / Polars Series, lists) as a table."""
     cols = {}
     n = None
@@ -307,6 +330,25 @@ def _rows_to_table(name: str, schema: pa.Schema, rows: Iterable) -> pa.Table:
     return table
 
 
+def _frozen(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, dict):
+        return tuple((k, _frozen(x)) for k, x in v.items())
+    return v
+
+
+def py_values(arr: Any) -> list:
+    """The Python values of a column, hashable: nested values (lists, structs, maps) become
+    tuples (a struct ``{"a": 1}`` is ``(("a", 1),)``, a map the tuple of its ``(key, value)``
+    pairs) so that rows holding them can key a dict."""
+    vals = arr.to_pylist()
+    t = arr.type
+    if pa.types.is_nested(t):
+        return [_frozen(v) for v in vals]
+    return vals
+
+
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
 
@@ -339,5 +381,6 @@ def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
     return batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
 
 
-__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "empty_batch", "take",
+__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "is_polars", "from_polars", "is_columns",
+           "columns_to_table", "type_supported", "py_values", "empty_batch", "take",
            "concat_batches", "select", "filter_batch", "check_type_supported"]

@@ -28,7 +28,8 @@ from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 
-from ..algebra.schema import InputError, as_schema
+from ..algebra.schema import InputError, as_schema, columns_to_table, from_polars, is_columns, \
+    is_polars
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ def _is_pandas(x: Any) -> bool:
 
 
 def _looks_like_schema(x: Any) -> bool:
+    if isinstance(x, dict) and is_columns(x):
+        return False  # a dict of columns is data
     if isinstance(x, (pa.Schema, dict)):
         return True
     if isinstance(x, (list, tuple)) and x and all(
@@ -184,6 +187,11 @@ class ReplaySource(Source):
             return
         if _is_pandas(b):
             b = pa.RecordBatch.from_pandas(b, preserve_index=False)
+        elif is_polars(b) or is_columns(b):
+            t = from_polars(b) if is_polars(b) else columns_to_table(self.name, b)
+            for rb in t.to_batches():
+                self._add(rb)
+            return
         if not isinstance(b, pa.RecordBatch):
             raise TypeError(f"source '{self.name}' yielded {type(b).__name__}; a source yields "
                             f"pyarrow RecordBatches / Tables or pandas DataFrames")
@@ -259,6 +267,10 @@ def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
         return PushSource(name, as_schema(schema))
     if _is_pandas(data):
         data = pa.Table.from_pandas(data, preserve_index=False)
+    elif is_polars(data):
+        data = from_polars(data)
+    elif is_columns(data):
+        data = columns_to_table(name, data)
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
@@ -282,6 +294,10 @@ def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
             raise TypeError("ctx.stream: an empty iterator needs schema=") from None
         if _is_pandas(first):
             first = pa.RecordBatch.from_pandas(first, preserve_index=False)
+        elif is_polars(first):
+            first = from_polars(first)
+        elif is_columns(first):
+            first = columns_to_table(name, first)
         if not isinstance(first, (pa.RecordBatch, pa.Table)):
             raise TypeError(f"ctx.stream: an iterator source must yield RecordBatches, Tables "
                             f"or DataFrames, got {type(first).__name__}")
