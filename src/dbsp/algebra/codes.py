@@ -357,6 +357,10 @@ def _spread(lens: np.ndarray, src_starts: np.ndarray, dst_starts: np.ndarray) ->
     if total == 0:
         e = np.zeros(0, np.int64)
         return e, e
+    if lens[0] == lens.min() == lens.max():  # equal pieces (fixed-width codes): broadcast
+        ar = np.arange(int(lens[0]), dtype=np.int64)
+        return ((src_starts[:, None] + ar).reshape(-1),
+                (np.asarray(dst_starts)[:, None] + ar).reshape(-1))
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
     return np.repeat(src_starts, lens) + within, np.repeat(dst_starts, lens) + within
 
