@@ -140,7 +140,12 @@ def conform(name: str, schema: pa.Schema, data: Any,
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         table = data
     elif _is_pandas(data):
-        table = pa.Table.from_pandas(data, preserve_index=False)
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            # a column pandas holds as objects of mixed types: convert row by row, which names
+            # the column and the row at fault
+            table = _rows_to_table(name, schema, data.to_dict("records"))
     elif is_polars(data):
         table = from_polars(data)
     elif isinstance(data, dict):
@@ -192,6 +197,8 @@ def _weights(name: str, n: int, table, weights) -> np.ndarray:
     if np.isscalar(weights):
         if isinstance(weights, (bool, np.bool_)) or not isinstance(weights, (int, np.integer)):
             raise InputError(name, f"the weight must be an integer, got {weights!r}", WEIGHT)
+        if not _I64_MIN <= int(weights) <= _I64_MAX:
+            raise InputError(name, f"the weight {int(weights)} is out of the int64 range", WEIGHT)
         return np.full(n, int(weights), dtype=np.int64)
     try:
         w = np.asarray(weights)
@@ -199,9 +206,19 @@ def _weights(name: str, n: int, table, weights) -> np.ndarray:
         raise InputError(name, f"weights are not an integer array ({e})", WEIGHT) from None
     if w.shape != (n,):
         raise InputError(name, f"{len(w)} weights for {n} rows", WEIGHT)
+    if w.dtype == object and n and all(isinstance(x, int) and not isinstance(x, bool) for x in w):
+        big = [i for i, x in enumerate(w) if not _I64_MIN <= x <= _I64_MAX]
+        raise InputError(name, f"the weight {w[big[0]]} is out of the int64 range", WEIGHT,
+                         big[0])
     if not np.issubdtype(w.dtype, np.integer):
         raise InputError(name, f"weights must be integers, got {w.dtype}", WEIGHT)
+    if w.dtype == np.uint64 and n and int(w.max()) > _I64_MAX:
+        i = int(np.argmax(w > _I64_MAX))
+        raise InputError(name, f"the weight {int(w[i])} is out of the int64 range", WEIGHT, i)
     return w.astype(np.int64, copy=False)
+
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _is_pandas(data: Any) -> bool:

@@ -14,8 +14,11 @@ its batching mode says:
   bounded queue, and a step takes what has arrived by the deadline.
 
 The default is ``AdaptiveBatching(max_rows=65536, max_delay=0.1 s)``. Chunks are validated by
-the input (:func:`dbsp.algebra.schema.conform`): a bad value raises an
-:class:`~dbsp.algebra.schema.InputError` naming the input, the column and the row of the source.
+the input (:func:`dbsp.algebra.schema.conform`). A bad row never takes the good rows of its
+chunk with it: they are accepted either way. Under the input's error policy ``"raise"`` the step
+then raises an :class:`~dbsp.algebra.schema.InputError` naming the input, the column and the row
+of the source (the bad rows are in ``error.rejected_rows``; the good ones join the next step);
+under ``"skip_and_report"`` the bad rows go to the error log and the step runs.
 """
 from __future__ import annotations
 
@@ -236,15 +239,23 @@ class ReplaySource(Source):
         chunk = self._chunk(want)
         if chunk is None:
             return 0
-        try:
-            n = self.input.push(chunk)
-        except InputError as e:
-            if e.row is not None:
-                e.add_note(f"(row {e.row} of the step's chunk = row {self._offset + e.row} of "
-                           f"source '{self.name}')")
-            raise
-        self._offset += n
+        base = self._offset
+        self._offset += chunk.num_rows
+        n, bad = self.input.push_checked(chunk)
         self.rows_in += n
+        if bad:
+            if self.input.policy == "skip_and_report":
+                log = self.input.circuit.error_log
+                for b in bad:
+                    log.add(self.input.circuit.steps, self.name,
+                            f"{b.reason} (row {base + b.index} of the source)", b.row, b.weight)
+            else:
+                b = bad[0]
+                e = InputError(self.name, f"{b.reason.split(': ', 1)[-1]} (row {base + b.index} "
+                                          f"of the source; the good rows of its chunk go to the "
+                                          f"next step)", b.column, base + b.index)
+                e.rejected_rows = [x.row for x in bad]  # type: ignore[attr-defined]
+                raise e
         if self._buf_rows == 0 and self._q is None:
             self._take_iter(1)  # learn now whether the source is drained (no empty last step)
         return n

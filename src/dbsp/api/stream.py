@@ -90,6 +90,15 @@ class _Projection:
         cols = [c(batch) for c in self.compiled]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
+    def explain(self, batch: pa.RecordBatch) -> str:
+        """The first expression that fails on ``batch`` (for error messages)."""
+        for f, c in zip(self.schema, self.compiled):
+            try:
+                c(batch)
+            except Exception:  # noqa: BLE001 - looking for the one that fails
+                return f"{f.name} = {c.expr!r}"
+        return ", ".join(f"{f.name} = {c.expr!r}" for f, c in zip(self.schema, self.compiled))
+
 
 def compile_projection(schema: pa.Schema, items: list[tuple[str, Expr]], what: str):
     """``(function, output schema)`` of ``items`` (name, expression) over ``schema``; columns
@@ -612,14 +621,14 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
         else:
             raise TypeError(f"aggregate {out!r}: expected an expression like sum_(col('x')), a "
                             f"(kind, column) pair or an Aggregator, got {a!r}")
-    fn, out_schema = compile_projection(schema, proj, "aggregate input")
     names = [n for n, _ in proj]
-    if names == list(schema.names):
-        pre = stream
-    else:
-        keep = stream._time is not None and _passthrough(proj, stream._time.column)
-        pre = stream._new(stream._s.map(fn, out_schema), keep_time=keep)
-    return pre, specs
+    if not proj or names == list(schema.names):
+        # nothing to compute (no projection: count() alone, no key, counts the rows as they are;
+        # a batch of no columns would have no rows)
+        return stream, specs
+    fn, out_schema = compile_projection(schema, proj, "aggregate input")
+    keep = stream._time is not None and _passthrough(proj, stream._time.column)
+    return stream._new(stream._s.map(fn, out_schema), keep_time=keep), specs
 
 
 def _with_aggs(out: DataStream, items: list[tuple[str, Any]]) -> DataStream:
@@ -697,7 +706,7 @@ class GroupedStream:
         """
         items = _agg_items(aggs, named)
         pre, specs = _plan_aggs(self.stream, self.keys, items)
-        core = pre._s.index_by(self.keys).aggregate(specs)
+        core = pre._s.index_by(self.keys).aggregate(specs, positive=True)
         return _with_aggs(DataStream(self.stream.ctx, core), items)
 
     def fold(self, init: Any, step: Callable[[Any, Any], Any], *, column: Any = None,

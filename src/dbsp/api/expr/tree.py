@@ -148,6 +148,10 @@ class Compiled:
         v = self.fn(batch)
         return _as_array(v, batch.num_rows)
 
+    def explain(self, batch: pa.RecordBatch) -> str:
+        """This expression, for error messages."""
+        return repr(self.expr)
+
 
 @dataclass
 class _Bound:
