@@ -49,7 +49,8 @@ from .runtime.circuit import Circuit  # noqa: E402
 from .storage.config import StorageConfig  # noqa: E402
 from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 
-__all__ = ["Circuit", "CircuitError", "ClosedError", "RowError", "InputError", "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
+__all__ = ["Circuit", "CircuitError", "ClosedError", "RowError", "InputError",
+           "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
            "StorageConfig",
            "StreamContext", "col", "lit", "when", "coalesce", "count", "sum_", "avg", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session"]

@@ -57,3 +57,16 @@ def test_add_overflows(pairs):
         assert bool(over[i]) == (not I64_MIN <= x + y <= I64_MAX)
         if not over[i]:
             assert int(s[i]) == x + y
+
+
+@given(st.lists(st.tuples(BIGISH, BIGISH), max_size=30))
+def test_mul_overflows(pairs):
+    from dbsp.algebra.checked import mul_overflows
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    p, over = mul_overflows(a, b)
+    for i, (x, y) in enumerate(pairs):
+        fits = I64_MIN <= x * y <= I64_MAX
+        assert (over is not None and bool(over[i])) == (not fits)
+        if fits:
+            assert int(p[i]) == x * y

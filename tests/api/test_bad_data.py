@@ -422,3 +422,32 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
     ctx.step()
     assert out.view_dict() == _reference(good_rows + [(0, 1)])
     ctx.close()
+
+
+def test_join_weight_overflow_names_the_key():
+    ctx = _ctx()
+    a = ctx.stream(KV, name="a")
+    b = ctx.stream(KV, name="b")
+    out = a.join(b, on="k").collect()
+    a.push([(1, 1)], weights=[2 ** 40])
+    b.push([(1, 2)], weights=[2 ** 30])
+    with pytest.raises(RowError, match=r"join.*k=1.*out of the int64 range"):
+        ctx.step()
+    a.push([(1, 1)], weights=[3])
+    b.push([(1, 2)], weights=[2])
+    ctx.step()
+    assert out.view_dict() == {(1, 1, 2): 6}
+
+
+def test_rolled_back_upsert_is_forgotten_by_the_keyed_input(workers):
+    ctx = _ctx(workers)
+    s = ctx.stream(KV, key="k")
+    out = s.select("k", w=col("v") * 2 ** 61).collect()
+    s.upsert([(1, 1)])
+    ctx.step()
+    s.upsert([(1, 99)])          # 99 * 2**61 overflows: the step is rolled back
+    with pytest.raises(RowError):
+        ctx.step()
+    s.upsert([(1, 2)])           # replaces (1, 1), the row the circuit really holds
+    ctx.step()
+    assert out.view_dict() == {(1, 2 ** 62): 1}

@@ -9,15 +9,20 @@ numpy's int64 arithmetic wraps silently. These helpers compute with numpy (wrapp
   and only the suspects are recomputed exactly with Python integers.
 * :func:`add_overflows` (``a + b`` element-wise): the sign test ``(a ^ s) & (b ^ s) < 0`` on the
   wrapped sum ``s``, which is exact.
+* :func:`mul_overflows` (``a * b`` element-wise, the weights of joined pairs): a bound on the
+  fast path, then float suspects checked exactly.
 
 Modular arithmetic makes the wrapped group sum right whenever the exact one fits, whatever
 happened to the partial sums in between, so checking the results is enough.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
-__all__ = ["weighted_group_sums", "group_sums", "add_overflows", "I64_MIN", "I64_MAX"]
+__all__ = ["weighted_group_sums", "group_sums", "add_overflows", "mul_overflows", "I64_MIN",
+           "I64_MAX"]
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 _SAFE = float(1 << 62)
@@ -71,3 +76,21 @@ def group_sums(w: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if n == 0 or max(abs(float(w.max())), abs(float(w.min()))) * n < _SAFE:
         return sums, np.zeros(len(sums), dtype=bool)
     return weighted_group_sums(np.ones(n, dtype=np.int64), w, starts)
+
+
+def mul_overflows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """``(a * b wrapped, None when nothing overflows else the bool mask where the exact product is
+    out of int64)`` for int64 arrays; the fast path is a bound on ``max|a| · max|b|``."""
+    p = a * b
+    if len(a) == 0:
+        return p, None
+    am = max(abs(float(a.max())), abs(float(a.min())))
+    bm = max(abs(float(b.max())), abs(float(b.min())))
+    if am * bm < _SAFE:
+        return p, None
+    suspects = np.flatnonzero(np.abs(a.astype(np.float64) * b.astype(np.float64)) >= _SAFE)
+    over = np.zeros(len(a), dtype=bool)
+    for i in suspects:
+        if not I64_MIN <= int(a[i]) * int(b[i]) <= I64_MAX:
+            over[i] = True
+    return p, (over if over.any() else None)

@@ -54,7 +54,7 @@ class InputStream(Stream):
     """An input stream; also the handle to push data into it."""
 
     __slots__ = ("name", "_pending", "_pending_rows", "_key", "_rows_pushed", "errors",
-                 "_pending_mass")
+                 "_pending_mass", "_keyed", "_keyed_taken")
 
     @property
     def policy(self) -> str:
@@ -102,6 +102,7 @@ class InputStream(Stream):
             self._rows_pushed += batch.num_rows
             if keyed is not None:  # a keyed input remembers its current rows (for upsert)
                 self._key.record(keyed)
+                self._keyed.append(keyed)
         return batch.num_rows
 
     def insert(self, data: Any) -> int:
@@ -127,6 +128,15 @@ class InputStream(Stream):
         :mod:`dbsp.operators.upsert`."""
         return upsert_push(self, data, key)
 
+    def _step_done(self, applied: bool) -> None:
+        """The step that took the pending rows ended: when it was rolled back (not ``applied``),
+        a keyed input forgets the rows it recorded for it, so that its current rows stay the
+        circuit's."""
+        taken, self._keyed_taken = self._keyed_taken, []
+        if not applied:
+            for ix in reversed(taken):
+                self._key.record(ix.neg())
+
     @property
     def pending_rows(self) -> int:
         return self._pending_rows
@@ -137,6 +147,7 @@ class InputStream(Stream):
         (:mod:`dbsp.runtime.placement`), else contiguous slices."""
         parts, self._pending, self._pending_rows = self._pending, [], 0
         self._pending_mass = 0.0
+        self._keyed_taken, self._keyed = self._keyed, []
         if not parts:
             return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
@@ -239,6 +250,7 @@ def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
     inp._rows_pushed = 0
     inp.errors = None  # the circuit's policy
     inp._pending_mass = 0.0  # sum of |weight| pending (checked against WEIGHT_LIMIT)
+    inp._keyed, inp._keyed_taken = [], []  # KeyState records of the pending / in-flight rows
     return inp
 
 

@@ -188,6 +188,8 @@ class Circuit(Graph):
             self._broken = e
             raise
         except BaseException as e:
+            for inp in self.inputs.values():
+                inp._step_done(False)
             if self._executor.broken is not None:  # the rollback itself failed
                 self._broken = self._executor.broken
                 e.add_note(f"rolling the step back failed too ({self._executor.broken!r}): "
@@ -199,6 +201,8 @@ class Circuit(Graph):
             e.add_note(f"step {self.steps} of circuit '{self.name}' was rolled back: no state "
                        f"changed and its input was not applied (error.rejected_input)")
             raise
+        for inp in self.inputs.values():
+            inp._step_done(True)
         for out in self.outputs:
             out._gather([o.get(out.node) for o in outs])
         for o in outs:
