@@ -451,3 +451,16 @@ def test_rolled_back_upsert_is_forgotten_by_the_keyed_input(workers):
     s.upsert([(1, 2)])           # replaces (1, 1), the row the circuit really holds
     ctx.step()
     assert out.view_dict() == {(1, 2 ** 62): 1}
+
+
+def test_skip_and_report_across_worker_processes():
+    ctx = StreamContext(workers=2, runtime="processes", errors="skip_and_report")
+    s = ctx.stream(KV)
+    out = s.select("k", q=col("v") * 2 ** 62).group_by("k").agg(n=count()).collect()
+    s.insert([(k, k % 3) for k in range(40)])     # v == 2 overflows
+    ctx.step()
+    assert sorted(out.rows()) == sorted((k, 1) for k in range(40) if k % 3 != 2)
+    got = sorted(r["row"]["k"] for r in ctx.errors.records)
+    assert got == [k for k in range(40) if k % 3 == 2]
+    assert {r["source"] for r in ctx.errors.records} == {"map"}
+    ctx.close()
