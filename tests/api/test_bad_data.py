@@ -464,3 +464,15 @@ def test_skip_and_report_across_worker_processes():
     assert got == [k for k in range(40) if k % 3 == 2]
     assert {r["source"] for r in ctx.errors.records} == {"map"}
     ctx.close()
+
+
+def test_a_wider_sum_where_the_user_asks_for_one():
+    """SQL's answer to 'out of range': sum in a wider type. Casting the input to a decimal
+    makes the sum a decimal128(38, 0), which holds what int64 cannot."""
+    from decimal import Decimal
+    ctx = _ctx()
+    s = ctx.stream(KV)
+    out = s.group_by("k").agg(t=sum_(col("v").cast(pa.decimal128(38, 0)))).collect()
+    s.insert([(3, 2 ** 62), (3, 2 ** 62), (3, 2 ** 62)])
+    ctx.step()
+    assert out.rows() == [(3, Decimal(3 * 2 ** 62))]
