@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from ..algebra.schema import WEIGHT, InputError, conform, concat_batches, take
+from ..algebra.schema import WEIGHT, InputError, concat_batches, conform, empty_batch, take
 from ..circuit.errors import check_policy
 from ..circuit.exchange import deal
 from ..circuit.operator import Operator
@@ -195,8 +195,8 @@ def conform_rows(name: str, schema: pa.Schema, data: Any,
     """Like :func:`~dbsp.algebra.schema.conform`, but a row at fault is set aside instead of
     refusing the push: ``(batch of the good rows, their weights, the bad rows)``.
 
-    The fast path is one ``conform``; only when it refuses a row are the rows converted again
-    without it (once per bad row: this is the error path). Faults that are no one row's raise.
+    The fast path is one ``conform``; only when it refuses a row are the rows converted again,
+    by bisection (the error path). Faults that are no one row's raise.
     """
     if not isinstance(data, (pa.Table, pa.RecordBatch)) and \
             not (hasattr(data, "to_dict") and hasattr(data, "columns")):
@@ -207,36 +207,76 @@ def conform_rows(name: str, schema: pa.Schema, data: Any,
     except InputError as e:
         if e.row is None:
             raise
+        first: Optional[InputError] = e
     rows = _rows_of(data)
     n = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
     if weights is not None and not np.isscalar(weights):
         weights = np.asarray(weights)
         if weights.shape != (n,):
             raise InputError(name, f"{len(weights)} weights for {n} rows", WEIGHT)
-    keep = np.arange(n, dtype=np.int64)
     bad: list[BadInput] = []
-    while True:
-        part = rows.take(pa.array(keep)) if isinstance(rows, pa.Table) else \
-            [rows[i] for i in keep]
-        wpart = weights[keep] if isinstance(weights, np.ndarray) else weights
-        try:
-            batch, w = conform(name, schema, part, wpart)
-            return batch, w, bad
-        except InputError as e:
-            if e.row is None:
-                raise
-            i = int(keep[e.row])
-            row = rows.slice(i, 1).to_pylist()[0] if isinstance(rows, pa.Table) else rows[i]
-            if isinstance(weights, np.ndarray):
-                wt = int(weights[i])
-            elif weights is not None:
-                wt = int(weights)
-            elif isinstance(row, dict) and WEIGHT in row:
-                wt = row[WEIGHT]
-            else:
-                wt = 1
-            bad.append(BadInput(i, str(e), row, wt, e.column))
-            keep = np.delete(keep, e.row)
+    parts: list[tuple[pa.RecordBatch, np.ndarray]] = []
+    orig = np.arange(n, dtype=np.int64)  # position in the push of each row of ``rows``
+
+    def refused_at(i: int, e: InputError, row: Any) -> None:  # row ``i`` of the push
+        if isinstance(weights, np.ndarray):
+            wt = int(weights[i])
+        elif weights is not None:
+            wt = int(weights)
+        elif isinstance(row, dict) and WEIGHT in row:
+            wt = row[WEIGHT]
+        else:
+            wt = 1
+        bad.append(BadInput(i, str(e), row, wt, e.column))
+
+    def refused(lo: int, e: InputError) -> None:  # row ``lo`` of ``rows`` alone is refused
+        row = rows.slice(lo, 1).to_pylist()[0] if isinstance(rows, pa.Table) else rows[lo]
+        i = int(orig[lo])
+        msg = str(e).split(": ", 1)[-1]  # without the location, which was the slice's
+        refused_at(i, InputError(name, msg, e.column, i), row)
+
+    def run(lo: int, hi: int, err: Optional[InputError] = None) -> None:
+        """Convert rows [lo, hi), bisecting around refused rows: O(b log n) conversions of
+        ever smaller slices for b bad rows among n, in row order."""
+        if err is None:
+            part = rows.slice(lo, hi - lo) if isinstance(rows, pa.Table) else rows[lo:hi]
+            wpart = weights[orig[lo:hi]] if isinstance(weights, np.ndarray) else weights
+            try:
+                parts.append(conform(name, schema, part, wpart))
+                return
+            except InputError as e:
+                if e.row is None:
+                    raise
+                err = e
+        if hi - lo == 1:
+            refused(lo, err)
+            return
+        mid = (lo + hi) // 2
+        run(lo, mid)
+        run(mid, hi)
+
+    if isinstance(rows, pa.Table):  # nulls in non-null columns: all at once, vectorised
+        null = np.zeros(n, dtype=bool)
+        for f in schema:
+            if not f.nullable and f.name in rows.column_names and rows.column(f.name).null_count:
+                m = np.asarray(rows.column(f.name).is_null().to_numpy(zero_copy_only=False))
+                for i in np.flatnonzero(m & ~null):
+                    e = InputError(name, "null in a column that is not nullable", f.name, int(i))
+                    refused_at(int(i), e, rows.slice(int(i), 1).to_pylist()[0])
+                null |= m
+        if null.any():
+            keep = np.flatnonzero(~null)
+            rows, orig = rows.take(pa.array(keep)), keep
+            n = len(keep)
+            first = None
+
+    if n:
+        run(0, n, first)
+    bad.sort(key=lambda b: b.index)
+    if not parts:
+        return empty_batch(schema), np.zeros(0, np.int64), bad
+    w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+    return concat_batches(schema, [p[0] for p in parts]), w, bad
 
 
 def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
