@@ -50,12 +50,14 @@ from .algebra.schema import WEIGHT, InputError  # noqa: E402
 from .api import (StreamContext, avg, coalesce, col, count, count_distinct,  # noqa: E402
                   hopping, lit, max_, min_, session, sum_, tumbling, when)
 from .api.durable import durable  # noqa: E402
-from .circuit.graph import CircuitError  # noqa: E402
+from .circuit.errors import RowError  # noqa: E402
+from .circuit.graph import CircuitError, ClosedError  # noqa: E402
 from .runtime.circuit import Circuit  # noqa: E402
 from .storage.config import StorageConfig  # noqa: E402
 from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 
-__all__ = ["Circuit", "CircuitError", "InputError", "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
+__all__ = ["Circuit", "CircuitError", "ClosedError", "RowError", "InputError",
+           "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
            "StorageConfig", "durable",
            "StreamContext", "col", "lit", "when", "coalesce", "count", "sum_", "avg", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session"]

@@ -190,7 +190,7 @@ def test_report_and_state_rows(workers):
         ctx.execute()
         rep = ctx.report()
         assert rep["steps"] == 1 and rep["workers"] == workers
-        assert rep["inputs"]["t"] == {"rows": 7, "late_rows": 0, "watermark": None}
+        assert rep["inputs"]["t"] == {"rows": 7, "late_rows": 0, "watermark": None, "bad_rows": 0}
         assert rep["state_rows"] == ctx.state_rows() > 0
 
 

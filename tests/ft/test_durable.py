@@ -13,6 +13,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from dbsp.api import StreamContext
+from dbsp.api import col
 from dbsp.api.expr.aggregates import count, max_, sum_
 from dbsp.checkpoint import CheckpointCorrupt
 from dbsp.ft import read_outputs
@@ -220,3 +221,23 @@ def test_graceful_close_leaves_no_orphan_file(tmp_path):
     assert not glob.glob(os.path.join(d, "**", "*.mut"), recursive=True)
     dirs = {os.path.basename(p) for p in glob.glob(os.path.join(d, "ckpt-*"))}
     assert dirs == {c["name"] for c in cat["checkpoints"]}
+
+
+def test_a_rolled_back_step_is_not_logged(tmp_path):
+    """A step that fails on bad data is rolled back by the circuit: its input-log record is
+    retracted, so a restart does not replay it, and the next step takes its number."""
+    d = str(tmp_path)
+    ctx = StreamContext(storage=d, durable=True)
+    s = ctx.stream(SCHEMA, name="s")
+    s.select("k", q=col("v") * 2**62).collect(name="q")
+    s.push([(1, 1)], position=1)
+    ctx.step()
+    s.push([(2, 5)], position=2)  # overflows in the map: the step fails and is rolled back
+    with pytest.raises(Exception):
+        ctx.step()
+    assert ctx.durable.input_log.end == 1 and ctx.recorded_position("s") == 1
+    s.push([(3, 1)], position=3)
+    ctx.step()
+    ctx.close()
+    steps = [s_ for s_, _ in read_outputs(os.path.join(d, "ft", "output"))]
+    assert steps == [0, 1]

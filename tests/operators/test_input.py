@@ -76,3 +76,38 @@ def test_integers_convert_to_a_narrow_decimal_when_they_fit():
         c.step()
         import decimal
         assert out.to_dict() == {(1, "a", decimal.Decimal("12.00")): 1}
+
+
+# -- conform_rows: the good rows of a push, and each bad one with its position ------------------
+
+from hypothesis import given as _given  # noqa: E402
+from hypothesis import strategies as _st  # noqa: E402
+
+from dbsp.operators.input import conform_rows  # noqa: E402
+
+_CR_SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("s", pa.string())])
+_CR_ROW = _st.one_of(
+    _st.tuples(_st.integers(-5, 5), _st.one_of(_st.none(), _st.text(max_size=3))).map(
+        lambda r: (r, True)),
+    _st.tuples(_st.none(), _st.text(max_size=3)).map(lambda r: (r, False)),       # null key
+    _st.tuples(_st.just("x"), _st.text(max_size=3)).map(lambda r: (r, False)),    # bad type
+)
+
+
+@_given(_st.lists(_CR_ROW, max_size=40), _st.booleans())
+def test_conform_rows_keeps_the_good_rows_and_names_each_bad_one(rows, as_table):
+    data = [r for r, _ in rows]
+    if as_table:  # a table cannot hold a str in an int column: keep only null keys as bad
+        rows = [(r, ok) for r, ok in rows if ok or r[0] is None]
+        data = pa.table({"k": pa.array([r[0] for r, _ in rows], pa.int64()),
+                         "s": pa.array([r[1] for r, _ in rows], pa.string())})
+    weights = np.arange(1, len(rows) + 1, dtype=np.int64)
+    batch, w, bad = conform_rows("t", _CR_SCHEMA, data, weights)
+    good = [(i, r) for i, (r, ok) in enumerate(rows) if ok]
+    assert list(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())) == \
+        [r for _, r in good]
+    assert w.tolist() == [i + 1 for i, _ in good]
+    assert [b.index for b in bad] == [i for i, (_, ok) in enumerate(rows) if not ok]
+    for b in bad:
+        assert f"row {b.index}" in b.reason and b.weight == b.index + 1
+        assert b.column == "k"

@@ -119,3 +119,61 @@ def _big_steps(draw):
 @given(steps=_big_steps(), k=st.integers(1, 4), desc=st.booleans(), rank=st.booleans())
 def test_topk_large_groups_random(workers, steps, k, desc, rank):
     _run(workers, U, steps, k, ["x"], desc, "r" if rank else None)
+
+
+# --- a direction per order_by column (ORDER BY b ASC, c DESC) -----------------------------------
+
+def test_topk_per_column_direction_literal(workers):
+    steps = [{("a", 1, "a"): 1, ("a", 1, "z"): 1, ("a", 0, "m"): 1, ("a", 2, "q"): 1,
+              ("b", 5, None): 1, ("b", 5, "x"): 1},
+             {("a", 0, "m"): -1, ("a", 1, "zz"): 2}]
+    for flags in ([False, True], [True, False]):
+        _run(workers, T, steps, 3, ["x", "s"], flags, "r")
+        _run(workers, T, steps, 2, ["x", "s"], flags)
+
+
+def test_topk_per_column_direction_in_the_fluent_api():
+    from dbsp.api import StreamContext
+    with StreamContext() as ctx:
+        s = ctx.stream(T)
+        out = s.group_by("k").topk(2, by=["x", "s"], descending=[False, True], rank="r").collect()
+        s.insert([("a", 1, "a"), ("a", 1, "z"), ("a", 0, "m")])
+        ctx.step()
+        assert out.rows() == [("a", 0, "m", 1), ("a", 1, "z", 2)]
+
+
+def test_topk_descending_flags_must_match_order_by():
+    ix = dbsp.Circuit().add_input("t", T).index_by(["k"])
+    with pytest.raises(ValueError, match="one bool per order_by column"):
+        ix.topk(1, ["x", "s"], [True])
+    with pytest.raises(TypeError, match="bool or a list of bools"):
+        ix.topk(1, ["x"], "desc")
+
+
+@settings(max_examples=80)
+@given(case=topk_case(), data=st.data())
+def test_topk_per_column_direction_random(workers, case, data):
+    schema, steps, k, order_by, _, rank = case
+    flags = data.draw(st.lists(st.booleans(), min_size=len(order_by), max_size=len(order_by)))
+    _run(workers, schema, steps, k, order_by, flags, rank)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=_big_steps(), k=st.integers(1, 9), flags=st.sampled_from(
+    [[False, True], [True, False], [True, True], [False, False]]), rank=st.booleans())
+def test_topk_large_groups_per_column_direction(workers, steps, k, flags, rank):
+    """Groups larger than the first window: the edge tie group on the leading columns of the
+    first column's direction must be read past the window."""
+    _run(workers, U, steps, k, ["x", "s"], flags, "r" if rank else None)
+    _run(workers, U, steps, k, ["s", "x"], flags, "r" if rank else None)
+
+
+def test_topk_mixed_directions_with_ties_wider_than_a_window(workers):
+    """``x ASC, s DESC`` where one x holds more values than a window: the places come from the
+    far end of the tie group, which the window must be grown to reach."""
+    base = {(k, f"s{i:02d}", x): 1 for k in range(2) for i in range(20) for x in range(2)}
+    steps = [base, {(0, "zz", 5): 1, (1, "s19", 0): -1}, {(0, "s18", 0): -1}]
+    for flags in ([False, True], [True, False]):
+        for k in (1, 3, 25):
+            _run(workers, U, steps, k, ["x", "s"], flags)
+            _run(workers, U, steps, k, ["x", "s"], flags, rank="r")

@@ -20,6 +20,22 @@ Each column contributes a big-endian, order-preserving byte string:
 * strings and binary are escaped (``00`` -> ``00 FF``) and terminated by ``00 00``, which keeps
   the encoding prefix-free, so concatenated columns compare correctly with ``memcmp``.
 
+Types that have an order-preserving code through another type are first *normalized* to it
+(:func:`normalize`): float32 and float16 widen exactly to float64 (so ``float32(x)`` and
+``float64(x)`` share a code); dictionary-encoded columns are decoded to their value type (codes
+never depend on a batch's dictionary); nested columns (struct, list, large / fixed-size list, map)
+become binary columns holding their *nested code*, escaped like any binary value:
+
+* a struct value is the concatenation of its fields' codes (each field with its null flag), so
+  structs order field by field;
+* a list value is, for every element, ``01`` then the element's code (with its null flag),
+  then ``00``: lists order element by element, a prefix before a longer list;
+* a map value is the list of its ``(key, value)`` entries in stored order (two maps with the same
+  entries in another order are different values, as in Arrow).
+
+Escaping a prefix-free, order-preserving byte string keeps both properties, so nested values are
+ordered (lexicographically, recursively) and may be keys as well as payload.
+
 When every column is fixed-width and the total is at most 8 bytes, the code is the big-endian
 integer of those bytes: one ``uint64`` per row (the fast path for the common integer keys).
 Otherwise it is a :class:`VarCodes`: Arrow-style ``offsets`` (int64, n+1) and ``data`` (uint8),
@@ -39,6 +55,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["VarCodes", "CodeArray", "Code", "Codes", "KeyCodec", "codec_for"]
 
@@ -169,6 +186,12 @@ _UNSIGNED = {pa.uint8(): 1, pa.uint16(): 2, pa.uint32(): 4, pa.uint64(): 8}
 
 def _fixed_width(t: pa.DataType) -> int | None:
     """Bytes a value of type ``t`` takes in a code (without the null flag); None if variable."""
+    if pa.types.is_dictionary(t):
+        return _fixed_width(t.value_type)
+    if pa.types.is_floating(t):
+        return 8  # float32 / float16 are coded as the float64 of the same value
+    if _is_nested(t):
+        return None
     if t in _SIGNED:
         return _SIGNED[t]
     if t in _UNSIGNED:
@@ -277,6 +300,124 @@ def _column_bytes(arr: pa.Array, nullable: bool) -> list[bytes]:
     return out
 
 
+def _is_nested(t: pa.DataType) -> bool:
+    return (pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+            or pa.types.is_fixed_size_list(t) or pa.types.is_map(t))
+
+
+def needs_normalize(t: pa.DataType) -> bool:
+    """Whether columns of type ``t`` are coded through :func:`normalize`."""
+    return pa.types.is_dictionary(t) or pa.types.is_float32(t) or pa.types.is_float16(t) \
+        or _is_nested(t)
+
+
+def normalize(arr: Any) -> pa.Array:
+    """The column whose code is ``arr``'s code (see the module doc): float32 / float16 as
+    float64, dictionaries decoded, nested columns as binary columns of their nested code (nulls
+    kept); any other column unchanged."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        return normalize(arr.dictionary_decode())
+    if pa.types.is_float32(t) or pa.types.is_float16(t):
+        return arr.cast(pa.float64())
+    if _is_nested(t):
+        codes = _nested_codes(arr)
+        data = pa.py_buffer(codes.data)
+        start = int(codes.offsets[0])
+        offs = codes.offsets - start
+        total = int(offs[-1]) if len(offs) else 0
+        valid = None
+        if arr.null_count:  # a fresh bitmap at offset 0 (the array may be a slice)
+            valid = pa.array(arr.is_valid().to_numpy(zero_copy_only=False)).buffers()[1]
+        if total < 2 ** 31 - 1:
+            return pa.Array.from_buffers(pa.binary(), len(arr), [
+                valid, pa.py_buffer(offs.astype(np.int32)), data.slice(start, total)],
+                null_count=arr.null_count)
+        return pa.Array.from_buffers(pa.large_binary(), len(arr), [
+            valid, pa.py_buffer(offs), data.slice(start, total)], null_count=arr.null_count)
+    return arr
+
+
+def _as_var(codec: "KeyCodec", cols: Sequence[pa.Array], n: int) -> VarCodes:
+    """``codec``'s codes of ``cols`` as :class:`VarCodes` (u64 codes as their big-endian bytes)."""
+    c = codec.encode(cols, n)
+    if isinstance(c, VarCodes):
+        return c
+    w = codec.width or 0
+    be = c.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - w:]
+    return VarCodes(np.arange(n + 1, dtype=np.int64) * w, np.ascontiguousarray(be).reshape(-1))
+
+
+def _spread(lens: np.ndarray, src_starts: np.ndarray, dst_starts: np.ndarray) -> tuple:
+    """Byte positions copying pieces ``[src_starts[i], +lens[i])`` to ``[dst_starts[i], ...)``:
+    ``(src_index, dst_index)``, vectorised."""
+    total = int(lens.sum())
+    if total == 0:
+        e = np.zeros(0, np.int64)
+        return e, e
+    if lens[0] == lens.min() == lens.max():  # equal pieces (fixed-width codes): broadcast
+        ar = np.arange(int(lens[0]), dtype=np.int64)
+        return ((src_starts[:, None] + ar).reshape(-1),
+                (np.asarray(dst_starts)[:, None] + ar).reshape(-1))
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    return np.repeat(src_starts, lens) + within, np.repeat(dst_starts, lens) + within
+
+
+def _concat_rows(parts: Sequence[VarCodes], n: int) -> VarCodes:
+    """Row ``i`` = ``parts[0][i] + parts[1][i] + ...``."""
+    lens = [np.diff(p.offsets) for p in parts]
+    total = np.zeros(n, np.int64)
+    for ln in lens:
+        total += ln
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(total, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), np.uint8)
+    acc = offsets[:-1].copy()
+    for p, ln in zip(parts, lens):
+        si, di = _spread(ln, p.offsets[:-1], acc)
+        out[di] = p.data[si]
+        acc += ln
+    return VarCodes(offsets, out)
+
+
+def _nested_codes(arr: pa.Array) -> VarCodes:
+    """The nested code of every row of a struct / list / map column (any bytes for a null row:
+    the column's null flag hides them)."""
+    n = len(arr)
+    t = arr.type
+    if pa.types.is_struct(t):
+        children = arr.flatten()  # respects the slice offset
+        fields = [t.field(i) for i in range(t.num_fields)]
+        if not fields:
+            return VarCodes(np.zeros(n + 1, np.int64), np.zeros(0, np.uint8))
+        parts = [_as_var(KeyCodec([f]), [normalize(c)], n) for f, c in zip(fields, children)]
+        return _concat_rows(parts, n)
+    if pa.types.is_map(t):
+        entry = pa.struct([t.key_field, t.item_field])
+        arr = arr.cast(pa.list_(pa.field("entries", entry, nullable=False)))
+        t = arr.type
+    counts = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    counts = counts.astype(np.int64)
+    elems = arr.flatten()  # the elements of the non-null rows, in row order
+    m = len(elems)
+    item = pa.field("item", t.value_type, nullable=True)
+    e = _as_var(KeyCodec([item]), [normalize(elems)], m)
+    elen = np.diff(e.offsets)
+    row_of = np.repeat(np.arange(n, dtype=np.int64), counts)
+    piece = elen + 1  # 01 + element code
+    dst = np.cumsum(piece) - piece + row_of  # one 00 terminator per earlier row
+    rows_len = np.bincount(row_of, weights=piece, minlength=n).astype(np.int64) + 1
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(rows_len, out=offsets[1:])
+    out = np.zeros(int(offsets[-1]), np.uint8)  # terminators are the zeros left over
+    out[dst] = 1
+    si, di = _spread(elen, e.offsets[:-1], dst + 1)
+    out[di] = e.data[si]
+    return VarCodes(offsets, out)
+
+
 @functools.lru_cache(maxsize=1024)
 def _codec_from_ipc(b: bytes) -> "KeyCodec":
     return KeyCodec(list(pa.ipc.read_schema(pa.py_buffer(b))))
@@ -294,6 +435,9 @@ class KeyCodec:
         self.fixed = all(w is not None for w in widths)
         self.width = sum(widths) if self.fixed else None  # type: ignore[arg-type]
         self.u64 = self.fixed and self.width is not None and self.width <= 8
+        # columns coded through another type (see normalize); None when there are none
+        norm = [needs_normalize(f.type) for f in self.fields]
+        self._norm = norm if any(norm) else None
 
     def __reduce__(self):
         # a codec is rebuilt from its fields; sent as an Arrow IPC schema (pickling the fields
@@ -316,6 +460,8 @@ class KeyCodec:
             if num_rows is None:
                 raise ValueError("num_rows is required to encode zero columns")
             return np.zeros(num_rows, dtype=np.uint64)
+        if self._norm is not None:
+            columns = [normalize(c) if nz else c for c, nz in zip(columns, self._norm)]
         if self.u64:
             return self._encode_u64(columns)
         try:
@@ -341,6 +487,8 @@ class KeyCodec:
     def encode_reference(self, columns: Sequence[pa.Array]) -> VarCodes:
         """Pure-Python encoding of the general path (the oracle for the native encoder)."""
         n = len(columns[0]) if columns else 0
+        if self._norm is not None:
+            columns = [normalize(c) if nz else c for c, nz in zip(columns, self._norm)]
         per_col = [_column_bytes(c, f.nullable) for f, c in zip(self.fields, columns)]
         rows = [b"".join(pc[i] for pc in per_col) for i in range(n)]
         return VarCodes.from_list(rows)

@@ -1,12 +1,19 @@
 """Schemas and input validation: turning what a user pushes into a typed Arrow batch, or a clear error.
 
 A stream's rows have an Arrow schema. Everything a user pushes (a pyarrow Table / RecordBatch, a
-pandas DataFrame, Python tuples or dicts) is converted to one ``pa.RecordBatch`` of exactly that
-schema, or refused with :class:`InputError` naming the input, the column and the row. Conversion
-happens before anything is applied, so a refused push changes nothing.
+pandas or Polars DataFrame, a dict of columns - numpy arrays, Arrow arrays, lists -, Python tuples
+or dicts) is converted to one ``pa.RecordBatch`` of exactly that schema, or refused with
+:class:`InputError` naming the input, the column and the row. Conversion happens before anything
+is applied, so a refused push changes nothing.
+
+Values are never changed silently: a float goes into an integer column only when it is a whole
+number (``1.0``, not ``1.5``), whatever the input's form; a timestamp with a time zone goes only
+into a column with a time zone (the instant is kept, shown in the column's zone), and a timestamp
+without one only into a column without one.
 """
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
@@ -16,8 +23,10 @@ WEIGHT = "__weight"
 """Name of the weight column in every Arrow table the engine returns or accepts."""
 
 SUPPORTED = (
-    "int8 int16 int32 int64 uint8 uint16 uint32 uint64 float64 bool date32 timestamp "
-    "decimal128 string large_string binary large_binary"
+    "int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 bool date32 "
+    "date64 time32 time64 timestamp (with or without a time zone) duration decimal128 string "
+    "large_string binary large_binary, dictionary of any of these, and list / large_list / "
+    "fixed_size_list / struct / map of supported types"
 )
 
 
@@ -37,14 +46,31 @@ class InputError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def _flat_supported(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_timestamp(t)
+            or pa.types.is_decimal128(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_duration(t))
+
+
+def type_supported(t: pa.DataType) -> bool:
+    """Whether columns of type ``t`` can be carried (and coded: see :mod:`dbsp.algebra.codes`)."""
+    if _flat_supported(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return pa.types.is_integer(t.index_type) and _flat_supported(t.value_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return type_supported(t.value_type)
+    if pa.types.is_map(t):
+        return type_supported(t.key_type) and type_supported(t.item_type)
+    if pa.types.is_struct(t):
+        return all(type_supported(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
 def check_type_supported(field: pa.Field) -> None:
-    t = field.type
-    ok = (pa.types.is_integer(t) or pa.types.is_float64(t) or pa.types.is_boolean(t)
-          or pa.types.is_date32(t) or pa.types.is_timestamp(t) or pa.types.is_decimal128(t)
-          or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-          or pa.types.is_large_binary(t) or pa.types.is_duration(t))
-    if not ok:
-        raise TypeError(f"column '{field.name}' has type {t}, which is not supported "
+    if not type_supported(field.type):
+        raise TypeError(f"column '{field.name}' has type {field.type}, which is not supported "
                         f"(supported: {SUPPORTED})")
 
 
@@ -86,6 +112,18 @@ def _cast(arr: pa.Array, t: pa.DataType) -> pa.Array:
     return arr.cast(t, safe=True)
 
 
+def _tz_error(name: str, col: str, src: pa.DataType, dst: pa.DataType,
+              row: Optional[int] = None) -> InputError:
+    if dst.tz is None:
+        msg = (f"timestamps with time zone {src.tz} cannot go into a column without a time zone "
+               f"({dst}): declare the column as timestamp('{dst.unit}', tz=...) to keep the zone, "
+               f"or make the values naive first")
+    else:
+        msg = (f"timestamps without a time zone cannot go into a column with time zone {dst.tz} "
+               f"({dst}): localize them first (the zone they are in is unknown)")
+    return InputError(name, msg, col, row)
+
+
 def _null_error(name: str, col: str, arr: pa.Array) -> InputError:
     valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
     row = int(np.argmin(valid))
@@ -102,7 +140,16 @@ def conform(name: str, schema: pa.Schema, data: Any,
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         table = data
     elif _is_pandas(data):
-        table = pa.Table.from_pandas(data, preserve_index=False)
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            # a column pandas holds as objects of mixed types: convert row by row, which names
+            # the column and the row at fault
+            table = _rows_to_table(name, schema, data.to_dict("records"))
+    elif is_polars(data):
+        table = from_polars(data)
+    elif isinstance(data, dict):
+        table = columns_to_table(name, data)
     else:
         table = _rows_to_table(name, schema, data)
     names = table.schema.names
@@ -120,6 +167,9 @@ def conform(name: str, schema: pa.Schema, data: Any,
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
         if arr.type != f.type:
+            if pa.types.is_timestamp(arr.type) and pa.types.is_timestamp(f.type) \
+                    and (arr.type.tz is None) != (f.type.tz is None):
+                raise _tz_error(name, f.name, arr.type, f.type)
             try:
                 arr = _cast(arr, f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -147,6 +197,8 @@ def _weights(name: str, n: int, table, weights) -> np.ndarray:
     if np.isscalar(weights):
         if isinstance(weights, (bool, np.bool_)) or not isinstance(weights, (int, np.integer)):
             raise InputError(name, f"the weight must be an integer, got {weights!r}", WEIGHT)
+        if not _I64_MIN <= int(weights) <= _I64_MAX:
+            raise InputError(name, f"the weight {int(weights)} is out of the int64 range", WEIGHT)
         return np.full(n, int(weights), dtype=np.int64)
     try:
         w = np.asarray(weights)
@@ -154,14 +206,100 @@ def _weights(name: str, n: int, table, weights) -> np.ndarray:
         raise InputError(name, f"weights are not an integer array ({e})", WEIGHT) from None
     if w.shape != (n,):
         raise InputError(name, f"{len(w)} weights for {n} rows", WEIGHT)
+    if w.dtype == object and n and all(isinstance(x, int) and not isinstance(x, bool) for x in w):
+        big = [i for i, x in enumerate(w) if not _I64_MIN <= x <= _I64_MAX]
+        raise InputError(name, f"the weight {w[big[0]]} is out of the int64 range", WEIGHT,
+                         big[0])
     if not np.issubdtype(w.dtype, np.integer):
         raise InputError(name, f"weights must be integers, got {w.dtype}", WEIGHT)
+    if w.dtype == np.uint64 and n and int(w.max()) > _I64_MAX:
+        i = int(np.argmax(w > _I64_MAX))
+        raise InputError(name, f"the weight {int(w[i])} is out of the int64 range", WEIGHT, i)
     return w.astype(np.int64, copy=False)
+
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _is_pandas(data: Any) -> bool:
     mod = type(data).__module__
     return mod.startswith("pandas") and type(data).__name__ == "DataFrame"
+
+
+def is_polars(data: Any) -> bool:
+    """Whether ``data`` is a Polars DataFrame (without importing Polars)."""
+    mod = type(data).__module__
+    return mod.startswith("polars") and type(data).__name__ == "DataFrame"
+
+
+def from_polars(df: Any) -> pa.Table:
+    """A Polars DataFrame as an Arrow table: zero-copy where Polars' layout is Arrow's; string
+    and binary *views* (Polars' own layout) become large_string / large_binary."""
+    t = df.to_arrow()
+    fields = []
+    for f in t.schema:
+        if pa.types.is_string_view(f.type):
+            f = f.with_type(pa.large_string())
+        elif pa.types.is_binary_view(f.type):
+            f = f.with_type(pa.large_binary())
+        fields.append(f)
+    target = pa.schema(fields)
+    return t if target == t.schema else t.cast(target)
+
+
+def is_columns(data: Any) -> bool:
+    """Whether ``data`` is a dict of columns (every value an array, Series or list)."""
+    return isinstance(data, dict) and bool(data) and all(
+        isinstance(v, (pa.Array, pa.ChunkedArray, np.ndarray, list))
+        or type(v).__module__.startswith(("pandas", "polars")) for v in data.values())
+
+
+def columns_to_table(name: str, data: dict) -> pa.Table:
+    """A dict of columns (numpy / Arrow arrays, pandas / Polars Series, lists) as a table."""
+    cols = {}
+    n = None
+    for c, v in data.items():
+        if not isinstance(c, str):
+            raise InputError(name, f"a dict of columns needs column names as keys, got {c!r}")
+        if type(v).__module__.startswith("polars"):
+            v = v.to_arrow()
+        if isinstance(v, (pa.Array, pa.ChunkedArray)):
+            arr = v
+        elif isinstance(v, (np.ndarray, list, tuple)) or type(v).__module__.startswith("pandas"):
+            try:
+                arr = pa.array(v, from_pandas=type(v).__module__.startswith("pandas"))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+                raise InputError(name, f"cannot read the column ({e})", c) from None
+        else:
+            raise InputError(name, f"a dict is read as columns (name -> array); the value is "
+                                   f"a {type(v).__name__}, not an array (to push one row, pass "
+                                   f"a list holding the dict)", c)
+        if n is not None and len(arr) != n:
+            raise InputError(name, f"column has {len(arr)} values, the columns before it "
+                                   f"{n}", c)
+        n = len(arr)
+        cols[c] = arr
+    return pa.table(cols)
+
+
+def _exact_ints(name: str, col: str, vals: list) -> None:
+    """Refuse a float that is not a whole number going into an integer column (Arrow would
+    truncate it)."""
+    for i, v in enumerate(vals):
+        if isinstance(v, (float, np.floating)) and not float(v).is_integer():
+            raise InputError(name, f"value {v!r} is not a whole number and the column is "
+                                   f"an integer column", col, i)
+
+
+def _same_tz_kind(name: str, col: str, t: pa.DataType, vals: list) -> None:
+    """Refuse aware datetimes going into a naive column and naive ones into an aware column
+    (Arrow would convert the first to UTC and read the second as UTC, silently)."""
+    aware_col = t.tz is not None
+    for i, v in enumerate(vals):
+        if isinstance(v, _dt.datetime) and (v.tzinfo is not None) != aware_col:
+            src = pa.timestamp(t.unit, tz=str(v.tzinfo)) if v.tzinfo is not None \
+                else pa.timestamp(t.unit)
+            raise _tz_error(name, col, src, t, i)
 
 
 def _rows_to_table(name: str, schema: pa.Schema, rows: Iterable) -> pa.Table:
@@ -187,6 +325,10 @@ def _rows_to_table(name: str, schema: pa.Schema, rows: Iterable) -> pa.Table:
                 cols[j].append(r[j])
     arrays = []
     for f, vals in zip(schema, cols):
+        if pa.types.is_integer(f.type):
+            _exact_ints(name, f.name, vals)
+        elif pa.types.is_timestamp(f.type):
+            _same_tz_kind(name, f.name, f.type, vals)
         try:
             arrays.append(pa.array(vals, type=f.type, from_pandas=False))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
@@ -203,6 +345,25 @@ def _rows_to_table(name: str, schema: pa.Schema, rows: Iterable) -> pa.Table:
         w = [r.get(WEIGHT, 1) for r in rows]
         table = table.append_column(WEIGHT, pa.array(w, pa.int64()))
     return table
+
+
+def _frozen(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, dict):
+        return tuple((k, _frozen(x)) for k, x in v.items())
+    return v
+
+
+def py_values(arr: Any) -> list:
+    """The Python values of a column, hashable: nested values (lists, structs, maps) become
+    tuples (a struct ``{"a": 1}`` is ``(("a", 1),)``, a map the tuple of its ``(key, value)``
+    pairs) so that rows holding them can key a dict."""
+    vals = arr.to_pylist()
+    t = arr.type
+    if pa.types.is_nested(t):
+        return [_frozen(v) for v in vals]
+    return vals
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -237,5 +398,6 @@ def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
     return batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
 
 
-__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "empty_batch", "take",
+__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "is_polars", "from_polars", "is_columns",
+           "columns_to_table", "type_supported", "py_values", "empty_batch", "take",
            "concat_batches", "select", "filter_batch", "check_type_supported"]

@@ -22,6 +22,26 @@ A step feeds every replayed source's next chunk (and what was pushed into push s
 circuit once - every output then holds the change this step caused - reads the per-input
 statistics (late rows, watermarks) and calls the ``for_each`` sinks.
 
+Bad data follows the error policy (``errors=``, per pipeline, and per input in :meth:`stream`;
+see :mod:`dbsp.circuit.errors`): ``"raise"`` (default) refuses a bad push, or rolls a failing
+step back (no state changes; the circuit keeps working) and raises an error naming the input or
+the operator, the expression and the row; ``"skip_and_report"`` puts every bad row, with its
+reason, source and step, in :attr:`StreamContext.errors` (counted in :meth:`report`) and
+carries on with the good ones.
+
+>>> ctx = StreamContext(errors="skip_and_report")
+>>> s = ctx.stream({"k": pa.int64(), "v": pa.int64()})
+>>> out = s.select("k", q=col("v") * 2**62).collect()
+>>> s.insert([(1, 1), (2, "x"), (3, 5)])
+2
+>>> _ = ctx.step(); out.rows()
+[(1, 4611686018427387904)]
+>>> [(e["source"], e["row"]) for e in ctx.errors.records]
+[('input0', (2, 'x')), ('map', {'k': 3, 'v': 5})]
+
+``close()`` is final and idempotent, and ``with StreamContext() as ctx:`` closes on exit; after
+it every push, step or new stream raises :class:`~dbsp.circuit.graph.ClosedError`.
+
 Fault tolerance
 ---------------
 With ``storage=`` and ``checkpoint_every=`` (steps) or ``checkpoint_seconds=``, or
@@ -47,6 +67,8 @@ import pyarrow.compute as pc
 from ..algebra.time import from_physical
 from ..checkpoint import CheckpointStore
 from ..ft import DurableCircuit
+from ..circuit.errors import ErrorLog, check_policy
+from ..circuit.graph import ClosedError
 from ..operators.watermark import watermark
 from ..runtime.circuit import Circuit
 from .sink import ForEach
@@ -121,7 +143,7 @@ class StreamContext:
     :class:`~dbsp.storage.config.StorageConfig`: state beyond the memory budget goes to layer
     files there (``None`` keeps everything in memory).
     ``batching``: the default :class:`FixedBatching` / :class:`AdaptiveBatching` of replayed
-    sources.
+    sources. ``errors``: the error policy, ``"raise"`` or ``"skip_and_report"`` (module doc).
     """
 
     def __init__(self, workers: int = 1, *, storage: Any = None,
@@ -129,13 +151,14 @@ class StreamContext:
                  checkpoint_every: Optional[int] = None,
                  checkpoint_seconds: Optional[float] = None, durable: Optional[bool] = None,
                  keep_checkpoints: int = 2, resume_from: Any = None,
-                 check_output: bool = False):
+                 check_output: bool = False, errors: str = "raise"):
         if durable is None:
             durable = checkpoint_every is not None or checkpoint_seconds is not None
         if durable and storage is None:
             raise ValueError("checkpoints need storage=: a directory (or StorageConfig) for the "
                              "checkpoints and the input and output logs")
-        self.circuit = Circuit(workers=workers, name=name, runtime=runtime, storage=storage)
+        self.circuit = Circuit(workers=workers, name=name, runtime=runtime, storage=storage,
+                               errors=check_policy(errors))
         self.workers = workers
         self.storage_config = self.circuit.storage
         self.storage = self.storage_config.dir if self.storage_config is not None else None
@@ -168,7 +191,7 @@ class StreamContext:
     # -- building -------------------------------------------------------------------------
     def stream(self, source: Any = None, name: Optional[str] = None, *, schema: Any = None,
                time: Optional[str] = None, lateness: Any = None, batching: Any = None,
-               key: Any = None) -> SourceStream:
+               key: Any = None, errors: Optional[str] = None) -> SourceStream:
         """A new input stream.
 
         ``source``: a schema (a ``pa.Schema``, dict or list of ``(name, type)``: push rows through
@@ -178,8 +201,10 @@ class StreamContext:
         times; default 0): rows behind the watermark are dropped and counted
         (:attr:`late_rows`). ``batching`` overrides the context's batching for this source.
         ``key`` (columns) makes the input remember its rows by key, for
-        :meth:`SourceStream.upsert`.
+        :meth:`SourceStream.upsert`. ``errors`` overrides the pipeline's error policy for the
+        rows of this input (at push time).
         """
+        self.circuit.check_open("add a stream to")
         if self.circuit.running:
             raise RuntimeError("the pipeline is running; streams cannot be added now")
         name = name or f"input{len(self.sources)}"
@@ -191,6 +216,7 @@ class StreamContext:
         inp = self.circuit.add_input(name, src.schema, key=keys) if keys is not None else \
             self.circuit.add_input(name, src.schema)
         src.input = inp
+        inp.set_errors(errors)
         self.sources[name] = src
         if lateness is not None and time is None:
             raise TypeError("lateness= needs time= (the event-time column)")
@@ -224,6 +250,15 @@ class StreamContext:
     def drained(self) -> bool:
         """Whether every replayed source has fed all its rows."""
         return all(s.exhausted for s in self.sources.values())
+
+    @property
+    def errors(self) -> ErrorLog:
+        """Every row set aside under ``skip_and_report`` (inputs and operators), in order."""
+        return self.circuit.error_log
+
+    @property
+    def closed(self) -> bool:
+        return self.circuit.closed
 
     def open(self) -> "StreamContext":
         """Build the pipeline now; in a durable pipeline, restore the last checkpoint (or
@@ -282,7 +317,10 @@ class StreamContext:
         return self.durable.checkpoint(wait=wait)
 
     def step(self) -> bool:
-        """Run one step. Returns whether some replayed source still has rows."""
+        """Run one step. Returns whether some replayed source still has rows.
+
+        Atomic: when it raises (policy ``raise``), no state changed and the next step works."""
+        self.circuit.check_open("step")
         t0 = time.perf_counter()
         if self.durable is not None:
             self.open()
@@ -316,6 +354,7 @@ class StreamContext:
     def execute(self, max_steps: Optional[int] = None) -> "StreamContext":
         """Step until every replayed source is drained (at least once when something was
         pushed, or when there are no replayed sources). Returns the context."""
+        self.circuit.check_open("execute")
         n = 0
         pending = any(getattr(s.input, "pending_rows", 0) for s in self.sources.values())
         if self.drained and not pending and any(s.finite for s in self.sources.values()):
@@ -352,16 +391,24 @@ class StreamContext:
         for name in self._wm:
             if name not in inputs:
                 inputs[name] = {"late_rows": self.late_rows[name], "watermark": wms.get(name)}
+        counts = self.errors.counts
+        for name in inputs:
+            inputs[name]["bad_rows"] = counts.get(name, 0)
         out = {"steps": self.steps, "seconds": self.seconds, "workers": self.workers,
-               "inputs": inputs, "state_rows": self.state_rows()}
+               "inputs": inputs, "state_rows": self.state_rows() if not self.closed else 0,
+               "errors": {"policy": self.circuit.errors, "rows": len(self.errors),
+                          "by_source": dict(counts)}}
         if self.durable is not None:
             out["fault_tolerance"] = self.durable.report()
             out["last_checkpoint"] = out["fault_tolerance"]["last_checkpoint"]
         return out
 
     def close(self) -> None:
-        """Stop the pipeline; a durable one first takes a last checkpoint (a restart then has
-        nothing to replay)."""
+        """Stop the pipeline: final and idempotent (every later push or step raises
+        :class:`~dbsp.circuit.graph.ClosedError`); a durable one first takes a last checkpoint
+        (a restart then has nothing to replay)."""
+        if self.circuit.closed:
+            return
         for s in self.sources.values():
             s.close()
         if self.durable is not None:
@@ -385,4 +432,4 @@ def _check_batching(b: Any):
                     f"max_delay) or an int (rows per step), got {b!r}")
 
 
-__all__ = ["StreamContext", "SourceStream", "PushSource"]
+__all__ = ["StreamContext", "SourceStream", "PushSource", "ClosedError"]

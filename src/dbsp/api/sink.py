@@ -66,6 +66,28 @@ class Collector:
     def to_pandas(self):
         return self.to_arrow().to_pandas()
 
+    # Polars and dicts of columns (through Arrow: zero-copy where the layouts agree)
+    def delta_polars(self):
+        """The last step's change as a Polars DataFrame (with ``__weight``)."""
+        return _polars(self.delta())
+
+    def view_polars(self):
+        """The integrated view as a Polars DataFrame (with ``__weight``)."""
+        return _polars(self.view())
+
+    def to_polars(self):
+        """Like :meth:`to_arrow` (rows repeated by weight, no weights), as Polars."""
+        return _polars(self.to_arrow())
+
+    def delta_columns(self, numpy: bool = False) -> dict:
+        """The last step's change as ``{column: array}`` (``__weight`` included); Arrow arrays,
+        or numpy arrays with ``numpy=True`` (object arrays for columns numpy cannot hold)."""
+        return _columns(self.delta(), numpy)
+
+    def view_columns(self, numpy: bool = False) -> dict:
+        """The integrated view as ``{column: array}`` (see :meth:`delta_columns`)."""
+        return _columns(self.view(), numpy)
+
     def rows(self) -> list[tuple]:
         """The view as a sorted list of row tuples (with repetitions); None sorts first."""
         out = []
@@ -75,6 +97,24 @@ class Collector:
 
     def __len__(self) -> int:
         return sum(max(w, 0) for w in self.view_dict().values())
+
+
+def _polars(t: pa.Table):
+    try:
+        import polars as pl
+    except ImportError:
+        raise ImportError("Polars output needs the polars package (pip install 'dbsp[pandas]')") \
+            from None
+    return pl.from_arrow(t)
+
+
+def _columns(t: pa.Table, numpy: bool) -> dict:
+    out = {}
+    for name in t.column_names:
+        c = t.column(name)
+        c = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
+        out[name] = c.to_numpy(zero_copy_only=False) if numpy else c
+    return out
 
 
 def _sort_key(row: tuple) -> tuple:

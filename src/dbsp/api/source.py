@@ -14,8 +14,11 @@ its batching mode says:
   bounded queue, and a step takes what has arrived by the deadline.
 
 The default is ``AdaptiveBatching(max_rows=65536, max_delay=0.1 s)``. Chunks are validated by
-the input (:func:`dbsp.algebra.schema.conform`): a bad value raises an
-:class:`~dbsp.algebra.schema.InputError` naming the input, the column and the row of the source.
+the input (:func:`dbsp.algebra.schema.conform`). A bad row never takes the good rows of its
+chunk with it: they are accepted either way. Under the input's error policy ``"raise"`` the step
+then raises an :class:`~dbsp.algebra.schema.InputError` naming the input, the column and the row
+of the source (the bad rows are in ``error.rejected_rows``; the good ones join the next step);
+under ``"skip_and_report"`` the bad rows go to the error log and the step runs.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 
-from ..algebra.schema import InputError, as_schema
+from ..algebra.schema import InputError, as_schema, columns_to_table, from_polars, is_columns, \
+    is_polars
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ def _is_pandas(x: Any) -> bool:
 
 
 def _looks_like_schema(x: Any) -> bool:
+    if isinstance(x, dict) and is_columns(x):
+        return False  # a dict of columns is data
     if isinstance(x, (pa.Schema, dict)):
         return True
     if isinstance(x, (list, tuple)) and x and all(
@@ -184,6 +190,11 @@ class ReplaySource(Source):
             return
         if _is_pandas(b):
             b = pa.RecordBatch.from_pandas(b, preserve_index=False)
+        elif is_polars(b) or is_columns(b):
+            t = from_polars(b) if is_polars(b) else columns_to_table(self.name, b)
+            for rb in t.to_batches():
+                self._add(rb)
+            return
         if not isinstance(b, pa.RecordBatch):
             raise TypeError(f"source '{self.name}' yielded {type(b).__name__}; a source yields "
                             f"pyarrow RecordBatches / Tables or pandas DataFrames")
@@ -228,15 +239,23 @@ class ReplaySource(Source):
         chunk = self._chunk(want)
         if chunk is None:
             return 0
-        try:
-            n = self.input.push(chunk)
-        except InputError as e:
-            if e.row is not None:
-                e.add_note(f"(row {e.row} of the step's chunk = row {self._offset + e.row} of "
-                           f"source '{self.name}')")
-            raise
-        self._offset += n
+        base = self._offset
+        self._offset += chunk.num_rows
+        n, bad = self.input.push_checked(chunk)
         self.rows_in += n
+        if bad:
+            if self.input.policy == "skip_and_report":
+                log = self.input.circuit.error_log
+                for b in bad:
+                    log.add(self.input.circuit.steps, self.name,
+                            f"{b.reason} (row {base + b.index} of the source)", b.row, b.weight)
+            else:
+                b = bad[0]
+                e = InputError(self.name, f"{b.reason.split(': ', 1)[-1]} (row {base + b.index} "
+                                          f"of the source; the good rows of its chunk go to the "
+                                          f"next step)", b.column, base + b.index)
+                e.rejected_rows = [x.row for x in bad]  # type: ignore[attr-defined]
+                raise e
         if self._buf_rows == 0 and self._q is None:
             self._take_iter(1)  # learn now whether the source is drained (no empty last step)
         return n
@@ -286,6 +305,10 @@ def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
         return PushSource(name, as_schema(schema))
     if _is_pandas(data):
         data = pa.Table.from_pandas(data, preserve_index=False)
+    elif is_polars(data):
+        data = from_polars(data)
+    elif is_columns(data):
+        data = columns_to_table(name, data)
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
@@ -309,6 +332,10 @@ def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
             raise TypeError("ctx.stream: an empty iterator needs schema=") from None
         if _is_pandas(first):
             first = pa.RecordBatch.from_pandas(first, preserve_index=False)
+        elif is_polars(first):
+            first = from_polars(first)
+        elif is_columns(first):
+            first = columns_to_table(name, first)
         if not isinstance(first, (pa.RecordBatch, pa.Table)):
             raise TypeError(f"ctx.stream: an iterator source must yield RecordBatches, Tables "
                             f"or DataFrames, got {type(first).__name__}")

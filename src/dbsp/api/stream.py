@@ -36,6 +36,7 @@ from ..operators.rolling import rolling_aggregate
 from ..operators.window import Hopping, Session, Tumbling, window_aggregate
 from .expr import AggExpr, Alias, Col, Expr, Lit, col
 from .expr import count as _count_rows
+from .expr.aggregates import AggRef, has_aggregates, resolve_aggregates
 from .sink import Collector, ForEach
 
 Aggish = Union[AggExpr, tuple, Any]
@@ -56,8 +57,7 @@ def _as_expr(e: Any) -> Expr:
     if isinstance(e, str):
         return Col(e)
     if isinstance(e, AggExpr):
-        raise TypeError(f"{e!r} is an aggregate; use it in group_by(...).agg(...) or "
-                        f"window(...).agg(...)")
+        return AggRef(e)  # the output column of the agg(...) before (or a clear error)
     return Lit(e)
 
 
@@ -89,6 +89,15 @@ class _Projection:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         cols = [c(batch) for c in self.compiled]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def explain(self, batch: pa.RecordBatch) -> str:
+        """The first expression that fails on ``batch`` (for error messages)."""
+        for f, c in zip(self.schema, self.compiled):
+            try:
+                c(batch)
+            except Exception:  # noqa: BLE001 - looking for the one that fails
+                return f"{f.name} = {c.expr!r}"
+        return ", ".join(f"{f.name} = {c.expr!r}" for f, c in zip(self.schema, self.compiled))
 
 
 def compile_projection(schema: pa.Schema, items: list[tuple[str, Expr]], what: str):
@@ -131,6 +140,9 @@ class DataStream:
         self._time = time
         self.name = name
         self.origin = origin or name  # the source this stream derives from (for reports)
+        # output name -> aggregate, when this stream is (a filter of) an agg(...)'s output:
+        # aggregates in expressions over it stand for those columns (SQL HAVING)
+        self._aggs: Optional[dict[str, AggExpr]] = None
 
     def __repr__(self) -> str:
         t = f", time={self._time.column!r}" if self._time else ""
@@ -154,6 +166,12 @@ class DataStream:
     def time_column(self) -> Optional[str]:
         return self._time.column if self._time else None
 
+    def _having(self, e: Any, where: str) -> Any:
+        """``e`` with aggregates replaced by this stream's aggregate output columns."""
+        if self._aggs is None or not has_aggregates(e):
+            return e
+        return resolve_aggregates(e, self._aggs, where)
+
     def _new(self, core, keep_time: bool = False, time: Optional[TimeInfo] = None) -> "DataStream":
         t = time if time is not None else (self._time if keep_time else None)
         if t is not None and t.column not in core.schema.names:
@@ -164,7 +182,7 @@ class DataStream:
     def select(self, *exprs: Any, **named: Any) -> "DataStream":
         """New rows of the given columns / expressions: ``select("a", (col("b") * 2).alias("b2"),
         c=col("x") + 1)``. Positional expressions are named after their first column or alias."""
-        items = _named(exprs, named, "select")
+        items = [(n, self._having(e, "select")) for n, e in _named(exprs, named, "select")]
         if not items:
             raise ValueError("select needs at least one column")
         fn, out = compile_projection(self.schema, items, "select")
@@ -173,7 +191,8 @@ class DataStream:
 
     def with_columns(self, *exprs: Any, **named: Any) -> "DataStream":
         """All columns, with the given ones added or replaced (in place, by name)."""
-        items = _named(exprs, named, "with_columns")
+        items = [(n, self._having(e, "with_columns"))
+                 for n, e in _named(exprs, named, "with_columns")]
         new = dict(items)
         cols: list[tuple[str, Expr]] = [(n, new.pop(n) if n in new else Col(n))
                                         for n in self.schema.names]
@@ -235,12 +254,21 @@ class DataStream:
     # -- filters --------------------------------------------------------------------------
     def filter(self, pred: Any) -> "DataStream":
         """Keep the rows where the boolean expression (or vectorised ``pred(batch)``) is true;
-        null counts as false."""
+        null counts as false.
+
+        After ``agg(...)``, an aggregate in the predicate stands for the output column that
+        computes it (SQL ``HAVING``): ``group_by("k").agg(n=count()).filter(count() > 1)`` keeps
+        the groups of more than one row, like ``filter(col("n") > 1)``."""
+        if isinstance(pred, AggExpr):
+            pred = AggRef(pred)
         if isinstance(pred, Expr):
+            pred = self._having(pred, "filter")
             c = pred.compile(self.schema, "filter")
             if not (pa.types.is_boolean(c.type) or pa.types.is_null(c.type)):
                 raise TypeError(f"filter predicate {pred!r} has type {c.type}, not bool")
-            return self._new(self._s.filter(c), keep_time=True)
+            out = self._new(self._s.filter(c), keep_time=True)
+            out._aggs = self._aggs
+            return out
         if callable(pred):
             return self._new(self._s.filter(pred), keep_time=True)
         raise TypeError(f"filter takes an expression or a function, got {pred!r}")
@@ -251,13 +279,38 @@ class DataStream:
 
     # -- set operations -------------------------------------------------------------------
     def concat(self, *others: "DataStream") -> "DataStream":
-        """The sum (multiset union, ``UNION ALL``) of streams with the same schema."""
+        """The sum (multiset union, ``UNION ALL``) of streams with the same column names.
+
+        Column types are unified like SQL's ``UNION``: integers widen (int32 and int64 give
+        int64), integers and floats give float64 (:func:`~dbsp.algebra.dtypes.common_type`);
+        a column is nullable when it is in any input. Other type differences raise."""
+        streams = [self, *others]
         for o in others:
-            if o.schema.names != self.schema.names or \
-                    [f.type for f in o.schema] != [f.type for f in self.schema]:
-                raise TypeError(f"concat: schemas differ: {self.schema} vs {o.schema}")
-        cores = [o._s if o.schema == self.schema else o._align(self.schema) for o in others]
-        return self._new(self._s.plus(*cores))
+            if o.schema.names != self.schema.names:
+                raise TypeError(f"concat: column names differ: {self.schema.names} vs "
+                                f"{o.schema.names}")
+        fields = []
+        for i, name in enumerate(self.schema.names):
+            fs = [s.schema.field(i) for s in streams]
+            try:
+                t = common_type([f.type for f in fs], f"concat: column {name!r}")
+            except TypeError as e:
+                raise TypeError(f"{e} (cast with with_columns({name}=col({name!r}).cast(...)))") \
+                    from None
+            fields.append(pa.field(name, t, nullable=any(f.nullable for f in fs)))
+        target = pa.schema(fields)
+        cores = [s._conformed(target) for s in streams]
+        return self._new(cores[0].plus(*cores[1:]))
+
+    def _conformed(self, schema: pa.Schema):
+        """This stream's core with ``schema`` (same names; types widened, nullability set)."""
+        if self.schema == schema:
+            return self._s
+        if [f.type for f in self.schema] == [f.type for f in schema]:
+            return self._align(schema)
+        casts = {f.name: col(f.name).cast(f.type) for f, g in zip(schema, self.schema)
+                 if f.type != g.type}
+        return self.with_columns(**casts)._align(schema)
 
     def _align(self, schema: pa.Schema):
         """This stream's core with ``schema``'s field nullability (same names and types)."""
@@ -326,6 +379,10 @@ class DataStream:
         columns: the left's, then the right's non-key columns (a name that clashes gets
         ``_right``); the key columns keep the left's names. SQL null keys match nothing. Key
         types must agree; integers of different widths are widened.
+
+        ``on=[]`` is the cross join (every left row with every right row; with ``how="semi"``
+        the left rows while the right is not empty). Its one empty key lives on one worker,
+        so a cross join does not spread over workers: keep one side small.
         """
         return _join(self, other, on, left_on, right_on, how)
 
@@ -432,9 +489,10 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
         lk = rk = _listify(on)
     else:
         lk, rk = _listify(left_on), _listify(right_on)
-    if not lk or len(lk) != len(rk):
+    cross = on is not None and not lk  # on=[]: every left row with every right row
+    if (not lk and not cross) or len(lk) != len(rk):
         raise ValueError(f"join: need the same number of key columns on both sides (left "
-                         f"{lk}, right {rk})")
+                         f"{lk}, right {rk}); for a cross join (every pair) pass on=[]")
     ls, rs = left.schema, right.schema
     for side, keys, s in (("left", lk, ls), ("right", rk, rs)):
         for k in keys:
@@ -563,14 +621,20 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
         else:
             raise TypeError(f"aggregate {out!r}: expected an expression like sum_(col('x')), a "
                             f"(kind, column) pair or an Aggregator, got {a!r}")
-    fn, out_schema = compile_projection(schema, proj, "aggregate input")
     names = [n for n, _ in proj]
-    if names == list(schema.names):
-        pre = stream
-    else:
-        keep = stream._time is not None and _passthrough(proj, stream._time.column)
-        pre = stream._new(stream._s.map(fn, out_schema), keep_time=keep)
-    return pre, specs
+    if not proj or names == list(schema.names):
+        # nothing to compute (no projection: count() alone, no key, counts the rows as they are;
+        # a batch of no columns would have no rows)
+        return stream, specs
+    fn, out_schema = compile_projection(schema, proj, "aggregate input")
+    keep = stream._time is not None and _passthrough(proj, stream._time.column)
+    return stream._new(stream._s.map(fn, out_schema), keep_time=keep), specs
+
+
+def _with_aggs(out: DataStream, items: list[tuple[str, Any]]) -> DataStream:
+    """``out`` knowing which of its columns are which aggregates (for HAVING)."""
+    out._aggs = {n: a for n, a in items if isinstance(a, AggExpr)}
+    return out
 
 
 def _fold_aggregator(init: Any, step: Callable, output_type: pa.DataType, name: str):
@@ -642,8 +706,8 @@ class GroupedStream:
         """
         items = _agg_items(aggs, named)
         pre, specs = _plan_aggs(self.stream, self.keys, items)
-        core = pre._s.index_by(self.keys).aggregate(specs)
-        return DataStream(self.stream.ctx, core)
+        core = pre._s.index_by(self.keys).aggregate(specs, positive=True)
+        return _with_aggs(DataStream(self.stream.ctx, core), items)
 
     def fold(self, init: Any, step: Callable[[Any, Any], Any], *, column: Any = None,
              type: Any, name: str = "fold") -> DataStream:
@@ -668,10 +732,12 @@ class GroupedStream:
     def count(self, name: str = "count") -> DataStream:
         return self.agg(**{name: _count_rows()})
 
-    def topk(self, k: int, by: Any, descending: bool = False,
+    def topk(self, k: int, by: Any, descending: Any = False,
              rank: Optional[str] = None) -> DataStream:
         """The first ``k`` rows of each group ordered by ``by`` (all columns kept; with
-        ``rank=`` a 1-based rank column is added)."""
+        ``rank=`` a 1-based rank column is added). ``descending``: one bool for every ``by``
+        column, or one per column (``ORDER BY b ASC, c DESC`` is ``by=["b", "c"],
+        descending=[False, True]``)."""
         by = _listify(by)
         core = self.stream._s.index_by(self.keys).topk(k, by, descending, rank)
         return DataStream(self.stream.ctx, core)
@@ -719,7 +785,7 @@ class WindowedStream:
             raise ValueError(f"window: the time column {self.time!r} cannot be a key")
         wm = _wm_for(pre, self.time)
         core = window_aggregate(pre._s, self.time, self.spec, self.keys, specs, wm)
-        return DataStream(self.stream.ctx, core)
+        return _with_aggs(DataStream(self.stream.ctx, core), items)
 
 
 class RollingStream:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from .operator import Operator, WorkerContext
 
-__all__ = ["Node", "Graph", "CircuitError", "Factory"]
+__all__ = ["Node", "Graph", "CircuitError", "ClosedError", "Factory"]
 
 Factory = Callable[[WorkerContext], Operator]
 
@@ -42,6 +42,10 @@ class CircuitError(RuntimeError):
     """A step failed; the message names the operator and the worker."""
 
 
+class ClosedError(CircuitError):
+    """The circuit (or the pipeline) was closed: nothing can be pushed or stepped any more."""
+
+
 class Graph:
     """A circuit's node list under construction.
 
@@ -61,6 +65,12 @@ class Graph:
         self.nodes: list[Node] = []
         self.outputs: list[Any] = []
         self._make_stream = make_stream
+        self.closed = False
+
+    def check_open(self, what: str = "use") -> None:
+        """Raise :class:`ClosedError` when the circuit was closed."""
+        if self.closed:
+            raise ClosedError(f"circuit '{self.name}' is closed; cannot {what} it")
 
     @property
     def running(self) -> bool:

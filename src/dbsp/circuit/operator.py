@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .errors import ErrorSink
 from ..trace.spine import Spine, SpineImage
 
 
@@ -33,6 +34,7 @@ class WorkerContext:
     transport: Any = None  # a dbsp.circuit.exchange.Transport
     storage: Any = None  # the worker's dbsp.trace.spill.SpineStorage, None = in memory
     stats: dict = field(default_factory=dict)
+    errors: ErrorSink = field(default_factory=ErrorSink)  # error policy + rows set aside
 
 
 class NestedState(dict):
@@ -149,6 +151,15 @@ class Operator(Stateful):
 
     def clock_end(self) -> None:
         pass
+
+    # atomic steps: state kept outside spines (spines are journalled, dbsp.trace.journal)
+    def savepoint(self) -> Any:
+        """What :meth:`restore` needs to put this operator's non-spine state back as it is now
+        (None: nothing to save). Called at the start of every step: keep it cheap (references)."""
+        return None
+
+    def restore(self, saved: Any) -> None:
+        """Undo the step: the state saved by :meth:`savepoint`."""
 
     def state_rows(self) -> int:
         """Rows of state this operator keeps (for memory reports and GC tests)."""

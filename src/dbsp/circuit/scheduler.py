@@ -12,6 +12,13 @@ worker's storage) and runs a step in three phases:
 3. every strict operator consumes its input, closing the step.
 
 An error is annotated with the operator and the worker once (``add_note``) and re-raised.
+
+A top-level step (``atomic=True``) is a transaction: it runs inside a
+:class:`~dbsp.trace.journal.StepJournal` (every spine insert and clear of this worker) after a
+:meth:`~dbsp.circuit.operator.Operator.savepoint` of the operators with state outside spines.
+The runtime, once every worker has answered, calls :meth:`Scheduler.commit` (drops the journal)
+or :meth:`Scheduler.rollback` (undoes the journal, restores the savepoints, forgets this step's
+values and outputs), so a failed step leaves every worker's state as it was before it.
 Nested circuits (:mod:`dbsp.operators.recursive`) run a scheduler of their own per iteration.
 How the workers' schedulers are driven (threads, processes, hosts) is the runtime's business.
 """
@@ -22,11 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from ..trace.journal import StepJournal, use_journal
 from ..trace.spill import use_storage
 from .graph import Node
 from .operator import Operator, WorkerContext, spines_of
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "ERRORS"]
+
+#: the key of a worker's outputs under which it hands over the rows it set aside
+#: (:class:`~dbsp.circuit.errors.BadRows`)
+ERRORS = "__errors__"
 
 
 class Scheduler:
@@ -37,7 +49,7 @@ class Scheduler:
     """
 
     def __init__(self, nodes: list[Node], ctx: WorkerContext,
-                 local_exchanges: frozenset = frozenset()):
+                 local_exchanges: frozenset = frozenset(), atomic: bool = False):
         self.nodes = nodes
         self.ctx = ctx
         with use_storage(ctx.storage):  # every spine the operators build gets this storage
@@ -46,8 +58,55 @@ class Scheduler:
             self.ops[i].local = True
         self.values: list[Any] = [None] * len(nodes)
         self.timing = np.zeros(len(nodes), dtype=np.float64)
+        self.atomic = atomic
+        #: operators keeping state outside spines (they override ``savepoint``)
+        self._saving = [op for op in self.ops if type(op).savepoint is not Operator.savepoint]
+        self._journal: StepJournal | None = None
+        self._saved: list[Any] | None = None
 
     def step(self) -> None:
+        if not self.atomic:
+            self._step()
+            return
+        self.commit()  # a step the runtime did not roll back is final
+        self._saved = [op.savepoint() for op in self._saving]
+        self._journal = StepJournal()
+        with use_journal(self._journal):
+            self._step()
+
+    def commit(self) -> None:
+        """The last step stands (every worker finished it)."""
+        self._journal, self._saved = None, None
+
+    def rollback(self) -> None:
+        """Undo the last step: every spine change and every operator's saved state; forget its
+        values, pending inputs and outputs."""
+        journal, saved = self._journal, self._saved
+        self._journal, self._saved = None, None
+        if journal is not None:
+            journal.rollback()
+        if saved is not None:
+            for op, sv in zip(self._saving, saved):
+                op.restore(sv)
+        for i in range(len(self.values)):
+            self.values[i] = None
+        for n in self.nodes:
+            op = self.ops[n.id]
+            if n.kind == "input":
+                op.pending = None
+            elif n.kind == "output":
+                op.last = None
+        self.ctx.errors.take()
+
+    def savepoint(self) -> list:
+        """The saved state of every operator of this (nested) scheduler that keeps some."""
+        return [op.savepoint() for op in self._saving]
+
+    def restore(self, saved: list) -> None:
+        for op, sv in zip(self._saving, saved):
+            op.restore(sv)
+
+    def _step(self) -> None:
         nodes, ops, values = self.nodes, self.ops, self.values
         for i, n in enumerate(nodes):
             if n.strict:
@@ -78,11 +137,16 @@ class Scheduler:
 
     def take_outputs(self) -> dict:
         """``{output node: value}`` of the step just run (the operators let go of them)."""
-        outs = {}
+        outs: dict = {}
         for n in self.nodes:
             if n.kind == "output":
                 op = self.ops[n.id]
                 outs[n.id], op.last = op.last, None
+        bad = self.ctx.errors.take()
+        if bad:
+            for b in bad:
+                b.worker = self.ctx.worker
+            outs[ERRORS] = bad
         return outs
 
     #: what a driver may ask a worker between steps (``call`` of the runtime's executors)

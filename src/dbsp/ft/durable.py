@@ -155,7 +155,12 @@ class DurableCircuit:
         for name, p in parts.items():
             if p is not None:
                 c.inputs[name].put_pending(*p)
-        c.step()
+        try:
+            c.step()
+        except BaseException:
+            if c.failed is None:  # rolled back: the input was not applied, nothing to replay
+                self.input_log.retract(s)
+            raise
         self._write_outputs(s)
         self.step_no = s + 1
         self._since += 1

@@ -154,6 +154,7 @@ class InputLog(_StepLog):
     def __init__(self, directory: str):
         super().__init__(directory)
         self._positions: dict[str, int] = {}
+        self._before: dict[str, int] = {}  # the positions before the last append
         if self.end > self.first:
             self._positions = dict(self.read(self.end - 1)[1])
 
@@ -172,6 +173,7 @@ class InputLog(_StepLog):
                 WEIGHT, pa.array(np.asarray(w, dtype=np.int64)))
             tables.append((name, t))
         pos = dict(self._positions)
+        self._before = dict(self._positions)
         pos.update({k: int(v) for k, v in positions.items()})
         data = _encode(self.magic, {"step": step, "positions": pos, "meta": meta or {}}, tables)
         write_durable(self.path(step), data, kill_before_fsync="input-log-before-fsync",
@@ -181,6 +183,20 @@ class InputLog(_StepLog):
                 self.first = step
             self.end = step + 1
             self._positions = pos
+
+    def retract(self, step: int) -> None:
+        """Remove the record of ``step``, the last one: its step failed and was rolled back
+        (its input was not applied and no output of it exists), so it must not be replayed."""
+        with self._lock:
+            if step != self.end - 1:
+                raise LogCorrupt(f"{self.dir}: retracting step {step}, the log ends at "
+                                 f"{self.end - 1}")
+            os.unlink(self.path(step))
+            self.end = step
+            if self.first > self.end:
+                self.first = self.end
+            self._positions = self._before
+        fsync_dir(self.dir)
 
     def read(self, step: int) -> tuple[dict[str, tuple], dict[str, int], dict]:
         """``({input: (RecordBatch, weights)}, positions, meta)`` of a logged step."""

@@ -78,9 +78,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..algebra import kernels as K
+from ..algebra.checked import add_overflows, group_sums, weighted_group_sums
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import take
 from ..circuit.exchange import shard_rows
+from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, match_batches, ranges
@@ -226,11 +228,14 @@ def _dec_add(a: pa.Array, b: pa.Array, scale: int) -> pa.Array:
     return pc.add(a.cast(w), b.cast(w)).cast(_dec_t(scale))
 
 
-def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np.ndarray):
+def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np.ndarray,
+                 flags: Optional[list] = None, what: str = "the values"):
     """``(Σ w*x over non-null x, Σ w over non-null x)`` per group. Sums are int64 / float64 numpy
-    arrays, or decimal128(38, s) Arrow arrays."""
+    arrays, or decimal128(38, s) Arrow arrays. Integer sums are checked
+    (:mod:`dbsp.algebra.checked`): groups out of the int64 range are added to ``flags`` as
+    ``(mask, reason)`` (raised as OverflowError without ``flags``)."""
     valid = _valid(arr)
-    n = _reduce(w * valid, starts)
+    n = _checked(group_sums(w * valid, starts), flags, f"the count of {what}")
     t = arr.type
     nk = _num_kind(t)
     if nk == "d":
@@ -241,9 +246,21 @@ def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np
         return res.fill_null(Decimal(0)).cast(_dec_t(t.scale)), n
     x = arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else \
         arr.to_numpy(zero_copy_only=False)
-    dt = np.int64 if nk == "i" else np.float64
-    x = np.asarray(x, dtype=dt)
-    return _reduce(x * w.astype(dt), starts), n
+    if nk == "i":
+        x = np.asarray(x, dtype=np.int64)
+        return _checked(weighted_group_sums(x, w, starts), flags, f"the sum of {what}"), n
+    x = np.asarray(x, dtype=np.float64)
+    return _reduce(x * w.astype(np.float64), starts), n
+
+
+def _checked(res: tuple[np.ndarray, np.ndarray], flags: Optional[list], what: str) -> np.ndarray:
+    sums, bad = res
+    if bad.any():
+        reason = f"{what} is out of the int64 range (SQL: numeric value out of range)"
+        if flags is None:
+            raise OverflowError(reason)
+        flags.append((bad, reason))
+    return sums
 
 
 def _masked(values, valid: np.ndarray, type_: pa.DataType) -> pa.Array:
@@ -283,12 +300,14 @@ def _positive_groups(arr: pa.Array, w: np.ndarray, key_index: np.ndarray, G: int
 
 
 def compute_groups(specs: list[AggSpec], vals: pa.RecordBatch, w: np.ndarray,
-                   offsets: np.ndarray) -> tuple[np.ndarray, list[pa.Array]]:
-    """Every aggregate over consolidated groups: ``(total weight per group, output columns)``."""
+                   offsets: np.ndarray, flags: Optional[list] = None
+                   ) -> tuple[np.ndarray, list[pa.Array]]:
+    """Every aggregate over consolidated groups: ``(total weight per group, output columns)``.
+    Integer overflows: see :func:`weighted_sum`."""
     starts = offsets[:-1]
     G = len(starts)
     key_index = np.repeat(np.arange(G, dtype=np.int64), np.diff(offsets))
-    rows = _reduce(w, starts)
+    rows = _checked(group_sums(w, starts), flags, "the row count")
     cols = []
     for s in specs:
         arr = vals.column(s.column) if s.column is not None else None
@@ -303,10 +322,11 @@ def compute_groups(specs: list[AggSpec], vals: pa.RecordBatch, w: np.ndarray,
                                  f"values for {G} groups")
             cols.append(res if res.type == s.out_type else res.cast(s.out_type))
         elif s.kind == "count":
-            cnt = rows if arr is None else _reduce(w * _valid(arr), starts)
+            cnt = rows if arr is None else \
+                _checked(group_sums(w * _valid(arr), starts), flags, f"count({s.column})")
             cols.append(pa.array(cnt, pa.int64()))
         elif s.kind in ("sum", "avg"):
-            total, n = weighted_sum(arr, w, starts, key_index)
+            total, n = weighted_sum(arr, w, starts, key_index, flags, f"'{s.column}'")
             cols.append(finish_sum(s, total, n))
         else:
             cols.append(_positive_groups(arr, w, key_index, G, s.kind, s.out_type))
@@ -510,20 +530,23 @@ class _Partials:
             self.plan.append((ci, si, nk))
         self.schema = pa.schema(fields)
 
-    def of_delta(self, d: OrdIndexedZSet) -> list:
-        """Partials of a consolidated delta, one entry per key (numpy or decimal Arrow)."""
+    def of_delta(self, d: OrdIndexedZSet, flags: Optional[list] = None) -> list:
+        """Partials of a consolidated delta, one entry per key (numpy or decimal Arrow);
+        overflowing keys go to ``flags`` (see :func:`weighted_sum`)."""
         starts = d.offsets[:-1]
         key_index = None
         cols: list = [None] * len(self.schema)
-        cols[0] = _reduce(d.weights, starts)
+        cols[0] = _checked(group_sums(d.weights, starts), flags, "the row count")
         for s, (ci, si, nk) in zip(self.specs, self.plan):
             arr = d.vals.column(s.column) if s.column is not None else None
             if si is not None:
                 if key_index is None:
                     key_index = np.repeat(np.arange(d.num_keys, dtype=np.int64), np.diff(d.offsets))
-                cols[si], cols[ci] = weighted_sum(arr, d.weights, starts, key_index)
+                cols[si], cols[ci] = weighted_sum(arr, d.weights, starts, key_index, flags,
+                                                  f"'{s.column}'")
             elif ci is not None:
-                cols[ci] = _reduce(d.weights * _valid(arr), starts)
+                cols[ci] = _checked(group_sums(d.weights * _valid(arr), starts), flags,
+                                    f"count({s.column})")
         return cols
 
     def from_arrow(self, batch: pa.RecordBatch, has: np.ndarray) -> list:
@@ -537,8 +560,9 @@ class _Partials:
                 out.append(np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), dtype=dt))
         return out
 
-    def sum_groups(self, cols: list, bounds: np.ndarray) -> list:
-        """Partials of rows grouped by ``bounds`` (sorted by key) summed per group."""
+    def sum_groups(self, cols: list, bounds: np.ndarray, flags: Optional[list] = None) -> list:
+        """Partials of rows grouped by ``bounds`` (sorted by key) summed per group (int64
+        columns checked, see :func:`weighted_sum`)."""
         starts = bounds[:-1]
         out = []
         for f, c in zip(self.schema, cols):
@@ -548,6 +572,8 @@ class _Partials:
                 res = pa.table({"g": g, "v": c.cast(w)}).group_by("g", use_threads=False) \
                     .aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
                 out.append(res.cast(f.type))
+            elif pa.types.is_integer(f.type):
+                out.append(_checked(group_sums(c, starts), flags, self._what(f.name)))
             else:
                 out.append(_reduce(c, starts))
         return out
@@ -563,9 +589,23 @@ class _Partials:
                 eq &= x == y
         return eq
 
-    def add(self, a: list, b: list) -> list:
-        return [_dec_add(x, y, f.type.scale) if pa.types.is_decimal(f.type) else x + y
-                for f, x, y in zip(self.schema, a, b)]
+    def add(self, a: list, b: list, flags: Optional[list] = None) -> list:
+        """``a + b`` column by column; int64 columns checked (see :func:`weighted_sum`)."""
+        out = []
+        for f, x, y in zip(self.schema, a, b):
+            if pa.types.is_decimal(f.type):
+                out.append(_dec_add(x, y, f.type.scale))
+            elif pa.types.is_integer(f.type):
+                out.append(_checked(add_overflows(x, y), flags, self._what(f.name)))
+            else:
+                out.append(x + y)
+        return out
+
+    def _what(self, column: str) -> str:
+        if column == "__rows":
+            return "the row count"
+        s = self.specs[int(column[1:])]
+        return f"count({s.column})" if column[0] == "n" else f"the sum of '{s.column}'"
 
     def to_arrow(self, cols: list) -> pa.RecordBatch:
         arrs = [c if isinstance(c, pa.Array) else pa.array(c, f.type)
@@ -603,6 +643,59 @@ def _concat_col(parts: list):
     return pa.concat_arrays(parts) if isinstance(parts[0], pa.Array) else np.concatenate(parts)
 
 
+NEGATIVE = ("the group's row count would be negative: a row was deleted that was never "
+            "inserted")
+
+
+def _union(flags: list) -> tuple[np.ndarray, list]:
+    """The keys flagged by any check, and a reason per flagged key (the first check's)."""
+    bad = np.zeros(len(flags[0][0]), dtype=bool)
+    why = np.full(len(bad), -1, dtype=np.int64)
+    for j, (m, _) in enumerate(flags):
+        why[m & (why < 0)] = j
+        bad |= m
+    return bad, [flags[j][1] for j in why[bad]]
+
+
+def bad_keys(op: Operator, keys: pa.RecordBatch, d: Optional[OrdIndexedZSet], kcodes,
+             flags: list, key_weights: Optional[np.ndarray] = None) -> np.ndarray:
+    """Keys whose aggregate cannot be computed (``flags``: ``(mask over keys, reason)``): raise a
+    :class:`~dbsp.circuit.errors.RowError` naming the first (policy ``raise``), else report them
+    and return the mask of the good keys. Reported: their rows of ``d`` when given; else (their
+    rows are on other workers: partials crossed the exchange) the key, with the key's row count
+    of this step (``key_weights``) as weight."""
+    bad, reasons = _union(flags)
+    idx = np.flatnonzero(bad)
+    if not op.ctx.errors.skipping:
+        raise RowError(op.name, reasons[0], keys.slice(int(idx[0]), 1).to_pylist()[0])
+    if d is None:
+        w = key_weights[idx] if key_weights is not None else np.zeros(len(idx), np.int64)
+        op.ctx.errors.report(BadRows(op.name, take(keys, idx), w, reasons))
+    else:
+        rows, why = _rows_of_keys(d, kcodes, idx, reasons)
+        flat = d.flatten()
+        op.ctx.errors.report(BadRows(op.name, take(flat.data, rows), flat.weights[rows], why))
+    return ~bad
+
+
+def _rows_of_keys(d: OrdIndexedZSet, kcodes, idx: np.ndarray, reasons: list):
+    """Row positions (in ``d.flatten()`` order) of the keys ``kcodes[idx]`` of ``d``, and the
+    reason of each."""
+    ai, bi = K.intersect(K.take(kcodes, idx), d.kcodes)
+    rows, why = [], []
+    for a, b in zip(ai.tolist(), bi.tolist()):
+        lo, hi = int(d.offsets[b]), int(d.offsets[b + 1])
+        rows.extend(range(lo, hi))
+        why.extend([reasons[a]] * (hi - lo))
+    return np.asarray(rows, dtype=np.int64), why
+
+
+def bad_groups(op: Operator, d: OrdIndexedZSet, flags: list) -> OrdIndexedZSet:
+    """``d`` without the keys flagged by ``flags`` (raising under policy ``raise``)."""
+    ok = bad_keys(op, d.keys, d, d.kcodes, flags)
+    return d.select_keys(np.flatnonzero(ok))
+
+
 class LinearAggregateOperator(Operator):
     """count / sum / avg from running partials per key (never reads the input history).
 
@@ -616,8 +709,9 @@ class LinearAggregateOperator(Operator):
     name = "aggregate(linear)"
 
     def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema,
-                 preaggregate: bool = False):
+                 preaggregate: bool = False, positive: bool = False):
         super().__init__(ctx)
+        self.positive = positive
         self.specs, self.out_schema = specs, out_schema
         self.partials = _Partials(specs)
         self.state = VersionedRows("aggregate.partials", self.partials.schema)
@@ -636,11 +730,29 @@ class LinearAggregateOperator(Operator):
         else:
             if len(d) == 0:
                 return ZSet.empty(self.out_schema)
-            keys, kcodes, kcodec, delta = d.keys, d.kcodes, d.kcodec, P.of_delta(d)
+            flags: list = []
+            delta = P.of_delta(d, flags)
+            if flags:
+                d = bad_groups(self, d, flags)
+                if len(d) == 0:
+                    return ZSet.empty(self.out_schema)
+                delta = P.of_delta(d)
+            keys, kcodes, kcodec = d.keys, d.kcodes, d.kcodec
         G = keys.num_rows
         has_old, old_batch, old_ver = self.state.get(kcodes, G)
         old = P.from_arrow(old_batch, has_old)
-        new = P.add(old, delta)
+        flags = []
+        new = P.add(old, delta, flags)
+        if self.positive:
+            negative = new[0] < 0
+            if negative.any():
+                flags.append((negative, NEGATIVE))
+        if flags:  # (rare) keys whose new state would be wrong: raise, or set their rows aside
+            ok = np.flatnonzero(bad_keys(self, keys, d if not self.preaggregate else None,
+                                         kcodes, flags, delta[0]))
+            keys, kcodes = take(keys, ok), K.take(kcodes, ok)
+            delta, has_old, old_ver = _take_cols(delta, ok), has_old[ok], old_ver[ok]
+            old_batch, old, new = take(old_batch, ok), _take_cols(old, ok), _take_cols(new, ok)
         new_batch = P.to_arrow(new)
         changed = ~has_old | ~P.equal(old, new)
         keep = ~P.all_zero(new)
@@ -664,7 +776,12 @@ class LinearAggregateOperator(Operator):
         P, W = self.partials, self.ctx.workers
         parts: list = [None] * W
         if len(d):
-            local = P.of_delta(d)
+            flags: list = []
+            local = P.of_delta(d, flags)
+            if flags:
+                d = bad_groups(self, d, flags)
+                local = P.of_delta(d)
+        if len(d):
             for w, idx in enumerate(shard_rows(d.kcodes, W)):
                 if len(idx):
                     parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
@@ -682,7 +799,13 @@ class LinearAggregateOperator(Operator):
         keys = take(pa.concat_batches([g[0] for g in got]), perm[first])
         cols = _take_cols([_concat_col([g[2][i] for g in got]) for i in range(len(P.schema))],
                           perm)
-        return keys, K.take(sk, first), codec, P.sum_groups(cols, bounds)
+        flags = []
+        sums = P.sum_groups(cols, bounds, flags)
+        kc = K.take(sk, first)
+        if flags:
+            ok = np.flatnonzero(bad_keys(self, keys, None, kc, flags, sums[0]))
+            keys, kc, sums = take(keys, ok), K.take(kc, ok), _take_cols(sums, ok)
+        return keys, kc, codec, sums
 
     def clock_start(self) -> None:
         self.state.clear()
@@ -775,9 +898,9 @@ class GeneralAggregateOperator(Operator):
 
     name = "aggregate(general)"
 
-    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema):
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema, positive: bool = False):
         super().__init__(ctx)
-        self.specs, self.out_schema = specs, out_schema
+        self.specs, self.out_schema, self.positive = specs, out_schema, positive
         nk = len(out_schema) - len(specs)
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.linear = [s for s in specs if s.kind in LINEAR]
@@ -797,11 +920,21 @@ class GeneralAggregateOperator(Operator):
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
         P, G = self.partials, d.num_keys
+        flags: list = []
+        delta = P.of_delta(d, flags)
+        if flags:  # (rare) keys whose sums leave int64: raise, or set their rows aside
+            d = bad_groups(self, d, flags)
+            return self.eval(d) if len(d) else ZSet.empty(self.out_schema)
         has_old, old_batch, old_ver = self.state.get(d.kcodes, G)
         nl = len(P.schema)
         old = P.from_arrow(pa.RecordBatch.from_arrays(old_batch.columns[:nl], schema=P.schema),
                            has_old)
-        new = P.add(old, P.of_delta(d))
+        new = P.add(old, delta, flags)
+        if self.positive and (new[0] < 0).any():
+            flags.append((new[0] < 0, NEGATIVE))
+        if flags:  # checked before any state is touched
+            d = bad_groups(self, d, flags)
+            return self.eval(d) if len(d) else ZSet.empty(self.out_schema)
         old_x = old_batch.columns[nl:]
         new_x = list(old_x)
         for col, vc in self.values.items():
@@ -822,6 +955,13 @@ class GeneralAggregateOperator(Operator):
         new_present = new[0] != 0
         return _emit(self.out_schema, d.keys, self._finish(old, old_x),
                      self._finish(new, new_x), old_present & changed, new_present & changed)
+
+    def savepoint(self):
+        return [vc._monotone for vc in self.values.values()]
+
+    def restore(self, saved) -> None:
+        for vc, m in zip(self.values.values(), saved):
+            vc._monotone = m
 
     def _finish(self, lin: list, xs: list) -> pa.RecordBatch:
         lin_out = iter(self.partials.finish(lin))
@@ -927,9 +1067,9 @@ class GroupAggregateOperator(Operator):
 
     name = "aggregate(general)"
 
-    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema):
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema, positive: bool = False):
         super().__init__(ctx)
-        self.specs, self.out_schema = specs, out_schema
+        self.specs, self.out_schema, self.positive = specs, out_schema, positive
         self.agg_schema = pa.schema(list(out_schema)[len(out_schema) - len(specs):])
         self.input = Spine(name="aggregate.input")
         self.outputs = VersionedRows("aggregate.output", self.agg_schema)
@@ -937,13 +1077,29 @@ class GroupAggregateOperator(Operator):
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
-        G = d.num_keys
         groups = touched_groups(self.input, d)
+        if len(groups):
+            flags: list = []
+            rows, cols = compute_groups(self.specs, groups.vals, groups.weights, groups.offsets,
+                                        flags)
+            if self.positive and (rows < 0).any():
+                flags.append((rows < 0, NEGATIVE))
+            if flags:  # (rare) set the keys aside, or raise, before any state is touched
+                ai, bi = K.intersect(d.kcodes, groups.kcodes)
+                on_d = [(np.zeros(d.num_keys, dtype=bool), r) for _, r in flags]
+                for (m, _), (md, _) in zip(flags, on_d):
+                    md[ai] = m[bi]
+                d = bad_groups(self, d, on_d)
+                if len(d) == 0:
+                    return ZSet.empty(self.out_schema)
+                groups = touched_groups(self.input, d)
+                rows, cols = compute_groups(self.specs, groups.vals, groups.weights,
+                                            groups.offsets)
+        G = d.num_keys
         self.input.insert(d)
         has_new = np.zeros(G, dtype=bool)
         idx = np.full(G, -1, dtype=np.int64)
         if len(groups):
-            rows, cols = compute_groups(self.specs, groups.vals, groups.weights, groups.offsets)
             ai, bi = K.intersect(d.kcodes, groups.kcodes)
             has_new[ai] = rows[bi] != 0
             idx[ai] = bi
@@ -967,7 +1123,7 @@ class GroupAggregateOperator(Operator):
         return len(self.input) + len(self.outputs)
 
 
-def aggregate(stream, aggs: dict):
+def aggregate(stream, aggs: dict, positive: bool = False):
     """Group an indexed stream by its key and aggregate its values (see the module doc)."""
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"aggregate needs an indexed stream (use .index_by([...]) first), got "
@@ -980,14 +1136,16 @@ def aggregate(stream, aggs: dict):
         s = stream if pre else sharded(stream)
         return stream.circuit.add_node(
             LinearAggregateOperator.name,
-            lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=pre), [s],
+            lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=pre,
+                                                positive=positive), [s],
             ZSetType(out))
     if any(isinstance(x.kind, Aggregator) for x in specs):
-        return stream.circuit.add_node(GroupAggregateOperator.name,
-                                       lambda ctx: GroupAggregateOperator(ctx, specs, out),
-                                       [sharded(stream)], ZSetType(out))
+        return stream.circuit.add_node(
+            GroupAggregateOperator.name,
+            lambda ctx: GroupAggregateOperator(ctx, specs, out, positive),
+            [sharded(stream)], ZSetType(out))
     return stream.circuit.add_node(GeneralAggregateOperator.name,
-                                   lambda ctx: GeneralAggregateOperator(ctx, specs, out),
+                                   lambda ctx: GeneralAggregateOperator(ctx, specs, out, positive),
                                    [sharded(stream)], ZSetType(out))
 
 

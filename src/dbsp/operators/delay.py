@@ -32,6 +32,12 @@ class DelayOperator(Operator):
     def clock_start(self) -> None:
         self.value = self.initial
 
+    def savepoint(self):
+        return self.value
+
+    def restore(self, saved) -> None:
+        self.value = saved
+
     def state_rows(self) -> int:
         return len(self.value)
 

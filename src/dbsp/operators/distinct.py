@@ -32,6 +32,7 @@ import numpy as np
 
 from ..algebra import kernels as K
 from ..algebra.schema import take
+from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import OrdZSet, ZSet
@@ -62,12 +63,32 @@ class DistinctOperator(Operator):
         if len(d) == 0:
             return ZSet.empty(self.schema)
         old = self.trace.weights_of(d.codes)
+        total = old + d.weights  # int64, wraps: checked below
+        over = ((old ^ total) & (d.weights ^ total)) < 0
+        if over.any():
+            d, old = self._overflow(d, old, over)
+            if len(d) == 0:
+                return ZSet.empty(self.schema)
         w = sign_changes(old, d.weights)
         self.trace.insert(d)
         keep = np.flatnonzero(w)
         if len(keep) == len(d):
             return OrdZSet(d.data, w, d.codes, d.codec)
         return OrdZSet(take(d.data, keep), w[keep], K.take(d.codes, keep), d.codec)
+
+    def _overflow(self, d: OrdZSet, old: np.ndarray, over: np.ndarray):
+        """Rows whose integrated weight would leave int64: an error, or (skip_and_report) set
+        aside, the rest carrying on."""
+        bad = np.flatnonzero(over)
+        reasons = [f"the weight of the row would be {int(old[i]) + int(d.weights[i])}, out of "
+                   f"the int64 range of weights" for i in bad]
+        if not self.ctx.errors.skipping:
+            i = int(bad[0])
+            raise RowError(self.name, reasons[0], d.data.slice(i, 1).to_pylist()[0])
+        self.ctx.errors.report(BadRows(self.name, take(d.data, bad), d.weights[bad], reasons))
+        keep = np.flatnonzero(~over)
+        return OrdZSet(take(d.data, keep), d.weights[keep], K.take(d.codes, keep), d.codec), \
+            old[keep]
 
     def clock_start(self) -> None:
         self.trace.clear()

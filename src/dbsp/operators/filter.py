@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..algebra.schema import take
 from ..circuit.operator import Operator
 from ..trace.batch import ZSet
+from ._rows import handle_bad_rows, isolate
 
 
 def _mask(value, n: int) -> np.ndarray:
@@ -37,21 +39,30 @@ class FilterOperator(Operator):
     def eval(self, z: ZSet) -> ZSet:
         if len(z) == 0:
             return z
-        m = _mask(self.pred(z.data), len(z))
+        try:
+            m = self._apply(z.data)
+        except Exception as e:  # noqa: BLE001 - find the rows at fault (module _rows)
+            good, bad = isolate(self._apply, z.data, e)
+            if not bad:
+                raise
+            keep = handle_bad_rows(self, self.pred, z.data, z.weights, bad)
+            z = ZSet(take(z.data, keep), z.weights[keep])
+            m = np.concatenate([r for _, r in good]) if good else np.zeros(0, dtype=bool)
         if m.all():
             return z
         return ZSet(z.data.filter(pa.array(m)), z.weights[m])
+
+    def _apply(self, batch: pa.RecordBatch) -> np.ndarray:
+        return _mask(self.pred(batch), batch.num_rows)
 
 
 class FilterRowsOperator(FilterOperator):
     name = "filter_rows"
 
-    def eval(self, z: ZSet) -> ZSet:
-        if len(z) == 0:
-            return z
-        rows = zip(*(c.to_pylist() for c in z.data.columns))
-        m = np.fromiter((bool(self.pred(r)) for r in rows), dtype=bool, count=len(z))
-        return ZSet(z.data.filter(pa.array(m)), z.weights[m])
+    def _apply(self, batch: pa.RecordBatch) -> np.ndarray:
+        rows = zip(*(c.to_pylist() for c in batch.columns))
+        return np.fromiter((bool(self.pred(r)) for r in rows), dtype=bool,
+                           count=batch.num_rows)
 
 
 def filter_batches(stream, pred: Callable):

@@ -10,10 +10,11 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from ..algebra.schema import as_schema
+from ..algebra.schema import as_schema, concat_batches
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import ZSet
+from ._rows import handle_bad_rows, isolate
 from ._util import to_record_batch
 
 
@@ -27,7 +28,20 @@ class FlatMapOperator(Operator):
     def eval(self, z: ZSet) -> ZSet:
         if len(z) == 0:
             return ZSet.empty(self.schema)
-        res = self.fn(z.data)
+        try:
+            out, parent = self._apply(z.data)
+        except Exception as e:  # noqa: BLE001 - find the rows at fault (module _rows)
+            good, bad = isolate(self._apply, z.data, e)
+            if not bad:
+                raise
+            handle_bad_rows(self, self.fn, z.data, z.weights, bad)
+            out = concat_batches(self.schema, [r[0] for _, r in good])
+            parent = np.concatenate([r[1] + lo for lo, r in good]) if good else \
+                np.zeros(0, np.int64)
+        return ZSet(out, z.weights[parent])
+
+    def _apply(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
+        res = self.fn(batch)
         if not (isinstance(res, tuple) and len(res) == 2):
             raise TypeError("flat_map function must return (batch, parent_indices)")
         out = to_record_batch(res[0], self.schema, "flat_map function")
@@ -35,27 +49,25 @@ class FlatMapOperator(Operator):
         if len(parent) != out.num_rows:
             raise ValueError(f"flat_map function returned {out.num_rows} rows but "
                              f"{len(parent)} parent indices")
-        if len(parent) and (parent.min() < 0 or parent.max() >= len(z)):
+        if len(parent) and (parent.min() < 0 or parent.max() >= batch.num_rows):
             raise ValueError("flat_map parent index out of range")
-        return ZSet(out, z.weights[parent])
+        return out, parent
 
 
 class FlatMapRowsOperator(FlatMapOperator):
     name = "flat_map_rows"
 
-    def eval(self, z: ZSet) -> ZSet:
-        if len(z) == 0:
-            return ZSet.empty(self.schema)
+    def _apply(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
         out_rows: list[tuple] = []
         parent: list[int] = []
-        for i, r in enumerate(zip(*(c.to_pylist() for c in z.data.columns))):
+        for i, r in enumerate(zip(*(c.to_pylist() for c in batch.columns))):
             for o in self.fn(r):
                 out_rows.append(tuple(o))
                 parent.append(i)
         cols = list(zip(*out_rows)) if out_rows else [[] for _ in self.schema]
         arrays = [pa.array(list(c), type=f.type) for c, f in zip(cols, self.schema)]
         data = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        return ZSet(data, z.weights[np.asarray(parent, dtype=np.int64)])
+        return data, np.asarray(parent, dtype=np.int64)
 
 
 def flat_map_batches(stream, fn: Callable, schema: Any):

@@ -1,8 +1,13 @@
 """Input: the stream a user pushes Z-sets into (its handle is the stream itself).
 
 Every push is validated and converted to the input's schema *when it is made*
-(:func:`dbsp.algebra.schema.conform`); a refused push raises :class:`InputError` naming the
-input, column and row, and leaves the pending data and the circuit untouched. At the next step
+(:func:`dbsp.algebra.schema.conform`). What happens to a bad row is the input's error policy
+(``errors=``, by default the circuit's, see :mod:`dbsp.circuit.errors`): ``"raise"`` refuses the
+whole push with an :class:`InputError` naming the input, column and row, leaving the pending
+data and the circuit untouched; ``"skip_and_report"`` accepts the good rows and puts each bad
+one, with its reason, in the circuit's error log (:meth:`InputStream.push_checked` gives both
+parts to a caller that decides for itself). A closed circuit refuses every push
+(:class:`~dbsp.circuit.graph.ClosedError`). At the next step
 the pending rows are split into one part per worker: by the hash of the key of the exchange the
 input feeds (:mod:`dbsp.runtime.placement`), else in contiguous slices (the operators that need
 co-located keys re-shard themselves).
@@ -13,14 +18,22 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from ..algebra.schema import InputError, conform, concat_batches, take
+from ..algebra.schema import WEIGHT, InputError, concat_batches, conform, empty_batch, take
+from ..circuit.errors import check_policy
 from ..circuit.exchange import deal
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import ZSet
 from .stream import Stream
 from .upsert import upsert_push
+
+
+#: the bound on the sum of absolute weights one step of one input may carry: below it, no sum of
+#: them wraps (2**63, less a margin for the float rounding of the sum); the state's own checks
+#: (distinct, aggregate) take over from there
+WEIGHT_LIMIT = float(1 << 63) * (1 - 2.0 ** -40)
 
 
 class InputOperator(Operator):
@@ -40,22 +53,56 @@ class InputOperator(Operator):
 class InputStream(Stream):
     """An input stream; also the handle to push data into it."""
 
-    __slots__ = ("name", "_pending", "_pending_rows", "_key", "_rows_pushed")
+    __slots__ = ("name", "_pending", "_pending_rows", "_key", "_rows_pushed", "errors",
+                 "_pending_mass", "_keyed", "_keyed_taken")
+
+    @property
+    def policy(self) -> str:
+        """This input's error policy: its own ``errors``, else the circuit's."""
+        return self.errors or self.circuit.errors
+
+    def set_errors(self, policy: Optional[str]) -> None:
+        self.errors = None if policy is None else check_policy(policy)
 
     def push(self, data: Any, weights: Any = None) -> int:
         """Add rows with weights (default 1) for the next step. Returns the rows accepted.
 
         ``data``: a pyarrow Table / RecordBatch (a ``__weight`` column gives weights), a pandas
-        DataFrame, or an iterable of tuples / dicts.
+        DataFrame, or an iterable of tuples / dicts. Bad rows: see the module doc.
         """
-        batch, w = conform(self.name, self.schema, data, weights)
+        self.circuit.check_open("push into")
+        if self.policy == "raise":
+            return self._accept(*conform(self.name, self.schema, data, weights))
+        n, bad = self.push_checked(data, weights)
+        log = self.circuit.error_log
+        for b in bad:
+            log.add(self.circuit.steps, self.name, b.reason, b.row, b.weight)
+        return n
+
+    def push_checked(self, data: Any, weights: Any = None) -> tuple[int, list["BadInput"]]:
+        """Push the good rows of ``data``; return ``(rows accepted, the bad rows)``. A push
+        whose fault is not one row's (a missing column, weights of the wrong length) raises."""
+        self.circuit.check_open("push into")
+        batch, w, bad = conform_rows(self.name, self.schema, data, weights)
+        return self._accept(batch, w), bad
+
+    def _accept(self, batch: pa.RecordBatch, w: np.ndarray) -> int:
         if batch.num_rows:
+            # the weights of one step may be summed in any order (consolidation): refuse a push
+            # that would let that sum leave int64, rather than wrap (float: no overflow here)
+            mass = self._pending_mass + float(np.abs(w.astype(np.float64)).sum())
+            if mass >= WEIGHT_LIMIT:
+                raise InputError(self.name, f"the weights of this step's rows add up to {mass:.3g}"
+                                            f" in absolute value, beyond the int64 range of "
+                                            f"weights (step between such pushes)", WEIGHT)
+            self._pending_mass = mass
             keyed = self._key.indexed(batch, w) if self._key is not None else None
             self._pending.append((batch, w))
             self._pending_rows += batch.num_rows
             self._rows_pushed += batch.num_rows
             if keyed is not None:  # a keyed input remembers its current rows (for upsert)
                 self._key.record(keyed)
+                self._keyed.append(keyed)
         return batch.num_rows
 
     def insert(self, data: Any) -> int:
@@ -64,8 +111,15 @@ class InputStream(Stream):
 
     def delete(self, data: Any) -> int:
         """Add rows with weight -1 (retract rows inserted before)."""
-        batch, w = conform(self.name, self.schema, data, None)
-        return self.push(batch, -w)
+        self.circuit.check_open("push into")
+        if self.policy == "raise":
+            batch, w = conform(self.name, self.schema, data, None)
+            return self.push(batch, -w)
+        if isinstance(data, (pa.Table, pa.RecordBatch)) and WEIGHT in data.schema.names:
+            i = data.schema.get_field_index(WEIGHT)
+            neg = pa.compute.negate_checked(data.column(i))
+            return self.push(data.set_column(i, WEIGHT, neg))
+        return self.push(data, -1)
 
     def upsert(self, data: Any, key: Optional[Sequence[str]] = None) -> int:
         """Insert rows, replacing the current rows with the same ``key`` (the last row of a key
@@ -73,6 +127,15 @@ class InputStream(Stream):
         the first upsert that passes one (before any other push): see
         :mod:`dbsp.operators.upsert`."""
         return upsert_push(self, data, key)
+
+    def _step_done(self, applied: bool) -> None:
+        """The step that took the pending rows ended: when it was rolled back (not ``applied``),
+        a keyed input forgets the rows it recorded for it, so that its current rows stay the
+        circuit's."""
+        taken, self._keyed_taken = self._keyed_taken, []
+        if not applied:
+            for ix in reversed(taken):
+                self._key.record(ix.neg())
 
     @property
     def pending_rows(self) -> int:
@@ -110,6 +173,8 @@ class InputStream(Stream):
         ``key`` (column names, key schema) when the circuit's placement gives one
         (:mod:`dbsp.runtime.placement`), else contiguous slices."""
         parts, self._pending, self._pending_rows = self._pending, [], 0
+        self._pending_mass = 0.0
+        self._keyed_taken, self._keyed = self._keyed, []
         if not parts:
             return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
@@ -125,6 +190,122 @@ class InputStream(Stream):
         return out
 
 
+class BadInput:
+    """A row refused at push time: its position in the push, why, its values, its weight."""
+
+    __slots__ = ("index", "reason", "row", "weight", "column")
+
+    def __init__(self, index: int, reason: str, row: Any, weight: int, column: Optional[str]):
+        self.index, self.reason, self.row, self.weight = index, reason, row, weight
+        self.column = column
+
+    def __repr__(self) -> str:
+        return f"BadInput(row {self.index}: {self.reason})"
+
+
+def _rows_of(data: Any) -> Any:
+    """``data`` in a form whose rows can be taken by position: a Table, or a list of rows."""
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return data
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a pandas DataFrame
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            return data.to_dict("records")  # mixed-type columns: find the bad rows one by one
+    return list(data)
+
+
+def conform_rows(name: str, schema: pa.Schema, data: Any,
+                 weights: Any = None) -> tuple[pa.RecordBatch, np.ndarray, list[BadInput]]:
+    """Like :func:`~dbsp.algebra.schema.conform`, but a row at fault is set aside instead of
+    refusing the push: ``(batch of the good rows, their weights, the bad rows)``.
+
+    The fast path is one ``conform``; only when it refuses a row are the rows converted again,
+    by bisection (the error path). Faults that are no one row's raise.
+    """
+    if not isinstance(data, (pa.Table, pa.RecordBatch)) and \
+            not (hasattr(data, "to_dict") and hasattr(data, "columns")):
+        data = list(data)  # an iterator is read once
+    try:
+        batch, w = conform(name, schema, data, weights)
+        return batch, w, []
+    except InputError as e:
+        if e.row is None:
+            raise
+        first: Optional[InputError] = e
+    rows = _rows_of(data)
+    n = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
+    if weights is not None and not np.isscalar(weights):
+        weights = np.asarray(weights)
+        if weights.shape != (n,):
+            raise InputError(name, f"{len(weights)} weights for {n} rows", WEIGHT)
+    bad: list[BadInput] = []
+    parts: list[tuple[pa.RecordBatch, np.ndarray]] = []
+    orig = np.arange(n, dtype=np.int64)  # position in the push of each row of ``rows``
+
+    def refused_at(i: int, e: InputError, row: Any) -> None:  # row ``i`` of the push
+        if isinstance(weights, np.ndarray):
+            wt = int(weights[i])
+        elif weights is not None:
+            wt = int(weights)
+        elif isinstance(row, dict) and WEIGHT in row:
+            wt = row[WEIGHT]
+        else:
+            wt = 1
+        bad.append(BadInput(i, str(e), row, wt, e.column))
+
+    def refused(lo: int, e: InputError) -> None:  # row ``lo`` of ``rows`` alone is refused
+        row = rows.slice(lo, 1).to_pylist()[0] if isinstance(rows, pa.Table) else rows[lo]
+        i = int(orig[lo])
+        msg = str(e).split(": ", 1)[-1]  # without the location, which was the slice's
+        refused_at(i, InputError(name, msg, e.column, i), row)
+
+    def run(lo: int, hi: int, err: Optional[InputError] = None) -> None:
+        """Convert rows [lo, hi), bisecting around refused rows: O(b log n) conversions of
+        ever smaller slices for b bad rows among n, in row order."""
+        if err is None:
+            part = rows.slice(lo, hi - lo) if isinstance(rows, pa.Table) else rows[lo:hi]
+            wpart = weights[orig[lo:hi]] if isinstance(weights, np.ndarray) else weights
+            try:
+                parts.append(conform(name, schema, part, wpart))
+                return
+            except InputError as e:
+                if e.row is None:
+                    raise
+                err = e
+        if hi - lo == 1:
+            refused(lo, err)
+            return
+        mid = (lo + hi) // 2
+        run(lo, mid)
+        run(mid, hi)
+
+    if isinstance(rows, pa.Table):  # nulls in non-null columns: all at once, vectorised
+        null = np.zeros(n, dtype=bool)
+        for f in schema:
+            if not f.nullable and f.name in rows.column_names and rows.column(f.name).null_count:
+                m = np.asarray(rows.column(f.name).is_null().to_numpy(zero_copy_only=False))
+                for i in np.flatnonzero(m & ~null):
+                    e = InputError(name, "null in a column that is not nullable", f.name, int(i))
+                    refused_at(int(i), e, rows.slice(int(i), 1).to_pylist()[0])
+                null |= m
+        if null.any():
+            keep = np.flatnonzero(~null)
+            rows, orig = rows.take(pa.array(keep)), keep
+            n = len(keep)
+            first = None
+
+    if n:
+        run(0, n, first)
+    bad.sort(key=lambda b: b.index)
+    if not parts:
+        return empty_batch(schema), np.zeros(0, np.int64), bad
+    w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+    return concat_batches(schema, [p[0] for p in parts]), w, bad
+
+
 def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
     s = circuit.add_node(f"input:{name}", lambda ctx: InputOperator(ctx, schema), [],
                          ZSetType(schema), kind="input")
@@ -134,7 +315,11 @@ def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
     inp._pending_rows = 0
     inp._key = None  # KeyState of a keyed input (dbsp.operators.upsert)
     inp._rows_pushed = 0
+    inp.errors = None  # the circuit's policy
+    inp._pending_mass = 0.0  # sum of |weight| pending (checked against WEIGHT_LIMIT)
+    inp._keyed, inp._keyed_taken = [], []  # KeyState records of the pending / in-flight rows
     return inp
 
 
-__all__ = ["InputStream", "InputOperator", "InputError", "add_input"]
+__all__ = ["InputStream", "InputOperator", "InputError", "BadInput", "add_input",
+           "conform_rows"]

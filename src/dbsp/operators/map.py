@@ -16,10 +16,11 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from ..algebra.schema import as_schema
+from ..algebra.schema import as_schema, concat_batches
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import ZSet
+from ._rows import handle_bad_rows, isolate
 from ._util import infer_schema, to_record_batch
 
 
@@ -33,22 +34,30 @@ class MapOperator(Operator):
     def eval(self, z: ZSet) -> ZSet:
         if len(z) == 0:
             return ZSet.empty(self.schema)
-        out = to_record_batch(self.fn(z.data), self.schema, "map function")
-        if out.num_rows != len(z):
-            raise ValueError(f"map function returned {out.num_rows} rows for {len(z)}")
-        return ZSet(out, z.weights)
+        try:
+            return ZSet(self._apply(z.data), z.weights)
+        except Exception as e:  # noqa: BLE001 - find the rows at fault (module _rows)
+            good, bad = isolate(self._apply, z.data, e)
+            if not bad:
+                raise
+            keep = handle_bad_rows(self, self.fn, z.data, z.weights, bad)
+            return ZSet(concat_batches(self.schema, [r for _, r in good]), z.weights[keep])
+
+    def _apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        out = to_record_batch(self.fn(batch), self.schema, "map function")
+        if out.num_rows != batch.num_rows:
+            raise ValueError(f"map function returned {out.num_rows} rows for {batch.num_rows}")
+        return out
 
 
 class MapRowsOperator(MapOperator):
     name = "map_rows"
 
-    def eval(self, z: ZSet) -> ZSet:
-        if len(z) == 0:
-            return ZSet.empty(self.schema)
-        rows = [self.fn(r) for r in zip(*(c.to_pylist() for c in z.data.columns))]
+    def _apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        rows = [self.fn(r) for r in zip(*(c.to_pylist() for c in batch.columns))]
         cols = list(zip(*rows)) if rows else [[] for _ in self.schema]
         arrays = [pa.array(list(c), type=f.type) for c, f in zip(cols, self.schema)]
-        return ZSet(pa.RecordBatch.from_arrays(arrays, schema=self.schema), z.weights)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
 def map_batches(stream, fn: Callable, schema: Any):

@@ -90,6 +90,12 @@ class ProcTimeOperator(Operator):
         cols = list(z.data.columns) + [pa.array(now).cast(TS_MS)]
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.schema), z.weights)
 
+    def savepoint(self) -> int:
+        return self.step
+
+    def restore(self, saved: int) -> None:  # a rolled-back step did not happen
+        self.step = saved
+
 
 def proc_time(stream, column: str, clock: Clock):
     """``stream`` with a ``timestamp[ms]`` column ``column``: the processing time of its step."""

@@ -195,6 +195,13 @@ class RecursiveOperator(Operator):
                 raise RuntimeError(f"recursive: no fixed point after {n} inner steps (is the "
                                    f"body missing a distinct()?)")
 
+    def savepoint(self):
+        return self.child.savepoint(), self.iterations, self.recomputes
+
+    def restore(self, saved) -> None:
+        inner, self.iterations, self.recomputes = saved
+        self.child.restore(inner)
+
     def clock_start(self) -> None:
         for op in self.child.ops:
             op.clock_start()

@@ -186,18 +186,22 @@ class IndexedStream(_Base):
         """Left rows whose key is absent on the right."""
         return antijoin(self, other)
 
-    def aggregate(self, aggs: dict) -> Stream:
+    def aggregate(self, aggs: dict, positive: bool = False) -> Stream:
         """Group by the key and aggregate values: ``{"out": ("sum", "price"), ...}``.
 
         Built-ins: count (``("count", None)`` counts rows, ``("count", col)`` non-null values),
         sum, min, max, avg, count_distinct; or an :class:`~dbsp.operators.aggregate.Aggregator`.
         Output rows are ``key ++ aggregates``, one per key with a non-zero total weight.
+        ``positive``: the input is a multiset (SQL), so a group whose total weight would become
+        negative (a row deleted that was never inserted) is an error, or under
+        ``skip_and_report`` its rows are set aside (Z-set algebra allows it: off by default).
         """
-        return aggregate(self, aggs)
+        return aggregate(self, aggs, positive)
 
-    def topk(self, k: int, order_by: Sequence[str], descending: bool = False,
+    def topk(self, k: int, order_by: Sequence[str], descending: Any = False,
              rank: Optional[str] = None) -> Stream:
-        """The first ``k`` values of each key by ``order_by`` (optionally with a rank column)."""
+        """The first ``k`` values of each key by ``order_by`` (optionally with a rank column);
+        ``descending``: one bool, or one per ``order_by`` column."""
         return topk(self, k, order_by, descending, rank)
 
 

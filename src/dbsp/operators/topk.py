@@ -2,8 +2,10 @@
 
 Maths
 -----
-``topk(a)[key] = the first k values of a[key]`` ordered by ``order_by`` (ascending, or descending),
-ties broken by the whole value row in ascending order, so the result is deterministic. Weights are
+``topk(a)[key] = the first k values of a[key]`` ordered by ``order_by`` (ascending, or descending:
+one flag for all columns, or one per column as in ``ORDER BY b ASC, c DESC``; nulls sort first
+ascending, last descending), ties broken by the whole value row in ascending order, so the result
+is deterministic. Weights are
 multiplicities: a value of weight 3 fills three places (the last one may be cut, keeping part of
 its weight); only values of positive weight count. With ``rank="r"`` each place becomes its own
 row with ``r`` = 1..k (SQL ``ROW_NUMBER()``).
@@ -60,22 +62,44 @@ def dense_rank(codes) -> np.ndarray:
     return out
 
 
+def _descending_flags(descending, order_by: Sequence[str]) -> tuple:
+    """One descending flag per ``order_by`` column, from one flag or a sequence of them."""
+    if isinstance(descending, (bool, np.bool_)):
+        return (bool(descending),) * len(order_by)
+    if isinstance(descending, (list, tuple)):
+        flags = tuple(descending)
+        if len(flags) != len(order_by) or not all(isinstance(f, (bool, np.bool_))
+                                                  for f in flags):
+            raise ValueError(f"topk: descending must be one bool or one bool per order_by "
+                             f"column ({len(order_by)}: {list(order_by)}), got {descending!r}")
+        return tuple(bool(f) for f in flags)
+    raise TypeError(f"topk: descending must be a bool or a list of bools, got {descending!r}")
+
+
 def select_topk(g: OrdIndexedZSet, k: int, codec: KeyCodec, order_by: list[str],
-                descending: bool):
+                descending):
     """Top-k places of every group of a consolidated batch.
 
-    Returns ``(rows, counts, first_rank)`` in (group, rank) order: value row ``rows[i]`` fills
-    ``counts[i]`` places starting at rank ``first_rank[i]`` (1-based)."""
+    ``descending``: one flag, or one per ``order_by`` column (then ``codec`` is unused and each
+    column is ranked by its own codes). Returns ``(rows, counts, first_rank)`` in (group, rank)
+    order: value row ``rows[i]`` fills ``counts[i]`` places starting at rank ``first_rank[i]``
+    (1-based)."""
     empty = np.zeros(0, np.int64)
     cand = np.flatnonzero(g.weights > 0)
     if len(cand) == 0:
         return empty, empty, empty
     key_index = g.key_index()[cand]
     ob = g.vals.select(order_by).take(pa.array(cand))
-    r = dense_rank(codec.encode(ob.columns, ob.num_rows))
-    if descending:
-        r = -r
-    o = np.lexsort((cand, r, key_index))
+    flags = _descending_flags(descending, order_by)
+    if len(set(flags)) == 1:  # one direction: rank the order_by columns together
+        r = dense_rank(codec.encode(ob.columns, ob.num_rows))
+        ranks = [-r if flags[0] else r]
+    else:  # a direction per column: rank each, the first column is the primary sort key
+        ranks = []
+        for c, f, desc in zip(ob.columns, ob.schema, flags):
+            r = dense_rank(KeyCodec([f]).encode([c], ob.num_rows))
+            ranks.append(-r if desc else r)
+    o = np.lexsort((cand, *reversed(ranks), key_index))
     rows, ki, w = cand[o], key_index[o], g.weights[cand[o]]
     cs = np.cumsum(w)
     first = np.ones(len(ki), dtype=bool)
@@ -124,7 +148,9 @@ class TopKOperator(Operator):
     touched keys, windows of values from the front (back) of every batch
     (:class:`~dbsp.trace.probe.ValueWindows`) until the known values hold ``k`` places of
     positive weight; descending, the tie group at the window's edge does not count, since its
-    ascending tie order runs the other way. Cost: ``O(log group + k)`` a touched key, plus the
+    ascending tie order runs the other way. With a direction per column, the windows are read
+    in the first column's direction and the edge tie group is taken over the leading columns
+    of that direction (the order inside it is not the storage order). Cost: ``O(log group + k)`` a touched key, plus the
     retracted values in front of its top ``k``.
     """
 
@@ -132,16 +158,26 @@ class TopKOperator(Operator):
 
     name = "topk"
 
-    def __init__(self, ctx, k: int, order_by: list[str], descending: bool, rank: Optional[str],
+    def __init__(self, ctx, k: int, order_by: list[str], descending, rank: Optional[str],
                  type_: IndexedType, out_schema: pa.Schema):
         super().__init__(ctx)
-        self.k, self.order_by, self.descending, self.rank = k, order_by, descending, rank
+        self.k, self.order_by, self.rank = k, order_by, rank
+        self.descending = _descending_flags(descending, order_by)
         self.type, self.out_schema = type_, out_schema
         vs = type_.val
         self.vorder = order_by + [n for n in vs.names if n not in order_by]
         self.ivals = pa.schema([vs.field(n) for n in self.vorder])
         self.ivcodec = KeyCodec(list(self.ivals))
         self.codec = KeyCodec([vs.field(c) for c in order_by])
+        # windows are read from the side of the first column's direction; values are stored
+        # ascending, so the read order is the place order only over the leading columns of that
+        # same direction, and only when ascending is the tie order too: otherwise the tie group
+        # (on those columns) at a window's edge may continue beyond it and does not count
+        flags = self.descending
+        self.read_last = flags[0]
+        j = next((i for i, f in enumerate(flags) if f != flags[0]), len(flags))
+        self.edge_cols = order_by[:j] if (flags[0] or j < len(flags)) else None
+        self.edge_codec = KeyCodec([vs.field(c) for c in order_by[:j]])
         self.trace = Spine(name="topk")
 
     def _select(self, g):
@@ -164,7 +200,7 @@ class TopKOperator(Operator):
         (consolidated; keys without such values absent)."""
         G = d.num_keys
         vw = ValueWindows(self.trace.batches(), d.kcodes)
-        last = self.descending
+        last = self.read_last
         todo = np.arange(G, dtype=np.int64)
         m = max(2 * self.k, 8)
         got = []  # (key positions, vals, vcodes, weights) of finished keys
@@ -177,9 +213,9 @@ class TopKOperator(Operator):
             vals = vw.vals(w, np.arange(len(w.k))) if len(w.k) else None
             trusted = pos
             lim_e = w.limited[w.k]
-            if last and lim_e.any():
+            if self.edge_cols is not None and lim_e.any():
                 # the tie group nearest the window's edge may continue beyond it
-                obc = self.codec.encode([vals.column(c) for c in self.order_by], len(w.k))
+                obc = self.edge_codec.encode([vals.column(c) for c in self.edge_cols], len(w.k))
                 first = np.r_[True, w.k[1:] != w.k[:-1]]
                 head = np.flatnonzero(first)[np.cumsum(first) - 1]
                 edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, head)
@@ -256,9 +292,10 @@ class TopKOperator(Operator):
         return len(self.trace)
 
 
-def topk(stream, k: int, order_by: Sequence[str], descending: bool = False,
+def topk(stream, k: int, order_by: Sequence[str], descending=False,
          rank: Optional[str] = None):
-    """The first ``k`` values of each key by ``order_by`` (see the module doc)."""
+    """The first ``k`` values of each key by ``order_by`` (see the module doc); ``descending``:
+    one bool, or one per ``order_by`` column."""
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"topk needs an indexed stream (use .index_by([...]) first), got "
                         f"{stream.type.describe()}")
@@ -274,6 +311,7 @@ def topk(stream, k: int, order_by: Sequence[str], descending: bool = False,
         if c not in vs.names:
             raise KeyError(f"topk: no value column '{c}' to order by (value columns: "
                            f"{vs.names})")
+    descending = _descending_flags(descending, order_by)
     flat = stream.type.flat_schema
     if rank is not None:
         if rank in flat.names:

@@ -151,6 +151,12 @@ class LatenessOperator(Operator):
             stats = ZSet.empty(STATS_SCHEMA)
         return Timed(kept, late, self.watermark, stats)
 
+    def savepoint(self):
+        return self.max_seen, self.watermark, self.late_rows
+
+    def restore(self, saved) -> None:
+        self.max_seen, self.watermark, self.late_rows = saved
+
     def state_rows(self) -> int:
         return 0
 

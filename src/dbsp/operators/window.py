@@ -449,6 +449,12 @@ class KeyedRecomputeOperator(Operator):
     def clock_start(self) -> None:
         self.input.clear()
 
+    def savepoint(self):
+        return self.gc_wm, self.live
+
+    def restore(self, saved) -> None:
+        self.gc_wm, self.live = saved
+
     def state_rows(self) -> int:
         return len(self.input)
 

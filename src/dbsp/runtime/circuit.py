@@ -15,9 +15,18 @@ every spine its operators build keeps state beyond the memory budget in layer fi
    lockstep, exchanges meeting in an in-process transport, see :mod:`dbsp.runtime.threads`;
    ``runtime="processes"``: worker 0 here and W-1 forked worker processes exchanging over a
    socket mesh, see :mod:`dbsp.runtime.process`);
-3. gathers the outputs of all workers into the output handles.
+3. gathers the outputs of all workers into the output handles, and the rows operators set
+   aside under ``errors="skip_and_report"`` into :attr:`Circuit.error_log`.
 
-An error in any worker aborts the transport (so no worker hangs), and the step raises it.
+A step is atomic. An error in any worker aborts the transport (so no worker hangs); then every
+worker rolls the step back (:meth:`~dbsp.circuit.scheduler.Scheduler.rollback`: state as before
+the step), the transport is made usable again, and the step raises the error, with the step's
+input (which was not applied) in ``error.rejected_input`` (``{input name: pa.Table}`` with a
+``__weight`` column). The next step works. Only a worker process that died, or a rollback that
+failed, leaves the circuit unusable, and then every later step says so.
+
+:meth:`Circuit.close` is final and idempotent: every later push or step raises
+:class:`~dbsp.circuit.graph.ClosedError`.
 
 A circuit with storage holds the directory's exclusive lock
 (:class:`~dbsp.storage.lock.DirectoryLock`) from construction to :meth:`Circuit.close`. For the
@@ -33,10 +42,14 @@ import hashlib
 import os
 from typing import Any, Callable, Optional, Sequence
 
-from ..algebra.schema import as_schema
-from ..circuit.graph import CircuitError, Graph
+import numpy as np
+import pyarrow as pa
+
+from ..algebra.schema import WEIGHT, as_schema
+from ..circuit.errors import ErrorLog, ErrorSink, RowError, check_policy
+from ..circuit.graph import CircuitError, ClosedError, Graph
 from ..circuit.operator import WorkerContext
-from ..circuit.scheduler import Scheduler
+from ..circuit.scheduler import ERRORS, Scheduler
 from ..operators.input import add_input
 from ..operators.recursive import recursive
 from ..operators.stream import make_stream
@@ -47,18 +60,20 @@ from ..storage.memory import tune_malloc
 from ..trace.merge_helper import start_helper, stop_helpers
 from ..trace.spill import SpineStorage
 from .placement import plan
-from .process import ProcessPool
+from .process import ProcessPool, WorkerDied
 from .threads import InProcTransport, ThreadPool
 
+
 def make_worker_context(storage_config: Any, w: int, workers: int,
-                        transport: Any, storage: Any = None) -> WorkerContext:
+                        transport: Any, storage: Any = None,
+                        errors: str = "raise") -> WorkerContext:
     """A worker's context, with its own :class:`~dbsp.trace.spill.SpineStorage` when the
     circuit has storage (``storage`` when the circuit built it already; else built here, where
     the worker runs: in a process runtime, after the fork)."""
     if storage is None and storage_config is not None:
         storage = SpineStorage(storage_config, w)
         start_helper(storage_config, w)
-    return WorkerContext(w, workers, transport, storage)
+    return WorkerContext(w, workers, transport, storage, errors=ErrorSink(errors))
 
 
 class Circuit(Graph):
@@ -74,8 +89,13 @@ class Circuit(Graph):
     """
 
     def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
-                 runtime: str = "threads", storage: Any = None):
+                 runtime: str = "threads", storage: Any = None, errors: str = "raise"):
         super().__init__(make_stream, name, workers)
+        #: what an operator does with a row that fails: ``"raise"`` or ``"skip_and_report"``
+        #: (see :mod:`dbsp.circuit.errors`); fixed when the circuit starts
+        self.errors = check_policy(errors)
+        #: rows set aside under ``skip_and_report``, by every operator and every input
+        self.error_log = ErrorLog()
         if runtime not in ("threads", "processes"):
             raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
         self.runtime = runtime
@@ -146,17 +166,22 @@ class Circuit(Graph):
             # each worker process has its own accountant: it gets an equal share of the budget
             cfg = None if self.storage is None else self.storage.share(self.workers)
             self._executor = ProcessPool(self.nodes, self.workers,
-                                         functools.partial(make_worker_context, cfg), local)
+                                         functools.partial(make_worker_context, cfg,
+                                                           errors=self.errors), local)
             return
         transport = self._transport or InProcTransport(self.workers)
         self._replicas = [Scheduler(self.nodes,
-                                  make_worker_context(self.storage, w, self.workers, transport,
-                                                      self._worker_storage.get(w)), local)
+                                    make_worker_context(self.storage, w, self.workers, transport,
+                                                        self._worker_storage.get(w),
+                                                        self.errors), local, atomic=True)
                           for w in range(self.workers)]
         self._executor = ThreadPool(self._replicas, transport)
 
     def step(self) -> None:
-        """Run one step: feed pending input, update all state, fill the output handles."""
+        """Run one step: feed pending input, update all state, fill the output handles.
+
+        Atomic: when it raises, no state changed (see the module doc)."""
+        self.check_open("step")
         if self._broken is not None:
             raise CircuitError(f"circuit '{self.name}' failed in an earlier step and cannot "
                                f"continue: {self._broken}") from self._broken
@@ -165,17 +190,38 @@ class Circuit(Graph):
         W = self.workers
         per_worker: list[dict] = [{} for _ in range(W)]
         keys = self._placement.input_keys
+        taken: dict[str, list] = {}
         for inp in self.inputs.values():
             for w, part in enumerate(inp._split(W, keys.get(inp.node))):
                 if part is not None:
                     per_worker[w][inp.node] = part
+                    taken.setdefault(inp.name, []).append(part)
         try:
             outs = self._executor.step(per_worker)
-        except BaseException as e:
+        except WorkerDied as e:
             self._broken = e
             raise
+        except BaseException as e:
+            for inp in self.inputs.values():
+                inp._step_done(False)
+            if self._executor.broken is not None:  # the rollback itself failed
+                self._broken = self._executor.broken
+                e.add_note(f"rolling the step back failed too ({self._executor.broken!r}): "
+                           f"circuit '{self.name}' cannot continue")
+                raise
+            if isinstance(e, RowError):
+                e.step = self.steps
+            e.rejected_input = {n: _as_table(ps) for n, ps in taken.items()}  # type: ignore
+            e.add_note(f"step {self.steps} of circuit '{self.name}' was rolled back: no state "
+                       f"changed and its input was not applied (error.rejected_input)")
+            raise
+        for inp in self.inputs.values():
+            inp._step_done(True)
         for out in self.outputs:
             out._gather([o.get(out.node) for o in outs])
+        for o in outs:
+            for bad in o.get(ERRORS, ()):
+                self.error_log.add_bad(self.steps, bad)
         self.steps += 1
 
     @property
@@ -281,12 +327,15 @@ class Circuit(Graph):
                 for n in self.nodes]
 
     def close(self, before_unlock: Optional[Callable[[], None]] = None) -> None:
-        """Stop the workers (threads or processes; merges in flight finish first). The circuit
-        cannot step afterwards. ``before_unlock``: called once everything has stopped, while
-        the storage directory is still locked (a checkpoint store's final clean-up)."""
+        """Stop the workers (threads or processes; merges in flight finish first). Final and
+        idempotent: every later push or step raises :class:`~dbsp.circuit.graph.ClosedError`.
+        ``before_unlock``: called once everything has stopped, while the storage directory is
+        still locked (a checkpoint store's final clean-up)."""
+        if self.closed:
+            return
+        self.closed = True
         if self._executor is not None:
             self._executor.close()
-            self._broken = self._broken or RuntimeError(f"circuit '{self.name}' was closed")
         if self.storage is not None:
             stop_helpers(self.storage)
         if before_unlock is not None and self._lock is not None and self._lock.held:
@@ -307,4 +356,11 @@ class Circuit(Graph):
             pass
 
 
-__all__ = ["Circuit", "CircuitError", "make_worker_context"]
+def _as_table(parts: list) -> pa.Table:
+    """ZSet parts of one input as one table with a ``__weight`` column."""
+    t = pa.Table.from_batches([p.data for p in parts])
+    return t.append_column(WEIGHT, pa.array(np.concatenate([p.weights for p in parts]),
+                                            pa.int64()))
+
+
+__all__ = ["Circuit", "CircuitError", "ClosedError", "make_worker_context"]

@@ -11,9 +11,15 @@ Protocol on each driver <-> worker control socket (one request, one reply):
 
 * ``("step", {input_node: ZSet | None})`` -> ``("ok", {output_node: value})`` or ``("err", exc)``
 * ``("call", name)`` -> ``("ok", value)``: ``state_rows``, ``profile``
+* ``("rollback", peer_ids)`` + the new mesh sockets (``SCM_RIGHTS``) -> ``("ok", None)``: undo the
+  last step (it failed somewhere) and exchange over a fresh mesh from now on (an aborted step
+  leaves the old one closed or holding half-sent messages)
 * ``("apply", fn, args)`` -> ``("ok", fn(replica, *args))``: ``fn`` a module-level function
   (pickled by reference), e.g. a checkpoint layer's save / load of the worker's state
 * ``("stop",)`` -> the worker exits
+
+A step is atomic: a worker commits it when the next step starts, or rolls it back when the
+driver says so (:meth:`dbsp.circuit.scheduler.Scheduler.rollback`).
 
 A worker that dies (killed, crashed) closes its sockets: the driver's next reply read fails and
 the step raises :class:`~dbsp.circuit.graph.CircuitError`; the other workers see their
@@ -41,7 +47,7 @@ class WorkerDied(RuntimeError):
 def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx,
                  local: frozenset) -> None:
     transport = SocketTransport(w, peers, workers)
-    replica = Scheduler(nodes, make_ctx(w, workers, transport), local)
+    replica = Scheduler(nodes, make_ctx(w, workers, transport), local, atomic=True)
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -58,6 +64,15 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
                 wire.send(ctrl, ("ok", replica.take_outputs()))
             elif cmd == "call":
                 wire.send(ctrl, ("ok", _call(replica, msg[1])))
+            elif cmd == "rollback":
+                ids = msg[1]
+                _, fds, _, _ = socket.recv_fds(ctrl, 1, len(ids))
+                transport.close()
+                transport = SocketTransport(
+                    w, {v: socket.socket(fileno=fd) for v, fd in zip(ids, fds)}, workers)
+                replica.ctx.transport = transport
+                replica.rollback()
+                wire.send(ctrl, ("ok", None))
             elif cmd == "apply":
                 wire.send(ctrl, ("ok", replica.apply(msg[1], *msg[2])))
             else:
@@ -121,8 +136,9 @@ class ProcessPool:
             if v != 0:
                 for s in socks.values():
                     s.close()
+        self.broken: BaseException | None = None  # a rollback that failed
         self.transport = SocketTransport(0, mesh[0], workers)
-        self.replica = Scheduler(nodes, make_ctx(0, workers, self.transport), local)
+        self.replica = Scheduler(nodes, make_ctx(0, workers, self.transport), local, atomic=True)
 
     def _send(self, msgs: dict) -> None:
         for w, m in msgs.items():
@@ -159,9 +175,49 @@ class ProcessPool:
             r.step()
         except BaseException as e:  # wake the workers waiting on an exchange, then report
             self.transport.abort()
-            self._replies(e)  # raises: e, or a worse error from the others
+            try:
+                self._replies(e)  # raises: e, or a worse error from the others
+            except WorkerDied:
+                raise
+            except BaseException:
+                self.rollback()
+                raise
             raise
-        return [r.take_outputs()] + self._replies()
+        try:
+            replies = self._replies()
+        except WorkerDied:
+            raise
+        except BaseException:
+            self.rollback()
+            raise
+        r.commit()
+        return [r.take_outputs()] + replies
+
+    def rollback(self) -> None:
+        """Undo the failed step on every worker, over a fresh socket mesh (see the module doc)."""
+        try:
+            self._rollback()
+        except BaseException as e:
+            self.broken = e
+
+    def _rollback(self) -> None:
+        mesh = socketpair_mesh(self.workers)
+        for w, c in self.ctrl.items():
+            ids = sorted(mesh[w])
+            try:
+                wire.send(c, ("rollback", ids))
+                socket.send_fds(c, [b"m"], [mesh[w][v].fileno() for v in ids])
+            except OSError:
+                raise WorkerDied(f"worker process {w} (pid {self.pids[w]}) is gone") from None
+        for v, socks in enumerate(mesh):
+            if v != 0:
+                for s in socks.values():
+                    s.close()
+        self.transport.close()
+        self.transport = SocketTransport(0, mesh[0], self.workers)
+        self.replica.ctx.transport = self.transport
+        self.replica.rollback()
+        self._replies()
 
     def call(self, name: str) -> list[Any]:
         mine = _call(self.replica, name)  # refuses an unknown name before asking the others

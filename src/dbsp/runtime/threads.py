@@ -49,7 +49,9 @@ class InProcTransport:
         self._barrier.abort()
 
     def reset(self) -> None:
+        """After an aborted step (every worker has left it): a fresh barrier and mailbox."""
         self._barrier = threading.Barrier(self.workers)
+        self._box = [[None] * self.workers for _ in range(self.workers)]
 
 
 class ThreadPool:
@@ -62,6 +64,7 @@ class ThreadPool:
         n = len(replicas)
         self._errors: list[Optional[BaseException]] = [None] * n
         self._stop = False
+        self.broken: Optional[BaseException] = None  # a rollback that failed
         self._threads: list[threading.Thread] = []
         if n > 1:
             self._go = threading.Barrier(n + 1)
@@ -96,16 +99,34 @@ class ThreadPool:
         for r, inp in zip(self.replicas, inputs):
             r.feed(inp)
         if not self._threads:
-            self.replicas[0].step()
+            try:
+                self.replicas[0].step()
+            except BaseException:
+                self.rollback()
+                raise
         else:
             self._errors = [None] * len(self.replicas)
             self._go.wait()
             self._done.wait()
             errs = [e for e in self._errors if e is not None]
             if errs:
+                self.rollback()
                 real = [e for e in errs if not isinstance(e, TransportAborted)]
                 raise (real or errs)[0]
+        for r in self.replicas:
+            r.commit()
         return [r.take_outputs() for r in self.replicas]
+
+    def rollback(self) -> None:
+        """Undo the failed step on every replica and make the transport usable again."""
+        try:
+            for r in self.replicas:
+                r.rollback()
+            reset = getattr(self.transport, "reset", None)
+            if reset is not None:
+                reset()
+        except BaseException as e:
+            self.broken = e
 
     def call(self, name: str) -> list:
         return [getattr(r, name)() for r in self.replicas]

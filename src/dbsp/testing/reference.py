@@ -198,13 +198,16 @@ def topk(z: ZDict, key: Sequence[int], k: int, order_by: Sequence[int], descendi
     """The first ``k`` places of every group (rows ``key ++ value [++ rank]``).
 
     ``order_by`` indexes the value row. Values are ordered by ``order_by`` (reversed when
-    ``descending``), ties by the whole value row ascending; a value of weight ``w > 0`` fills
-    ``w`` places; values of non-positive weight are ignored.
+    ``descending``; ``descending`` may also be one flag per ``order_by`` column), ties by the
+    whole value row ascending; a value of weight ``w > 0`` fills ``w`` places; values of
+    non-positive weight are ignored.
     """
+    flags = [descending] * len(order_by) if isinstance(descending, bool) else list(descending)
     out = []
     for kk, vs in index(z, key).items():
         cand = sorted(((v, w) for v, w in vs.items() if w > 0), key=lambda p: row_key(p[0]))
-        cand.sort(key=lambda p: row_key(tuple(p[0][i] for i in order_by)), reverse=descending)
+        for i, desc in reversed(list(zip(order_by, flags))):  # stable sorts, last column first
+            cand.sort(key=lambda p, i=i: value_key(p[0][i]), reverse=desc)
         placed = 0
         for v, w in cand:
             if placed >= k:

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
-from ..algebra.schema import WEIGHT, concat_batches, empty_batch, take
+from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, take
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 
 EMPTY_I64 = np.zeros(0, dtype=np.int64)
@@ -119,9 +119,10 @@ class ZSet:
         return self.to_arrow().to_pandas()
 
     def to_dict(self) -> dict[tuple, int]:
-        """``{row tuple: weight}`` summed over duplicates, zero weights dropped (for tests/REPL)."""
+        """``{row tuple: weight}`` summed over duplicates, zero weights dropped (for tests/REPL);
+        nested values as tuples (:func:`~dbsp.algebra.schema.py_values`)."""
         out: dict[tuple, int] = {}
-        cols = [c.to_pylist() for c in self.data.columns]
+        cols = [py_values(c) for c in self.data.columns]
         for i, w in enumerate(self.weights.tolist()):
             row = tuple(c[i] for c in cols)
             out[row] = out.get(row, 0) + w

@@ -83,6 +83,8 @@ Invariants
 * Every stored batch is consolidated and non-empty; stored batches are never modified.
 * A merge failure leaves its inputs in place (the state stays right); the error is raised by the
   next ``insert``/``flush``/``wait_merges`` and the spine stops merging in the background.
+* Inside a step, ``insert`` and ``clear`` are recorded in the thread's
+  :class:`~dbsp.trace.journal.StepJournal`, so that a failed step can be undone exactly.
 """
 from __future__ import annotations
 
@@ -100,6 +102,7 @@ import numpy as np
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, Codes
 from .batch import OrdIndexedZSet, OrdZSet, merge_batches
+from .journal import current_journal
 from .spill import current_storage
 from .spine_cursor import SpineCursor
 
@@ -447,6 +450,9 @@ class Spine:
         n = len(batch)
         if n == 0:
             return
+        journal = current_journal()
+        if journal is not None:  # a step that may be rolled back (dbsp.trace.journal)
+            journal.inserted(self, batch)
         with self._cv:
             self._levels.setdefault(self.level_of(n), []).append(batch)
             self._changed()
@@ -473,7 +479,10 @@ class Spine:
 
     def clear(self) -> None:
         """Drop every batch (merges in flight are discarded when they finish)."""
+        journal = current_journal()
         with self._cv:
+            if journal is not None:
+                journal.cleared(self, self._batches_locked())
             self._levels.clear()
             self._inflight.clear()
             self._epoch += 1

@@ -6,6 +6,12 @@ expression itself: using one inside ``col(...) + ...`` raises. The stream API co
 argument against the stream's schema and hands the kind to the aggregate operators
 (:mod:`dbsp.operators.aggregate`, :mod:`dbsp.operators.window`), which state the maths.
 
+SQL's ``HAVING``: in an expression (``count() > 1``, ``sum_("v") / count()``) an aggregate
+becomes an :class:`AggRef`, a reference to the output column of the ``agg(...)`` that computes
+it. ``group_by("k").agg(n=count()).filter(count() > 1)`` is ``filter(col("n") > 1)``
+(:func:`resolve_aggregates`); an aggregate that no ``agg(...)`` before it computes is refused
+with an error saying how to write the filter.
+
 >>> from dbsp.api.expr import col
 >>> sum_("price"), count(), (col("x") * 2).max().alias("top")
 (sum_(col("price")), count(), max_((col("x") * 2)).alias('top'))
@@ -14,9 +20,11 @@ argument against the stream's schema and hands the kind to the aggregate operato
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from .tree import Col, Expr, _wrap, extension
+import pyarrow as pa
+
+from .tree import Col, Expr, _Bound, _wrap, extension
 
 AGG_KINDS = ("count", "count_all", "sum", "avg", "min", "max", "count_distinct")
 
@@ -57,6 +65,134 @@ class AggExpr:
     def __bool__(self):
         raise TypeError(f"the truth value of an aggregate is unknown: {self!r}")
 
+    def signature(self) -> tuple:
+        """What the aggregate computes, without its name (two aggregates with the same
+        signature give the same column)."""
+        return (self.kind, repr(self.arg))
+
+    # in an expression an aggregate stands for its output column (HAVING; see AggRef)
+    def _ref(self) -> "AggRef":
+        return AggRef(self)
+
+    def __gt__(self, o): return self._ref() > o
+    def __ge__(self, o): return self._ref() >= o
+    def __lt__(self, o): return self._ref() < o
+    def __le__(self, o): return self._ref() <= o
+    def __eq__(self, o): return self._ref() == o  # type: ignore[override]
+    def __ne__(self, o): return self._ref() != o  # type: ignore[override]
+    def __add__(self, o): return self._ref() + o
+    def __radd__(self, o): return o + self._ref()
+    def __sub__(self, o): return self._ref() - o
+    def __rsub__(self, o): return o - self._ref()
+    def __mul__(self, o): return self._ref() * o
+    def __rmul__(self, o): return o * self._ref()
+    def __truediv__(self, o): return self._ref() / o
+    def __rtruediv__(self, o): return o / self._ref()
+    __hash__ = object.__hash__
+
+    def between(self, lo: Any, hi: Any) -> Expr:
+        return self._ref().between(lo, hi)
+
+    def is_null(self) -> Expr:
+        return self._ref().is_null()
+
+    def is_not_null(self) -> Expr:
+        return self._ref().is_not_null()
+
+
+@extension("aggregate_ref")
+class AggRef(Expr):
+    """An aggregate used in a row expression: the output column of the ``agg(...)`` computing it.
+
+    :func:`resolve_aggregates` replaces it by that column in a ``filter`` / ``select`` /
+    ``with_columns`` right after an ``agg``; bound anywhere else, it raises a ``TypeError``
+    saying how to write the expression.
+    """
+
+    __slots__ = ("agg",)
+
+    def __init__(self, agg: AggExpr):
+        self.agg = agg
+
+    def __repr__(self) -> str:
+        return repr(self.agg)
+
+    def output_name(self) -> Optional[str]:
+        return self.agg.output_name()
+
+    def _bind(self, schema: pa.Schema) -> _Bound:
+        raise TypeError(
+            f"{self.agg!r} is an aggregate, and this stream is not the output of an agg(...) "
+            f"that computes it. To filter groups on an aggregate (SQL HAVING), compute it in "
+            f"agg(...) and use its output column: group_by(...).agg(n={self.agg!r})"
+            f".filter(col('n') > ...)")
+
+
+def _rebuild(e: Any, fn: Callable[[Expr], Optional[Expr]]) -> Any:
+    """``e`` with every sub-expression ``x`` for which ``fn(x)`` is not None replaced by it
+    (expressions, lists and tuples of them; other values as they are)."""
+    if isinstance(e, (list, tuple)):
+        out = [_rebuild(x, fn) for x in e]
+        return out if isinstance(e, list) else tuple(out)
+    if not isinstance(e, Expr):
+        return e
+    r = fn(e)
+    if r is not None:
+        return r
+    slots = [s for c in type(e).__mro__ for s in getattr(c, "__slots__", ())]
+    changed = {}
+    for s in slots:
+        if not hasattr(e, s):
+            continue
+        v = getattr(e, s)
+        nv = _rebuild(v, fn)
+        if nv is not v and not (isinstance(v, (list, tuple)) and list(nv) == list(v)
+                                and all(a is b for a, b in zip(nv, v))):
+            changed[s] = nv
+    if not changed:
+        return e
+    new = object.__new__(type(e))
+    for s in slots:
+        if hasattr(e, s):
+            object.__setattr__(new, s, changed.get(s, getattr(e, s)))
+    return new
+
+
+def has_aggregates(e: Any) -> bool:
+    """Whether the expression refers to an aggregate (an :class:`AggRef`)."""
+    found = []
+
+    def visit(x: Expr):
+        if isinstance(x, AggRef):
+            found.append(x)
+            return x
+        return None
+    _rebuild(e, visit)
+    return bool(found)
+
+
+def resolve_aggregates(e: Any, outputs: dict[str, AggExpr], where: str) -> Any:
+    """``e`` with every aggregate replaced by the output column of ``outputs`` (name ->
+    aggregate of the ``agg(...)`` before) that computes it; ``TypeError`` for one that none
+    computes."""
+    if isinstance(e, AggExpr):
+        e = AggRef(e)
+    by_sig = {}
+    for name, a in outputs.items():
+        by_sig.setdefault(a.signature(), name)
+
+    def sub(x: Expr):
+        if not isinstance(x, AggRef):
+            return None
+        name = by_sig.get(x.agg.signature())
+        if name is None:
+            have = ", ".join(f"{n}={a!r}" for n, a in outputs.items())
+            raise TypeError(f"{where}: the aggregate {x.agg!r} is not computed by the agg(...) "
+                            f"before it ({have}); add it there, e.g. agg(..., "
+                            f"x={x.agg!r}), and filter on col('x')")
+        return Col(name)
+    return _rebuild(e, sub)
+
 
 def count(e: Any = None) -> AggExpr:
     """``count()``: rows in the group (their total weight); ``count(e)``: non-null values."""
@@ -91,5 +227,5 @@ def _wrap_col(e: Any) -> Expr:
     return Col(e) if isinstance(e, str) else _wrap(e)
 
 
-__all__ = ["AGG_KINDS", "AggExpr", "count", "sum_", "avg", "mean", "min_", "max_",
+__all__ = ["AGG_KINDS", "AggExpr", "AggRef", "resolve_aggregates", "has_aggregates", "count", "sum_", "avg", "mean", "min_", "max_",
            "count_distinct"]

@@ -96,7 +96,8 @@ def extension(name: str) -> Callable[[type], type]:
 
     ``"str"`` and ``"dt"``: a namespace class built from the expression (``Expr.str``,
     ``Expr.dt``); ``"aggregate"``: the aggregate class built from ``(kind, expression)``
-    (``Expr.sum()``...), which is also the one type :func:`_wrap` refuses inside a row expression.
+    (``Expr.sum()``...); ``"aggregate_ref"``: the expression :func:`_wrap` makes of an aggregate
+    used inside a row expression (a reference to an ``agg(...)`` output column).
     """
     def register(cls: type) -> type:
         _EXTENSIONS[name] = cls
@@ -146,6 +147,10 @@ class Compiled:
     def __call__(self, batch: pa.RecordBatch) -> pa.Array:
         v = self.fn(batch)
         return _as_array(v, batch.num_rows)
+
+    def explain(self, batch: pa.RecordBatch) -> str:
+        """This expression, for error messages."""
+        return repr(self.expr)
 
 
 @dataclass
@@ -307,7 +312,9 @@ def _wrap(v: Any) -> Expr:
         return v
     agg = _EXTENSIONS.get("aggregate")
     if agg is not None and isinstance(v, agg):
-        raise TypeError(f"an aggregate ({v!r}) cannot be used inside a row expression")
+        # a reference to an aggregate's output column: resolved after an agg(...) (HAVING),
+        # refused with an explanation anywhere else (see AggRef)
+        return _extension("aggregate_ref")(v)
     return Lit(v)
 
 

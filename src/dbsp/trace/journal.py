@@ -1,0 +1,79 @@
+"""The step journal: what a step changed in every spine, so that a failed step can be undone.
+
+A step of a circuit is atomic: when any operator on any worker fails, every piece of state must
+be as it was before the step (:mod:`dbsp.circuit.scheduler` opens a journal around each top-level
+step and the runtime commits or rolls it back once every worker has answered).
+
+Design
+------
+A spine's state is the *sum* of its batches and changes only by ``insert``, ``clear`` and the
+watermark GC hooks (see :mod:`dbsp.trace.spine`). Batches are immutable, so the journal keeps
+references, not copies:
+
+* ``insert(b)`` is undone by inserting ``-b`` (Z-set addition is commutative, so it does not
+  matter which merges ran in between: the sum is right at once, and the merges cancel the rows);
+* ``clear()`` is undone by inserting the batches the spine held just before (the journal keeps
+  the snapshot tuple the spine already caches).
+
+Cost on the fast path: one list append per insert, and nothing else; the references are
+dropped when the step commits. The GC bound (``truncate_keys_below``) is monotone and is not
+journalled: rows behind a watermark are not restored by a rollback (the watermark itself is:
+it is operator state, see :meth:`dbsp.circuit.operator.Operator.savepoint`).
+
+The journal is per thread (each worker steps its replica in one thread); a spine touched
+outside a step (a driver-side keyed input) is not journalled.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+__all__ = ["StepJournal", "use_journal", "current_journal"]
+
+_local = threading.local()
+
+
+class StepJournal:
+    """The spine changes of one step on one worker, in order."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, Any, Any]] = []
+
+    def inserted(self, spine: Any, batch: Any) -> None:
+        self.entries.append(("insert", spine, batch))
+
+    def cleared(self, spine: Any, batches: tuple) -> None:
+        self.entries.append(("clear", spine, batches))
+
+    def rollback(self) -> None:
+        """Undo every change, newest first (outside any journal: the undo is not recorded)."""
+        entries, self.entries = self.entries, []
+        with use_journal(None):
+            for kind, spine, x in reversed(entries):
+                if kind == "insert":
+                    spine.insert(x.neg())
+                else:
+                    for b in x:
+                        spine.insert(b)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+def current_journal() -> Optional[StepJournal]:
+    """The journal of the step running in this thread, or None."""
+    return getattr(_local, "journal", None)
+
+
+@contextmanager
+def use_journal(journal: Optional[StepJournal]) -> Iterator[None]:
+    """Record spine changes made in this thread into ``journal`` (None: record nothing)."""
+    prev = getattr(_local, "journal", None)
+    _local.journal = journal
+    try:
+        yield
+    finally:
+        _local.journal = prev
