@@ -239,6 +239,9 @@ def main_inspect(argv: Optional[Sequence[str]] = None) -> int:
     return rc
 
 
+LOCK_NAME = "LOCK"  # the storage directory's lock file (dbsp.storage.lock)
+
+
 def layer_files_below(directory: str) -> tuple[list[str], int]:
     """``(every layer file below directory, sorted; how many other files were seen)``. A layer
     file is recognised by the magic of its first block header, not by its name."""
@@ -247,8 +250,8 @@ def layer_files_below(directory: str) -> tuple[list[str], int]:
         dirs.sort()
         for n in sorted(names):
             path = os.path.join(root, n)
-            if not os.path.isfile(path):
-                continue
+            if not os.path.isfile(path) or (n == LOCK_NAME and root == directory):
+                continue  # (the directory's lock file, dbsp.storage.lock, is no stray file)
             try:
                 with open(path, "rb") as f:
                     head = f.read(len(F.MAGIC))
