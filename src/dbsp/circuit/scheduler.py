@@ -150,10 +150,15 @@ class Scheduler:
         return outs
 
     #: what a driver may ask a worker between steps (``call`` of the runtime's executors)
-    CALLS = ("state_rows", "profile")
+    CALLS = ("state_rows", "profile", "cpu_seconds")
 
     def state_rows(self) -> int:
         return sum(op.state_rows() for op in self.ops)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) of the process this worker runs in, so far (for the
+        parallel-efficiency benchmark: a worker process's own cost)."""
+        return time.process_time()
 
     def profile(self) -> np.ndarray:
         """Seconds spent in each operator so far."""

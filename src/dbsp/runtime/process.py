@@ -45,7 +45,15 @@ class WorkerDied(RuntimeError):
 def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx,
                  local: frozenset) -> None:
     transport = SocketTransport(w, peers, workers)
-    replica = Scheduler(nodes, make_ctx(w, workers, transport), local, atomic=True)
+    serve_replica(ctrl, Scheduler(nodes, make_ctx(w, workers, transport), local, atomic=True),
+                  transport)
+
+
+def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any) -> None:
+    """A worker's loop: answer the driver's requests on ``ctrl`` (the protocol of the module
+    doc) until it says stop or goes away. An error in a step aborts ``transport`` (so the
+    other workers stop waiting in an exchange) and is sent to the driver; a ``rollback`` brings
+    a fresh mesh (its sockets passed over ``ctrl``) and undoes the failed step."""
     while True:
         try:
             msg = wire.recv(ctrl)
