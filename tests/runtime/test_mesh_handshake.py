@@ -140,7 +140,7 @@ def test_half_open_connection_is_refused_without_holding_up_the_mesh(caplog):
         host, port = addr.rsplit(":", 1)
         held.append(socket.create_connection((host, int(port))))
     t0 = time.monotonic()
-    logs = _intruder_then_real(intrude, caplog, handshake_timeout=0.5)
+    _intruder_then_real(intrude, caplog, handshake_timeout=0.5)
     assert time.monotonic() - t0 < 5  # the real peer did not wait behind it
     time.sleep(0.6)
     held[0].close()

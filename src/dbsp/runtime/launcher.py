@@ -34,7 +34,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Union
 
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
@@ -42,7 +42,7 @@ from ..storage import wire
 from ..storage.config import as_storage_config
 from .circuit import Circuit, make_worker_context
 from .placement import plan
-from .process import WorkerDied, _call, serve_replica
+from .process import WorkerDied, serve_replica
 from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
 __all__ = ["Coordinator", "Job", "launch", "serve_worker", "build_outputs", "pipeline_spec",

@@ -74,7 +74,8 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any) -> No
                 _, fds, _, _ = socket.recv_fds(ctrl, 1, len(ids))
                 transport.close()
                 transport = SocketTransport(
-                    w, {v: socket.socket(fileno=fd) for v, fd in zip(ids, fds)}, workers)
+                    replica.ctx.worker, {v: socket.socket(fileno=fd) for v, fd in zip(ids, fds)},
+                    replica.ctx.workers)
                 replica.ctx.transport = transport
                 replica.rollback()
                 wire.send(ctrl, ("ok", None))
