@@ -4,12 +4,17 @@
 #   liburing-dev  headers + static liburing.a for the Cython io_uring backend
 #                 (src/_native/uring.pyx; setup.py skips that extension without it)
 #   fio           reference numbers beside bench/micro/bench_block_io.py
+#   openjdk-17-jre-headless  only where no `java` is on PATH: pyspark's JVM (tests/spark)
 #
 # Idempotent and non-interactive: does nothing when every package is present, runs apt-get
 # only as root (or through sudo when available), never prompts.
 set -euo pipefail
 
 PACKAGES=(liburing-dev fio)
+# the Spark tests (tests/spark) need a Java runtime for pyspark's JVM: one where none is found
+if ! command -v java >/dev/null 2>&1; then
+    PACKAGES+=(openjdk-17-jre-headless)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -8,7 +8,7 @@
 # against a debug build with Cython bounds checking switched on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=$(bash ci/setup.sh test | tail -n 1)
+PY=$(bash ci/setup.sh test,spark | tail -n 1)   # spark: the Spark tests run, never skip
 
 # The layers of DESIGN.md: imports only go down (import-linter's layers contract in
 # pyproject.toml, checked against the installed package).

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from dbsp._native import sort as native_sort

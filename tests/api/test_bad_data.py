@@ -3,7 +3,6 @@ policies, atomic steps, the lifecycle, and the hypothesis test of random bad row
 random valid streams, under both policies, with 1 and 2 workers."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dbsp.circuit.exchange import TransportAborted
-from dbsp.runtime.socket_transport import SocketTransport, socketpair_mesh, tcp_mesh
+from dbsp.runtime.socket_transport import MeshAuth, SocketTransport, socketpair_mesh, tcp_mesh
 
 
 def _run_workers(transports, fn):
@@ -59,9 +59,10 @@ def test_tcp_mesh_on_loopback():
     listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
     addrs = [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners]
     transports = [None, None]
+    auth = MeshAuth.new()
 
     def connect(i):
-        transports[i] = tcp_mesh(i, addrs, listener=listeners[i], timeout=20)
+        transports[i] = tcp_mesh(i, addrs, auth, listener=listeners[i], timeout=20)
 
     ts = [threading.Thread(target=connect, args=(i,)) for i in range(2)]
     for t in ts:

@@ -8,6 +8,14 @@ One home for the concept, below the operators and the runtime:
   (:mod:`dbsp.runtime.placement`) both ask it, so they always agree;
 * **dealing rows** :func:`deal`: the rows of a record batch for each worker, by the hash of some
   of its columns encoded as the exchange after ``index_by`` encodes them;
+* **shard maps** :class:`ShardMap`: the layout of 000 ("Scale in and out"), where a key's
+  *shard* is the top ``log2(S)`` bits of its hash and an array of ``S`` owners says which worker
+  holds each shard. Fixed sharding keeps ``S`` (say 1024) whatever ``W``; dynamic sharding picks
+  ``S = next_power_of_two(W / k)`` (``k``: the largest load inaccuracy tolerated) and, when a
+  change of ``W`` doubles or halves ``S``, splits every shard into its two halves (the next bit
+  of the hash: no key changes owner) or merges pairs. Either way :meth:`ShardMap.resize` then
+  moves only the shards needed to even the counts (within one shard), so ``W -> W+1`` moves
+  about ``1/(W+1)`` of the keys, where ``hash % W`` moves ``W/(W+1)``;
 * **the transport interface** :class:`Transport`: how W worker replicas swap parts. All workers
   call it in the same order (the circuits are identical and step in lockstep), so a call is
   identified by its sequence number. Implementations live in the runtime: threads of one process
@@ -16,7 +24,7 @@ One home for the concept, below the operators and the runtime:
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +32,7 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, codec_for
 
-__all__ = ["Transport", "TransportAborted", "shard_rows", "deal"]
+__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "ShardMap"]
 
 
 class Transport(Protocol):
@@ -59,3 +67,154 @@ def deal(data: pa.RecordBatch, key: tuple, workers: int) -> list[np.ndarray]:
     names, schema = key
     cols = data.select(list(names)).columns
     return shard_rows(codec_for(schema).encode(cols, data.num_rows), workers)
+
+
+def _next_pow2(x: float) -> int:
+    n = 1
+    while n < x:
+        n *= 2
+    return n
+
+
+class ShardMap:
+    """``S`` shards (a power of two) owned by ``W`` workers: ``owners[s]`` is shard ``s``'s
+    worker. A code's shard is ``hash64(code) >> (64 - log2 S)``, the hash's most significant
+    bits, so shard ``s`` of ``S`` is exactly shards ``2s`` and ``2s + 1`` of ``2S``.
+
+    ``k`` is None for fixed sharding (``S`` never changes), else the dynamic algorithm's
+    tolerance: ``S = next_power_of_two(W / k)``.
+    """
+
+    __slots__ = ("owners", "workers", "k", "bits")
+
+    def __init__(self, owners: np.ndarray, workers: int, k: Optional[float] = None):
+        owners = np.asarray(owners, dtype=np.int32)
+        S = len(owners)
+        if S < 1 or S & (S - 1):
+            raise ValueError(f"ShardMap: the number of shards must be a power of two, got {S}")
+        if workers < 1 or (len(owners) and (owners.min() < 0 or owners.max() >= workers)):
+            raise ValueError(f"ShardMap: owners must be workers 0..{workers - 1}")
+        if k is not None and not 0 < k < 1:
+            raise ValueError(f"ShardMap: k must be in (0, 1), got {k}")
+        self.owners = owners
+        self.workers = int(workers)
+        self.k = k
+        self.bits = S.bit_length() - 1
+
+    @property
+    def shards(self) -> int:
+        return len(self.owners)
+
+    @classmethod
+    def fixed(cls, workers: int, shards: int = 1024) -> "ShardMap":
+        """Fixed sharding: ``shards`` shards, about ``shards / workers`` contiguous ones each."""
+        if shards < workers:
+            raise ValueError(f"ShardMap.fixed: {shards} shards cannot cover {workers} workers")
+        return cls(_even(shards, workers), workers)
+
+    @classmethod
+    def dynamic(cls, workers: int, k: float = 0.1) -> "ShardMap":
+        """Dynamic sharding: ``S = next_power_of_two(workers / k)`` shards."""
+        if not 0 < k < 1:
+            raise ValueError(f"ShardMap.dynamic: k must be in (0, 1), got {k}")
+        return cls(_even(_next_pow2(workers / k), workers), workers, k)
+
+    def shard_of(self, codes: CodeArray) -> np.ndarray:
+        """The shard of each code (int64)."""
+        h = K.hash64(codes)
+        if self.bits == 0:
+            return np.zeros(len(h), dtype=np.int64)
+        return (h >> np.uint64(64 - self.bits)).astype(np.int64)
+
+    def worker_of(self, codes: CodeArray) -> np.ndarray:
+        """The worker that holds each code."""
+        return self.owners[self.shard_of(codes)]
+
+    def rows(self, codes: CodeArray) -> list[np.ndarray]:
+        """Row indices (ascending) of ``codes`` for each worker, as :func:`shard_rows`."""
+        dest = self.worker_of(codes)
+        return [np.flatnonzero(dest == w) for w in range(self.workers)]
+
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.owners, minlength=self.workers)
+
+    def slices(self, worker: int) -> list[tuple[int, int]]:
+        """The shard ranges ``[lo, hi)`` that ``worker`` owns."""
+        mine = np.flatnonzero(self.owners == worker)
+        if not len(mine):
+            return []
+        cuts = np.flatnonzero(np.diff(mine) != 1) + 1
+        return [(int(r[0]), int(r[-1]) + 1) for r in np.split(mine, cuts)]
+
+    def _at(self, shards: int) -> np.ndarray:
+        """The owners refined to ``shards`` (a multiple of this map's)."""
+        return np.repeat(self.owners, shards // self.shards)
+
+    def moved(self, other: "ShardMap") -> float:
+        """The fraction of the hash space (of keys, for a uniform hash) whose worker differs
+        between this map and ``other``."""
+        S = max(self.shards, other.shards)
+        return float(np.mean(self._at(S) != other._at(S)))
+
+    def resize(self, workers: int) -> "ShardMap":
+        """The map for ``workers`` workers that moves the fewest shards: workers ``0..W-1``
+        stay, new ones are added at the end or the last ones removed. Dynamic maps first
+        double (split every shard, no move) or halve (merge pairs) ``S`` as ``W / k`` asks."""
+        if workers < 1:
+            raise ValueError(f"ShardMap.resize: workers must be >= 1, got {workers}")
+        owners = self.owners
+        if self.k is not None:
+            S = _next_pow2(workers / self.k)
+            while len(owners) < S:
+                owners = np.repeat(owners, 2)
+            while len(owners) > S:
+                pairs = owners.reshape(-1, 2)
+                # a pair with two owners goes to one that stays (the other half moves)
+                keep = np.where(pairs[:, 0] < workers, pairs[:, 0], pairs[:, 1])
+                owners = keep.astype(np.int32)
+        elif len(owners) < workers:
+            raise ValueError(f"ShardMap.resize: {len(owners)} fixed shards cannot cover "
+                             f"{workers} workers")
+        owners = owners.copy()
+        S = len(owners)
+        counts = np.bincount(owners[owners < workers], minlength=workers)
+        base, extra = divmod(S, workers)
+        # the +1 targets go to the workers that hold most already (fewer moves)
+        order = np.argsort(-counts, kind="stable")
+        target = np.full(workers, base, dtype=np.int64)
+        target[order[:extra]] += 1
+        free = list(np.flatnonzero(owners >= workers))  # shards of removed workers
+        for w in range(workers):
+            over = counts[w] - target[w]
+            if over > 0:  # give up its highest shards
+                free.extend(np.flatnonzero(owners == w)[-over:])
+        free.sort()
+        i = 0
+        for w in range(workers):
+            need = target[w] - counts[w]
+            if need > 0:
+                owners[free[i:i + need]] = w
+                i += need
+        return ShardMap(owners, workers, self.k)
+
+    def to_dict(self) -> dict:
+        """The layout as plain data (to store with a checkpoint)."""
+        return {"workers": self.workers, "k": self.k, "owners": self.owners.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ShardMap":
+        return cls(np.asarray(d["owners"], dtype=np.int32), int(d["workers"]), d.get("k"))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ShardMap) and self.workers == other.workers
+                and self.k == other.k and np.array_equal(self.owners, other.owners))
+
+    def __repr__(self) -> str:
+        kind = "fixed" if self.k is None else f"dynamic k={self.k}"
+        return f"ShardMap({kind}, S={self.shards}, W={self.workers})"
+
+
+def _even(shards: int, workers: int) -> np.ndarray:
+    """``shards`` shards in ``workers`` contiguous slices of equal size (within one)."""
+    bounds = (np.arange(workers + 1, dtype=np.int64) * shards) // workers
+    return np.repeat(np.arange(workers, dtype=np.int32), np.diff(bounds))

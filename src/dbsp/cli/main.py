@@ -5,6 +5,9 @@ Subcommands (each imports only what it needs):
 * ``dbsp nexmark --events N --queries q0,q1,... --workers 1,2 [--verify] [--json FILE]``
 * ``dbsp storage inspect PATH`` / ``dbsp storage verify PATH``
 * ``dbsp info`` – version, native kernels, storage backends available here
+* ``dbsp worker --coordinator HOST:PORT --worker I [--listen HOST] [--advertise HOST]`` – one
+  worker of a launched job (:mod:`dbsp.runtime.launcher`); its credentials come from the
+  environment variable ``DBSP_MESH_AUTH``
 """
 from __future__ import annotations
 
@@ -32,6 +35,23 @@ def _info(_args) -> int:
     return 0
 
 
+def _worker(args) -> int:
+    import logging
+    import os
+
+    from dbsp.runtime.launcher import AUTH_ENV, serve_worker
+    from dbsp.runtime.socket_transport import MeshAuth
+    text = os.environ.get(AUTH_ENV)
+    if not text:
+        print(f"dbsp worker: the job's credentials are missing: set {AUTH_ENV} (the launcher's "
+              f"Job.worker_command(i) shows the whole command)", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="dbsp worker %(levelname)s %(message)s")
+    serve_worker(args.coordinator, MeshAuth.from_text(text), args.worker,
+                 listen_host=args.listen, advertise_host=args.advertise, timeout=args.timeout)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="dbsp", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -47,6 +67,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     sub.add_parser("info", help="version and build report")
 
+    wk = sub.add_parser("worker", help="run one worker of a launched job (dbsp.runtime.launcher)")
+    wk.add_argument("--coordinator", required=True, help="HOST:PORT of the job's coordinator")
+    wk.add_argument("--worker", required=True, type=int, help="this worker's index, 0..W-1")
+    wk.add_argument("--listen", default="127.0.0.1",
+                    help="address to accept the other workers on (default 127.0.0.1)")
+    wk.add_argument("--advertise", default=None,
+                    help="host the other workers dial (default: the --listen address)")
+    wk.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds to wait for the coordinator and the mesh")
+
     args = p.parse_args(argv)
     if args.cmd == "nexmark":
         from dbsp.nexmark.cli import run
@@ -58,6 +88,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return ins.main_verify([args.path])
     if args.cmd == "info":
         return _info(args)
+    if args.cmd == "worker":
+        return _worker(args)
     return 2
 
 

@@ -89,13 +89,23 @@ class Circuit(Graph):
     """
 
     def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
-                 runtime: str = "threads", storage: Any = None, errors: str = "raise"):
+                 runtime: str = "threads", storage: Any = None, errors: str = "raise",
+                 executor: Any = None):
+        """``executor``: runs the replicas somewhere else, a callable ``(nodes, workers, local
+        exchanges) -> executor`` (an object with ``step(per_worker_inputs) -> per_worker_outputs``,
+        ``call(name)`` and ``close()``), such as the launcher's coordinator
+        (:mod:`dbsp.runtime.launcher`); this circuit then only splits input and gathers
+        output, and ``runtime`` and ``storage`` are the remote workers' business."""
         super().__init__(make_stream, name, workers)
         #: what an operator does with a row that fails: ``"raise"`` or ``"skip_and_report"``
         #: (see :mod:`dbsp.circuit.errors`); fixed when the circuit starts
         self.errors = check_policy(errors)
         #: rows set aside under ``skip_and_report``, by every operator and every input
         self.error_log = ErrorLog()
+        self._executor_factory = executor
+        if executor is not None and storage is not None:
+            raise ValueError("a circuit with a remote executor has no storage of its own: give "
+                             "the storage to the workers")
         if runtime not in ("threads", "processes"):
             raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
         self.runtime = runtime
@@ -162,6 +172,9 @@ class Circuit(Graph):
         tune_malloc()
         self._placement = plan(self.nodes, self.workers)
         local = self._placement.local_exchanges
+        if self._executor_factory is not None:
+            self._executor = self._executor_factory(self.nodes, self.workers, local)
+            return
         if self._worker_processes:
             # each worker process has its own accountant: it gets an equal share of the budget
             cfg = None if self.storage is None else self.storage.share(self.workers)

@@ -47,7 +47,15 @@ class WorkerDied(RuntimeError):
 def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx,
                  local: frozenset) -> None:
     transport = SocketTransport(w, peers, workers)
-    replica = Scheduler(nodes, make_ctx(w, workers, transport), local, atomic=True)
+    serve_replica(ctrl, Scheduler(nodes, make_ctx(w, workers, transport), local, atomic=True),
+                  transport)
+
+
+def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any) -> None:
+    """A worker's loop: answer the driver's requests on ``ctrl`` (the protocol of the module
+    doc) until it says stop or goes away. An error in a step aborts ``transport`` (so the
+    other workers stop waiting in an exchange) and is sent to the driver; a ``rollback`` brings
+    a fresh mesh (its sockets passed over ``ctrl``) and undoes the failed step."""
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -69,7 +77,8 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
                 _, fds, _, _ = socket.recv_fds(ctrl, 1, len(ids))
                 transport.close()
                 transport = SocketTransport(
-                    w, {v: socket.socket(fileno=fd) for v, fd in zip(ids, fds)}, workers)
+                    replica.ctx.worker, {v: socket.socket(fileno=fd) for v, fd in zip(ids, fds)},
+                    replica.ctx.workers)
                 replica.ctx.transport = transport
                 replica.rollback()
                 wire.send(ctrl, ("ok", None))

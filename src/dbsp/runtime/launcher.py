@@ -1,0 +1,365 @@
+"""The launcher: one circuit on W worker processes, on this machine or on hosts given by address.
+
+A *pipeline* is a function ``build(circuit) -> {name: output handle}`` (or one output handle)
+that adds inputs to a :class:`~dbsp.runtime.circuit.Circuit` and derives its outputs. Every
+worker runs ``build`` on a circuit of its own, so all replicas are identical (which the exchange
+relies on); the driver runs it too, only to know the inputs and outputs.
+
+The pieces:
+
+* :class:`Coordinator` (the driver's side): a rendezvous server. Each worker dials it and passes
+  the mesh handshake (:class:`~dbsp.runtime.socket_transport.MeshAuth`: same job, generation and
+  secret); once all ``W`` workers registered the address they listen on, the coordinator sends
+  everyone the list, the workers build the authenticated TCP mesh among themselves
+  (:func:`~dbsp.runtime.socket_transport.tcp_mesh`) and report ready. From then on the
+  coordinator is the circuit's executor: each step it sends every worker its part of the input
+  and gathers the outputs (the request/reply protocol of :mod:`dbsp.runtime.process`); data
+  between workers goes over the mesh, never through the driver.
+* :func:`serve_worker` (``dbsp worker --coordinator HOST:PORT --worker I``): one worker.
+* :func:`launch`: a :class:`Job` with the coordinator and, unless ``spawn=False``, ``W`` local
+  worker processes started with ``python -m dbsp.cli worker`` (the job's credentials travel in
+  the environment variable ``DBSP_MESH_AUTH``, never on a command line). With ``spawn=False``
+  the caller starts ``job.worker_command(i)`` on each host.
+
+The pipeline reaches a spawned worker as ``module:function`` (it must be importable there; the
+driver's ``sys.path`` is handed on to local workers), or as the function object itself when the
+worker is started in-process by another launcher (Spark ships it in the task's closure).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Optional, Union
+
+from ..circuit.exchange import TransportAborted
+from ..circuit.scheduler import Scheduler
+from ..storage import wire
+from ..storage.config import as_storage_config
+from .circuit import Circuit, make_worker_context
+from .placement import plan
+from .process import WorkerDied, serve_replica
+from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
+
+__all__ = ["Coordinator", "Job", "launch", "serve_worker", "build_outputs", "pipeline_spec",
+           "resolve_pipeline", "AUTH_ENV"]
+
+#: environment variable holding a worker's credentials (``MeshAuth.to_text()``)
+AUTH_ENV = "DBSP_MESH_AUTH"
+
+Pipeline = Union[str, Callable[[Circuit], Any]]
+
+
+def pipeline_spec(pipeline: Pipeline) -> str:
+    """``module:qualname`` of a pipeline function, checked to import back to the same object."""
+    if isinstance(pipeline, str):
+        resolve_pipeline(pipeline)
+        return pipeline
+    mod, name = getattr(pipeline, "__module__", None), getattr(pipeline, "__qualname__", "")
+    if mod is None or mod == "__main__" or "<" in name:
+        raise ValueError(
+            f"pipeline {pipeline!r} cannot be found by a worker process: give a function "
+            f"defined at the top level of an importable module (not __main__, not a lambda), "
+            f"or its 'module:function' name")
+    spec = f"{mod}:{name}"
+    if resolve_pipeline(spec) is not pipeline:
+        raise ValueError(f"pipeline {spec} does not import back to the function given")
+    return spec
+
+
+def resolve_pipeline(spec: str) -> Callable[[Circuit], Any]:
+    """The function named ``module:qualname``."""
+    mod, sep, name = spec.partition(":")
+    if not sep or not mod or not name:
+        raise ValueError(f"pipeline {spec!r} is not of the form 'module:function'")
+    try:
+        obj: Any = importlib.import_module(mod)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"pipeline {spec!r} cannot be imported: {e}") from None
+    if not callable(obj):
+        raise ValueError(f"pipeline {spec!r} is not a function")
+    return obj
+
+
+def build_outputs(circuit: Circuit, build: Callable[[Circuit], Any]) -> dict:
+    """Run ``build`` on ``circuit``; its outputs by name."""
+    out = build(circuit)
+    if isinstance(out, dict):
+        outs = dict(out)
+    elif hasattr(out, "_gather"):
+        outs = {"output": out}
+    else:
+        raise TypeError(f"pipeline {build!r} returned {type(out).__name__}: it must return an "
+                        f"output handle or a dict of them by name")
+    for k, v in outs.items():
+        if not hasattr(v, "_gather"):
+            raise TypeError(f"pipeline output {k!r} is a {type(v).__name__}, not an output "
+                            f"handle (call .output() on the stream)")
+    return outs
+
+
+class Coordinator:
+    """The driver's side of a launch: rendezvous, then the executor of the circuit's steps.
+
+    ``listen``: ``host:port`` to listen on (port 0: any). ``advertise``: the host workers dial
+    (default: the listening host). ``settings``: sent to every worker with the mesh
+    (``storage``).
+    """
+
+    def __init__(self, workers: int, auth: MeshAuth, listen: str = "127.0.0.1:0",
+                 pipeline: Optional[str] = None, settings: Optional[dict] = None,
+                 timeout: float = 120.0, advertise: Optional[str] = None,
+                 watch: Optional[Callable[[], None]] = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.auth = auth
+        self.pipeline = pipeline
+        self.settings = dict(settings or {})
+        self.timeout = timeout
+        host, port = listen.rsplit(":", 1)
+        self._listener = socket.create_server((host, int(port)))
+        self.address = f"{advertise or host}:{self._listener.getsockname()[1]}"
+        self.ctrl: dict[int, socket.socket] = {}
+        self.info: dict[int, dict] = {}
+        self.mesh_seconds = 0.0
+        #: called while waiting for workers; raises to give up (their launcher failed)
+        self.watch = watch
+
+    def connect(self) -> None:
+        """Wait for all workers, hand out the mesh, wait until it stands."""
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + self.timeout
+        W = self.workers
+
+        def want(w: int) -> Optional[str]:
+            return None if 0 <= w < W else f"worker {w} is not in 0..{W - 1}"
+
+        try:
+            self.ctrl = dict(sorted(accept_peers(self._listener, self.auth, want, W, deadline,
+                                                 what="coordinator", watch=self.watch).items()))
+        finally:
+            self._listener.close()
+        addresses = [""] * W
+        for w, s in self.ctrl.items():
+            s.settimeout(max(1.0, deadline - time.monotonic()))
+            msg = self._recv(w)
+            if msg[0] != "register":
+                raise RuntimeError(f"worker {w} sent {msg[0]!r} instead of registering")
+            addresses[w] = msg[1]
+            self.info[w] = msg[2]
+        for w, s in self.ctrl.items():
+            wire.send(s, ("mesh", addresses, self.pipeline, self.settings))
+        for w in self.ctrl:
+            msg = self._recv(w)
+            if msg[0] != "ready":
+                raise RuntimeError(f"worker {w} could not join the mesh: {msg[1]}") \
+                    from (msg[1] if isinstance(msg[1], BaseException) else None)
+        for s in self.ctrl.values():
+            s.settimeout(None)
+        self.mesh_seconds = time.perf_counter() - t0
+
+    def _recv(self, w: int) -> Any:
+        try:
+            return wire.recv(self.ctrl[w])
+        except (wire.WireError, OSError) as e:
+            raise WorkerDied(f"worker {w} ({self.info.get(w, {}).get('host', '?')}) is gone: "
+                             f"{e}") from None
+
+    # -- executor interface of Circuit ----------------------------------------------------
+    def executor(self, nodes, workers: int, local) -> "Coordinator":
+        if workers != self.workers:
+            raise ValueError(f"circuit has {workers} workers, coordinator {self.workers}")
+        if not self.ctrl:
+            self.connect()
+        return self
+
+    def _send(self, msgs: dict) -> None:
+        for w, m in msgs.items():
+            try:
+                wire.send(self.ctrl[w], m)
+            except OSError:
+                raise WorkerDied(f"worker {w} is gone") from None
+
+    def _replies(self) -> list:
+        replies, died = [], None
+        for w in self.ctrl:
+            try:
+                replies.append(self._recv(w))
+            except WorkerDied as e:
+                died = died or e
+        if died is not None:
+            raise died
+        errs = [r[1] for r in replies if r[0] == "err"]
+        if errs:
+            real = [e for e in errs if not isinstance(e, TransportAborted)]
+            raise (real or errs)[0]
+        return [r[1] for r in replies]
+
+    #: set when a step failed: the launcher's workers do not roll a failed step back yet, so the
+    #: circuit cannot continue (it says so; the embedded runtimes roll back)
+    broken: Optional[BaseException] = None
+
+    def step(self, inputs: list[dict]) -> list[dict]:
+        self._send({w: ("step", inputs[w]) for w in self.ctrl})
+        try:
+            return self._replies()
+        except BaseException as e:
+            self.broken = e
+            raise
+
+    def call(self, name: str) -> list:
+        if name not in Scheduler.CALLS:
+            raise ValueError(f"unknown call {name!r} (known: {', '.join(Scheduler.CALLS)})")
+        self._send({w: ("call", name) for w in self.ctrl})
+        return self._replies()
+
+    def close(self) -> None:
+        for s in self.ctrl.values():
+            try:
+                wire.send(s, ("stop",))
+            except OSError:
+                pass
+            s.close()
+        self.ctrl = {}
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+
+
+def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
+                 build: Optional[Callable[[Circuit], Any]] = None, listen_host: str = "127.0.0.1",
+                 advertise_host: Optional[str] = None, timeout: float = 120.0,
+                 on_ready: Optional[Callable[[], None]] = None) -> None:
+    """Run worker ``worker`` of the job of ``auth`` until the coordinator says stop.
+
+    Dials the coordinator, listens for its peers on ``listen_host`` (an ephemeral port), joins
+    the mesh, builds the pipeline (``build``, else the one the coordinator names) and serves
+    steps. Raises if the handshake is refused or the mesh cannot be formed in ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    ctrl = dial(coordinator, auth, worker, deadline)
+    transport = None
+    try:
+        listener = socket.create_server((listen_host, 0))
+        address = f"{advertise_host or listen_host}:{listener.getsockname()[1]}"
+        wire.send(ctrl, ("register", address,
+                         {"pid": os.getpid(), "host": socket.gethostname()}))
+        msg = wire.recv(ctrl)
+        if msg[0] != "mesh":
+            raise RuntimeError(f"coordinator sent {msg[0]!r} instead of the mesh")
+        _, addresses, spec, settings = msg
+        try:
+            if build is None:
+                if spec is None:
+                    raise ValueError("the coordinator named no pipeline and none was given")
+                build = resolve_pipeline(spec)
+            W = len(addresses)
+            circuit = Circuit(workers=W)
+            build_outputs(circuit, build)
+            local = plan(circuit.nodes, W).local_exchanges
+            transport = tcp_mesh(worker, addresses, auth, listener=listener,
+                                 timeout=max(1.0, deadline - time.monotonic()))
+            storage = settings.get("storage")
+            cfg = None if storage is None else as_storage_config(storage).share(W)
+            replica = Scheduler(circuit.nodes, make_worker_context(cfg, worker, W, transport),
+                                local)
+        except BaseException as e:
+            wire.send(ctrl, ("err", wire.portable_exception(e)))
+            raise
+        wire.send(ctrl, ("ready",))
+        if on_ready is not None:
+            on_ready()
+        serve_replica(ctrl, replica, transport)
+    finally:
+        if transport is not None:
+            transport.close()
+        ctrl.close()
+
+
+class Job:
+    """A launched pipeline: ``inputs`` and ``outputs`` by name, ``step()``, ``close()``.
+
+    Push rows into ``job.inputs[name]`` as into any circuit input, call :meth:`step`, read
+    ``job.outputs[name]`` (``to_dict()``, ``delta()``, ``view_dict()``).
+    """
+
+    def __init__(self, pipeline: Pipeline, workers: int, listen: str, advertise: Optional[str],
+                 spawn: bool, python: str, storage: Any, timeout: float,
+                 auth: Optional[MeshAuth] = None):
+        self.auth = auth or MeshAuth.new()
+        build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+        self.spec = pipeline_spec(pipeline)
+        settings = {"storage": os.fspath(storage) if storage is not None else None}
+        self.coordinator = Coordinator(workers, self.auth, listen, self.spec, settings, timeout,
+                                       advertise)
+        self.circuit = Circuit(workers=workers, executor=self.coordinator.executor)
+        self.outputs = build_outputs(self.circuit, build)
+        self.inputs = self.circuit.inputs
+        self.procs: list[subprocess.Popen] = []
+        self.python = python
+        if spawn:
+            env = dict(os.environ)
+            env[AUTH_ENV] = self.auth.to_text()
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            for i in range(workers):
+                self.procs.append(subprocess.Popen(self._argv(i), env=env,
+                                                   stdin=subprocess.DEVNULL))
+        if spawn:  # else the first step waits for the workers the caller starts
+            try:
+                self.coordinator.connect()
+            except BaseException:
+                self.close()
+                raise
+
+    def _argv(self, i: int) -> list[str]:
+        return [self.python, "-m", "dbsp.cli", "worker", "--coordinator",
+                self.coordinator.address, "--worker", str(i)]
+
+    def worker_command(self, i: int) -> str:
+        """The shell command that starts worker ``i`` on a host (its credentials included: keep
+        it secret)."""
+        return (f"{AUTH_ENV}={self.auth.to_text()} dbsp worker --coordinator "
+                f"{shlex.quote(self.coordinator.address)} --worker {i}")
+
+    def step(self) -> None:
+        self.circuit.step()
+
+    def close(self) -> None:
+        self.circuit.close()
+        self.coordinator.close()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
+           advertise: Optional[str] = None, spawn: bool = True, python: Optional[str] = None,
+           storage: Any = None, timeout: float = 120.0) -> Job:
+    """Run ``pipeline`` on ``workers`` worker processes joined by the authenticated mesh.
+
+    ``spawn=True`` starts them here (``python -m dbsp.cli worker``); ``spawn=False`` waits (up to
+    ``timeout`` seconds, so start them from another thread or host first) for workers started
+    with :meth:`Job.worker_command` on hosts that reach ``advertise`` (default: the host of
+    ``listen``); the first :meth:`Job.step` waits for them. ``storage``: a directory each worker
+    spills its state under (its own ``worker-i`` part). Returns the running :class:`Job` (a context manager).
+    """
+    return Job(pipeline, workers, listen, advertise, spawn, python or sys.executable, storage,
+               timeout)

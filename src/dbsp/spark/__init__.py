@@ -1,0 +1,252 @@
+"""dbsp on Spark: W circuit replicas as one long-lived barrier job, exchanging over their own mesh.
+
+Spark is used as a gang launcher and failure detector only (``../shared/research/spark-
+distribution.md``): :class:`SparkJob` submits ``spark.range(W, numPartitions=W).mapInArrow(
+worker, schema, barrier=True)`` in a background driver thread, so all W tasks start together,
+one worker per task. Each task dials the coordinator on the driver (the launcher's rendezvous,
+:class:`dbsp.runtime.launcher.Coordinator`: one TCP round trip, not a ~1 s ``allGather``),
+passes the mesh handshake with the job's secret (carried in the task's closure), and joins the
+authenticated TCP mesh of the other tasks; then it serves steps until the driver stops it. No
+Spark job, stage or shuffle runs per step: a step is one request per worker from the driver and
+the exchanges between workers over the mesh.
+
+Data in and out goes through Arrow, never row by row: :meth:`SparkJob.push` takes a Spark
+DataFrame (collected with ``toArrow``) or an Arrow table, and :meth:`SparkJob.changes` returns a
+view's changes of the last step as a Spark DataFrame (built from an Arrow table, with a
+``__weight`` column). :func:`run` does a whole list of steps and returns every output's changes
+with a ``__step`` column.
+
+Settings, read from the session conf (arguments win):
+
+* ``spark.dbsp.workers``: W (default: the context's default parallelism);
+* ``spark.dbsp.startupTimeout``: seconds for all tasks to start and form the mesh (120);
+* ``spark.dbsp.storage``: a directory where each worker spills its state (none: in memory);
+* ``spark.dbsp.coordinator.host``: the host the driver's coordinator listens on and tasks dial
+  (default ``spark.driver.host``, else 127.0.0.1);
+* ``spark.dbsp.worker.host``: the host a task listens on for its peers (default: its
+  executor's host as the barrier context reports it).
+
+The barrier job holds W task slots for its whole life, so reading an input DataFrame or using a
+DataFrame of changes (each a Spark job) needs at least one slot more than W; with exactly W
+slots, push Arrow tables (:meth:`SparkJob.push` says so instead of waiting forever).
+
+Not here yet: recovery (a failed task aborts the barrier job; resubmitting it with the next
+generation needs the checkpoints of issue 12), and a Structured Streaming source of the output.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+import pyarrow as pa
+from pyspark import BarrierTaskContext
+from pyspark.sql import DataFrame, SparkSession
+
+from ..runtime.circuit import Circuit
+from ..runtime.launcher import Coordinator, build_outputs, resolve_pipeline, serve_worker
+from ..runtime.socket_transport import MeshAuth
+
+__all__ = ["SparkJob", "run", "settings", "SETTINGS"]
+
+#: the ``spark.dbsp.*`` keys and their defaults
+SETTINGS = {
+    "spark.dbsp.workers": None,
+    "spark.dbsp.startupTimeout": "120",
+    "spark.dbsp.storage": None,
+    "spark.dbsp.coordinator.host": None,
+    "spark.dbsp.worker.host": None,
+}
+
+_STATUS = pa.schema([("worker", pa.int64()), ("status", pa.string()), ("seconds", pa.float64())])
+_STATUS_DDL = "worker long, status string, seconds double"
+
+
+def settings(spark: SparkSession) -> dict:
+    """The ``spark.dbsp.*`` settings of ``spark``'s conf, defaults filled in."""
+    out = {}
+    for k, default in SETTINGS.items():
+        out[k] = spark.conf.get(k, default)
+    return out
+
+
+def _worker_task(coordinator: str, auth: str, build: Callable, timeout: float,
+                 host: Optional[str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+    """The function each barrier task runs: one dbsp worker until the driver stops it."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:  # the task's one row (its partition of spark.range(W))
+            pass
+        ctx = BarrierTaskContext.get()
+        w = ctx.partitionId()
+        listen = host or ctx.getTaskInfos()[w].address.rsplit(":", 1)[0]
+        t0 = time.perf_counter()
+        serve_worker(coordinator, MeshAuth.from_text(auth), w, build=build, listen_host=listen,
+                     timeout=timeout)
+        yield pa.record_batch([pa.array([w], pa.int64()), pa.array(["stopped"]),
+                               pa.array([time.perf_counter() - t0])], schema=_STATUS)
+
+    return task
+
+
+def _to_arrow(df: DataFrame) -> pa.Table:
+    """A DataFrame collected as an Arrow table (Spark >= 4: ``toArrow``; no per-row Python)."""
+    to_arrow = getattr(df, "toArrow", None)
+    if to_arrow is not None:
+        return to_arrow()
+    return pa.Table.from_batches(df._collect_as_arrow())  # Spark 3.5
+
+
+class SparkJob:
+    """``pipeline`` running on ``workers`` Spark barrier tasks (see the module doc).
+
+    ``pipeline``: ``build(circuit) -> {name: output}`` (a function or its ``module:function``
+    name; it reaches the executors in the task's closure, so they need only dbsp installed).
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, spark: SparkSession, pipeline: Union[str, Callable],
+                 workers: Optional[int] = None, storage: Any = None,
+                 timeout: Optional[float] = None):
+        conf = settings(spark)
+        self.spark = spark
+        sc = spark.sparkContext
+        W = int(workers or conf["spark.dbsp.workers"] or sc.defaultParallelism)
+        if W < 1:
+            raise ValueError(f"workers must be >= 1, got {W}")
+        slots = sc.defaultParallelism
+        if W > slots:  # Spark would retry for minutes, then fail with SPARK-24819
+            raise ValueError(f"workers={W}, but this Spark context has {slots} task slots: a "
+                             f"barrier job needs all {W} tasks running at once (give more "
+                             f"executors or cores, or fewer workers)")
+        self.workers = W
+        self.slots = slots
+        build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+        storage = storage if storage is not None else conf["spark.dbsp.storage"]
+        self.timeout = float(timeout or conf["spark.dbsp.startupTimeout"])
+        host = (conf["spark.dbsp.coordinator.host"] or spark.conf.get("spark.driver.host", None)
+                or "127.0.0.1")
+        self.auth = MeshAuth.new()
+        self._error: Optional[BaseException] = None
+        self._result: Optional[list] = None
+        self.coordinator = Coordinator(W, self.auth, f"{host}:0", None,
+                                       {"storage": None if storage is None else str(storage)},
+                                       self.timeout, watch=self._watch)
+        self.circuit = Circuit(workers=W, executor=self.coordinator.executor)
+        self.outputs = build_outputs(self.circuit, build)
+        self.inputs = self.circuit.inputs
+        self.group = f"dbsp-{self.auth.job.hex()[:12]}-g{self.auth.generation}"
+        task = _worker_task(self.coordinator.address, self.auth.to_text(), build, self.timeout,
+                            conf["spark.dbsp.worker.host"])
+        t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run_job, args=(task,), daemon=True,
+                                        name=self.group)
+        self._thread.start()
+        try:
+            self.coordinator.connect()
+        except BaseException:
+            self.close()
+            raise
+        #: seconds from submitting the barrier job to the mesh standing
+        self.startup_seconds = time.perf_counter() - t0
+        self.steps = 0
+
+    def _run_job(self, task) -> None:
+        sc = self.spark.sparkContext
+        sc.setJobGroup(self.group, f"dbsp: {self.workers} circuit replicas",
+                       interruptOnCancel=True)
+        try:
+            df = self.spark.range(0, self.workers, numPartitions=self.workers)
+            self._result = df.mapInArrow(task, _STATUS_DDL, barrier=True).collect()
+        except BaseException as e:  # reported by _watch / close
+            self._error = e
+
+    def _watch(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the Spark barrier job of {self.workers} dbsp workers failed "
+                               f"before they met: {self._error}") from self._error
+        if not self._thread.is_alive():
+            raise RuntimeError("the Spark barrier job of the dbsp workers ended before they met")
+
+    # -- data -----------------------------------------------------------------------------
+    def push(self, name: str, data: Any, weights: Any = None) -> int:
+        """Add rows to input ``name`` for the next step: a Spark DataFrame (through Arrow), an
+        Arrow table or batch (a ``__weight`` column gives weights), or what the circuit's
+        inputs take."""
+        if name not in self.inputs:
+            raise KeyError(f"no input named {name!r} (inputs: {', '.join(self.inputs)})")
+        if isinstance(data, DataFrame):
+            self._need_free_slot("reading a DataFrame")
+            data = _to_arrow(data)
+        return self.inputs[name].push(data, weights)
+
+    def step(self) -> None:
+        """One step on all workers: feed the pushed input, update every view."""
+        self.circuit.step()
+        self.steps += 1
+
+    def changes_arrow(self, name: str) -> pa.Table:
+        """Output ``name``'s changes of the last step, with a ``__weight`` column."""
+        if name not in self.outputs:
+            raise KeyError(f"no output named {name!r} (outputs: {', '.join(self.outputs)})")
+        return self.outputs[name].to_arrow()
+
+    def changes(self, name: str) -> DataFrame:
+        """Output ``name``'s changes of the last step as a Spark DataFrame (using it runs Spark
+        jobs, which need a task slot the workers do not hold)."""
+        self._need_free_slot("a DataFrame of changes")
+        return _from_arrow(self.spark, self.changes_arrow(name))
+
+    def _need_free_slot(self, what: str) -> None:
+        if self.workers >= self.slots:
+            raise RuntimeError(
+                f"{what} runs a Spark job, but the {self.workers} dbsp workers hold all "
+                f"{self.slots} task slots of this context (it would wait forever): give Spark "
+                f"at least {self.workers + 1} slots, or pass Arrow tables instead")
+
+    # -- life -----------------------------------------------------------------------------
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the workers (the barrier job then ends); cancel the job if it does not."""
+        self.circuit.close()
+        self.coordinator.close()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.spark.sparkContext.cancelJobGroup(self.group)
+            self._thread.join(timeout)
+
+    @property
+    def result(self) -> Optional[list]:
+        """The barrier job's rows (one per worker) once it ended normally."""
+        return self._result
+
+    def __enter__(self) -> "SparkJob":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
+    return spark.createDataFrame(table)
+
+
+def run(spark: SparkSession, pipeline: Union[str, Callable], steps: Sequence[dict],
+        workers: Optional[int] = None, storage: Any = None) -> dict[str, DataFrame]:
+    """Run ``pipeline`` on Spark over ``steps`` (each ``{input name: DataFrame or Arrow}``) and
+    return, for every output, all its changes as one DataFrame with ``__step`` and
+    ``__weight`` columns. The input DataFrames are read (through Arrow) before the workers
+    start, so this works with exactly W task slots."""
+    # read every input DataFrame before the workers take their task slots
+    steps = [{name: _to_arrow(d) if isinstance(d, DataFrame) else d for name, d in st.items()}
+             for st in steps]
+    with SparkJob(spark, pipeline, workers=workers, storage=storage) as job:
+        acc: dict[str, list] = {name: [] for name in job.outputs}
+        for i, st in enumerate(steps):
+            for name, data in st.items():
+                job.push(name, data)
+            job.step()
+            for name in job.outputs:
+                t = job.changes_arrow(name)
+                acc[name].append(t.append_column("__step", pa.array([i] * t.num_rows,
+                                                                     pa.int64())))
+    return {name: _from_arrow(spark, pa.concat_tables(ts)) for name, ts in acc.items()}

@@ -1,0 +1,82 @@
+"""Sample pipelines (``build(circuit) -> {name: output}``) that the launcher and Spark tests and
+benchmarks run on every runtime, and a deterministic input generator for them.
+
+They live in the package (not the tests) so that any worker process that has dbsp installed,
+a spawned ``dbsp worker`` or a Spark executor, can import them by name.
+
+* :func:`join_agg_closure`: a join (bids with auctions on the auction id), an aggregate (count and
+  sum of prices per category of that join) and a recursive query (transitive closure of edges);
+* :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+BIDS = pa.schema([pa.field("auction", pa.int64(), nullable=False),
+                  pa.field("price", pa.int64(), nullable=False)])
+AUCTIONS = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                      pa.field("category", pa.int64(), nullable=False)])
+EDGES = pa.schema([pa.field("src", pa.int64(), nullable=False),
+                   pa.field("dst", pa.int64(), nullable=False)])
+EVENTS = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                    pa.field("v", pa.int64(), nullable=False)])
+
+
+def _closure(paths, edges):
+    step = paths.index_by(["dst"]).join(
+        edges.index_by(["src"]), lambda k, l, r: {"src": l["src"], "dst": r["dst"]}, EDGES)
+    return edges.plus(step).distinct()
+
+
+def join_agg_closure(c) -> dict:
+    bids = c.add_input("bids", BIDS)
+    auctions = c.add_input("auctions", AUCTIONS)
+    edges = c.add_input("edges", EDGES)
+    joined = bids.index_by(["auction"]).join(auctions.index_by(["id"]))
+    per_cat = joined.index_by(["category"]).aggregate(
+        {"n": ("count", None), "total": ("sum", "price")})
+    return {"join": joined.output(), "agg": per_cat.output(),
+            "closure": c.recursive(_closure, edges).output()}
+
+
+def keyed_count(c) -> dict:
+    ev = c.add_input("events", EVENTS)
+    return {"counts": ev.index_by(["k"]).aggregate(
+        {"n": ("count", None), "s": ("sum", "v")}).output()}
+
+
+def sample_steps(nsteps: int = 5, seed: int = 7) -> list[dict]:
+    """Per step, ``{input: (rows, weights)}`` for :func:`join_agg_closure`, with retractions."""
+    rng = np.random.default_rng(seed)
+    steps, live_bids, live_edges = [], [], []
+    for s in range(nsteps):
+        step: dict = {}
+        bids = [(int(a), int(p)) for a, p in zip(rng.integers(0, 40, 200),
+                                                 rng.integers(1, 1000, 200))]
+        gone = live_bids[: len(live_bids) // 4]
+        live_bids = live_bids[len(gone):] + bids
+        step["bids"] = (bids + gone, [1] * len(bids) + [-1] * len(gone))
+        if s < 2:
+            auc = [(i, i % 7) for i in range(s * 20, s * 20 + 20)]
+            step["auctions"] = (auc, [1] * len(auc))
+        edges = [(int(a), int(b)) for a, b in zip(rng.integers(0, 30, 8), rng.integers(0, 30, 8))]
+        gone_e = live_edges[:2] if s % 2 else []
+        live_edges = live_edges[len(gone_e):] + edges
+        step["edges"] = (edges + gone_e, [1] * len(edges) + [-1] * len(gone_e))
+        steps.append(step)
+    return steps
+
+
+def keyed_events(n: int, keys: int, seed: int) -> pa.RecordBatch:
+    """``n`` events of :data:`EVENTS` over ``keys`` keys."""
+    rng = np.random.default_rng(seed)
+    return pa.record_batch({"k": rng.integers(0, keys, n), "v": rng.integers(0, 100, n)},
+                           schema=EVENTS)
+
+
+def push_step(inputs: dict, step: dict) -> None:
+    """Push one step of :func:`sample_steps` into ``inputs`` (input handles by name)."""
+    for name, (rows, weights) in step.items():
+        if rows:
+            inputs[name].push(rows, weights=np.asarray(weights, dtype=np.int64))

@@ -1,0 +1,126 @@
+"""The launcher: a join, an aggregate and a recursive query on 2 and 3 worker processes joined
+by the authenticated mesh give, step by step, the same output as the embedded runtime; workers
+started by hand (``spawn=False``, as on other hosts) join the same way; a dead worker is an
+error, not a hang."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import dbsp
+from dbsp.runtime.launcher import (
+    AUTH_ENV, build_outputs, launch, pipeline_spec, resolve_pipeline, serve_worker)
+from dbsp.runtime.process import WorkerDied
+from dbsp.runtime.socket_transport import HandshakeRefused, MeshAuth
+from dbsp.testing import pipelines as P
+
+
+def _embedded(steps, workers=1):
+    with dbsp.Circuit(workers=workers) as c:
+        outs = build_outputs(c, P.join_agg_closure)
+        got = []
+        for st in steps:
+            P.push_step(c.inputs, st)
+            c.step()
+            got.append({k: o.to_dict() for k, o in outs.items()})
+        return got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("procs", [2, 3])
+def test_launcher_matches_embedded(procs):
+    steps = P.sample_steps(5)
+    want = _embedded(steps)
+    assert all(want[0][k] for k in ("join", "agg", "closure"))  # not a vacuous comparison
+    with launch(P.join_agg_closure, workers=procs) as job:
+        assert len(job.procs) == procs
+        got = []
+        for st in steps:
+            P.push_step(job.inputs, st)
+            job.step()
+            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+        rows = job.circuit.state_rows()
+        assert rows > 0
+    for s, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"step {s} differs"
+    assert all(p.returncode == 0 for p in job.procs) or job.procs == []
+
+
+def test_workers_started_by_hand_as_on_other_hosts(tmp_path):
+    """spawn=False: the caller starts ``dbsp worker`` with the job's command (here through the
+    CLI, with its credentials in the environment), and the first step waits for them."""
+    steps = P.sample_steps(2)
+    want = _embedded(steps)
+    job = launch("dbsp.testing.pipelines:join_agg_closure", workers=2, spawn=False)
+    cmd = job.worker_command(1)
+    assert cmd.startswith(AUTH_ENV + "=") and "--worker 1" in cmd
+    env = dict(os.environ, **{AUTH_ENV: job.auth.to_text()})
+    procs = [subprocess.Popen([sys.executable, "-m", "dbsp.cli", "worker", "--coordinator",
+                               job.coordinator.address, "--worker", str(i)], env=env)
+             for i in range(2)]
+    try:
+        got = []
+        for st in steps:
+            P.push_step(job.inputs, st)
+            job.step()
+            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+    finally:
+        job.close()
+        codes = [p.wait(timeout=30) for p in procs]
+    assert got == want
+    assert codes == [0, 0]
+
+
+def test_worker_without_credentials_is_told_what_is_missing():
+    env = {k: v for k, v in os.environ.items() if k != AUTH_ENV}
+    r = subprocess.run([sys.executable, "-m", "dbsp.cli", "worker", "--coordinator",
+                        "127.0.0.1:1", "--worker", "0"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and AUTH_ENV in r.stderr
+
+
+def test_worker_with_a_wrong_secret_is_refused_by_the_coordinator():
+    job = launch(P.join_agg_closure, workers=1, spawn=False, timeout=30)
+    bad = MeshAuth(job.auth.job, job.auth.generation, b"z" * 32)
+    try:
+        with pytest.raises(HandshakeRefused):
+            serve_worker(job.coordinator.address, bad, 0, timeout=10)
+        ok = threading.Thread(target=serve_worker,
+                              args=(job.coordinator.address, job.auth, 0, P.join_agg_closure))
+        ok.start()
+        P.push_step(job.inputs, P.sample_steps(1)[0])
+        job.step()  # the real worker got in after the impostor was turned away
+        assert job.outputs["join"].to_dict()
+    finally:
+        job.close()
+        ok.join(timeout=30)
+
+
+def test_a_killed_worker_is_an_error_not_a_hang():
+    with launch(P.join_agg_closure, workers=2) as job:
+        P.push_step(job.inputs, P.sample_steps(1)[0])
+        job.step()
+        pid = job.coordinator.info[1]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        job.procs[1].wait(timeout=30)
+        P.push_step(job.inputs, P.sample_steps(2)[1])
+        with pytest.raises(WorkerDied):
+            job.step()
+
+
+def test_pipeline_names_are_checked():
+    assert pipeline_spec(P.keyed_count) == "dbsp.testing.pipelines:keyed_count"
+    assert resolve_pipeline("dbsp.testing.pipelines:keyed_count") is P.keyed_count
+    with pytest.raises(ValueError, match="lambda"):
+        pipeline_spec(lambda c: None)
+    with pytest.raises(ValueError, match="module:function"):
+        resolve_pipeline("no_colon")
+    with pytest.raises(ValueError, match="cannot be imported"):
+        resolve_pipeline("dbsp.testing.pipelines:nope")
+    with dbsp.Circuit() as c, pytest.raises(TypeError, match="output handle"):
+        build_outputs(c, lambda c: 42)
