@@ -32,7 +32,7 @@ except DirectoryLocked as e:
     print("refused", e.pid, flush=True)
     sys.exit(0)
 print("won", flush=True)
-time.sleep(3)
+time.sleep(120)  # hold the lock until the test has heard from every opener (then killed)
 """
 
 
@@ -77,7 +77,12 @@ def test_twenty_openers_at_once_exactly_one_wins(tmp_path):
     start = time.time() + 2.0
     procs = [subprocess.Popen([sys.executable, "-c", TRY, str(tmp_path), str(start)],
                               stdout=subprocess.PIPE, text=True) for _ in range(20)]
-    outs = [p.communicate(timeout=60)[0].split() for p in procs]
+    try:
+        outs = [p.stdout.readline().split() for p in procs]  # every opener's verdict
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
     won = [o for o in outs if o and o[0] == "won"]
     refused = [o for o in outs if o and o[0] == "refused"]
     assert len(won) == 1 and len(refused) == 19, outs
