@@ -41,7 +41,7 @@ import pickle
 import struct
 import threading
 import zlib
-from typing import Any, Optional
+from typing import Any
 
 from ..storage.faults import fsync_dir, fsync_path, write_durable
 from ..trace.file_batch import BatchFile, FileOrdIndexedZSet, FileOrdZSet, write_batch

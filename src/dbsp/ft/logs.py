@@ -33,7 +33,7 @@ import os
 import struct
 import threading
 import zlib
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
