@@ -187,13 +187,25 @@ class Expr:
             raise TypeError(f"{e} in expression {self!r}{ctx}") from None
         return Compiled(self, b.type, b.fn)
 
+    def children(self) -> tuple["Expr", ...]:
+        """The sub-expressions this one reads (none for a column or a literal)."""
+        return ()
+
     def output_name(self) -> Optional[str]:
-        """The column name this expression produces by default (its first column, or alias)."""
+        """The column name this expression produces by default: the first name among its
+        sub-expressions (a column's own name, an alias)."""
+        for c in self.children():
+            n = c.output_name()
+            if n:
+                return n
         return None
 
     def columns(self) -> set[str]:
         """The input columns this expression reads."""
-        return set()
+        out: set[str] = set()
+        for c in self.children():
+            out |= c.columns()
+        return out
 
     def alias(self, name: str) -> "Expr":
         """This expression, named ``name`` in a ``select``."""
@@ -435,11 +447,8 @@ class _Binary(Expr):
     def __repr__(self) -> str:
         return f"({self.left!r} {self.op} {self.right!r})"
 
-    def output_name(self) -> Optional[str]:
-        return self.left.output_name() or self.right.output_name()
-
-    def columns(self) -> set[str]:
-        return self.left.columns() | self.right.columns()
+    def children(self) -> tuple[Expr, ...]:
+        return (self.left, self.right)
 
 
 class Arith(_Binary):
@@ -570,11 +579,8 @@ class Unary(Expr):
             return f"{self.arg!r}.abs()"
         return f"({self.op}{self.arg!r})"
 
-    def output_name(self) -> Optional[str]:
-        return self.arg.output_name()
-
-    def columns(self) -> set[str]:
-        return self.arg.columns()
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a = self.arg._bind(schema)
@@ -614,18 +620,8 @@ class Func(Expr):
         inner = ", ".join([repr(r) for r in self.args] + ([ps] if ps else []))
         return f"{self.fname}({inner})"
 
-    def output_name(self) -> Optional[str]:
-        for a in self.args:
-            n = a.output_name()
-            if n:
-                return n
-        return None
-
-    def columns(self) -> set[str]:
-        out: set[str] = set()
-        for a in self.args:
-            out |= a.columns()
-        return out
+    def children(self) -> tuple[Expr, ...]:
+        return tuple(self.args)
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         bs = [a._bind(schema) for a in self.args]
@@ -673,11 +669,11 @@ class Alias(Expr):
     def __repr__(self) -> str:
         return f"{self.arg!r}.alias({self.name!r})".replace("'", '"')
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
+
     def output_name(self) -> Optional[str]:
         return self.name
-
-    def columns(self) -> set[str]:
-        return self.arg.columns()
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         return self.arg._bind(schema)
@@ -692,11 +688,8 @@ class Cast(Expr):
     def __repr__(self) -> str:
         return f"{self.arg!r}.cast({str(self.to)!r})".replace("'", '"')
 
-    def output_name(self) -> Optional[str]:
-        return self.arg.output_name()
-
-    def columns(self) -> set[str]:
-        return self.arg.columns()
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a = self.arg._bind(schema)
@@ -724,11 +717,8 @@ class IsIn(Expr):
     def __repr__(self) -> str:
         return f"{self.arg!r}.is_in({self.values!r})".replace("'", '"')
 
-    def output_name(self) -> Optional[str]:
-        return self.arg.output_name()
-
-    def columns(self) -> set[str]:
-        return self.arg.columns()
+    def children(self) -> tuple[Expr, ...]:
+        return (self.arg,)
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         a = self.arg._bind(schema)
@@ -758,18 +748,8 @@ class Coalesce(Expr):
             return f"{self.args[0]!r}.fill_null({self.args[1]!r})"
         return f"coalesce({', '.join(repr(a) for a in self.args)})"
 
-    def output_name(self) -> Optional[str]:
-        for a in self.args:
-            n = a.output_name()
-            if n:
-                return n
-        return None
-
-    def columns(self) -> set[str]:
-        out: set[str] = set()
-        for a in self.args:
-            out |= a.columns()
-        return out
+    def children(self) -> tuple[Expr, ...]:
+        return tuple(self.args)
 
     def _bind(self, schema: pa.Schema) -> _Bound:
         bs = [a._bind(schema) for a in self.args]
