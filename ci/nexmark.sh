@@ -3,7 +3,7 @@
 # runtime with 1 and then 2 workers, timing each query end to end (generator on its own thread)
 # and push + step, and verify every query's result against DuckDB computing it from scratch.
 #
-#   bash ci/nexmark.sh                       # 200K events, about a minute and a half on 2 vCPUs
+#   bash ci/nexmark.sh                       # 200K events, 1 min 54 s measured on 2 busy vCPUs (load 8)
 #   bash ci/nexmark.sh --events 1000000      # other arguments are passed to `dbsp nexmark`
 set -euo pipefail
 cd "$(dirname "$0")/.."
