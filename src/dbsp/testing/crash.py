@@ -105,6 +105,32 @@ def child_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def step_input(step: int, events: int, chunk: int) -> Optional[dict]:
+    """The input of step ``step`` of the harness's stream cut into steps of ``chunk`` events
+    (step 0 also fills ``dims``): ``{input: (RecordBatch, weights)}``, None past the end. For
+    drivers that feed :class:`dbsp.ft.coordinator.Coordinator` (replicas on the launcher or on
+    Spark, :func:`dbsp.testing.pipelines.crash_views`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from dbsp.testing.pipelines import CRASH_DIMS, CRASH_EV
+    lo = step * chunk
+    if lo >= events:
+        return None
+    hi = min(lo + chunk, events)
+    rows = [event(s) for s in range(lo, hi)] + \
+        [event(s - 3) for s in range(lo, hi) if s % 5 == 4 and s >= 3]
+    w = np.r_[np.ones(hi - lo, np.int64), -np.ones(len(rows) - (hi - lo), np.int64)]
+    cols = list(zip(*rows))
+    out = {"ev": (pa.record_batch([pa.array(c, pa.int64()) for c in cols], schema=CRASH_EV), w)}
+    if step == 0:
+        d = dims()
+        out["dims"] = (pa.record_batch([pa.array([r[0] for r in d], pa.int64()),
+                                        pa.array([r[1] for r in d], pa.int64())],
+                                       schema=CRASH_DIMS), np.ones(len(d), np.int64))
+    return out
+
+
 # -- the checker -----------------------------------------------------------------------------------
 
 def read_views(directory: str) -> tuple[dict[str, Counter], int]:

@@ -6,7 +6,9 @@ a spawned ``dbsp worker`` or a Spark executor, can import them by name.
 
 * :func:`join_agg_closure`: a join (bids with auctions on the auction id), an aggregate (count and
   sum of prices per category of that join) and a recursive query (transitive closure of edges);
-* :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload.
+* :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload;
+* :func:`crash_views`: the views of the crash harness (:mod:`dbsp.testing.crash`), for the
+  kill tests of replicas on the launcher and on Spark.
 """
 from __future__ import annotations
 
@@ -44,6 +46,31 @@ def keyed_count(c) -> dict:
     ev = c.add_input("events", EVENTS)
     return {"counts": ev.index_by(["k"]).aggregate(
         {"n": ("count", None), "s": ("sum", "v")}).output()}
+
+
+CRASH_EV = pa.schema([pa.field("seq", pa.int64(), nullable=False),
+                      pa.field("k", pa.int64(), nullable=False),
+                      pa.field("v", pa.int64(), nullable=False)])
+CRASH_DIMS = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                        pa.field("w", pa.int64(), nullable=False)])
+
+
+def _seq_k_v_w(b):
+    return {"seq": b.column("seq"), "k": b.column("k"), "v": b.column("v"), "w": b.column("w")}
+
+
+def crash_views(c) -> dict:
+    """Inputs ``ev(seq, k, v)`` and ``dims(k, w)``; views ``ids`` (the live events), ``agg``
+    (count, sum, min, max of v per k) and ``join`` (events with their dims row), with the
+    columns the crash checker (:func:`dbsp.testing.crash.check`) expects."""
+    ev = c.add_input("ev", CRASH_EV)
+    dm = c.add_input("dims", CRASH_DIMS)
+    agg = ev.index_by(["k"]).aggregate({"n": ("count", None), "s": ("sum", "v"),
+                                        "lo": ("min", "v"), "hi": ("max", "v")})
+    join = ev.index_by(["k"]).join(dm.index_by(["k"])).map(
+        _seq_k_v_w, pa.schema([CRASH_EV.field("seq"), CRASH_EV.field("k"), CRASH_EV.field("v"),
+                               CRASH_DIMS.field("w")]))
+    return {"ids": ev.output("ids"), "agg": agg.output("agg"), "join": join.output("join")}
 
 
 def sample_steps(nsteps: int = 5, seed: int = 7) -> list[dict]:
