@@ -3,12 +3,6 @@ ends its generation, the next one reloads the last checkpoint and replays the in
 crash checker finds every row exactly once; a replica or driver of an old generation is fenced."""
 from __future__ import annotations
 
-import os
-import random
-import signal
-import threading
-import time
-
 import pytest
 
 from dbsp.ft import remote
@@ -78,46 +72,13 @@ def test_old_generation_cannot_write_output_or_checkpoints(tmp_path):
         d.checkpoint_on_close = False
 
 
-def _killer(job, rng, kills, stop, log):
-    """Kill a random replica process of the running generation ``kills`` times, at random
-    moments (after the generation stands and has stepped a little)."""
-    done = 0
-    while done < kills and not stop.is_set():
-        time.sleep(rng.uniform(0.2, 1.2))
-        pids = job.pids()
-        d = job.ft.durable if job.ft is not None else None
-        if not pids or d is None or not d.opened or d.step_no >= STEPS - 2:
-            continue
-        w = rng.choice(sorted(pids))
-        try:
-            os.kill(pids[w], signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        g = job.generation
-        log.append((g, w, d.step_no))
-        done += 1
-        while not stop.is_set():  # until the next generation has recovered
-            d = job.ft.durable
-            if job.generation > g and d is job.durable and d.opened:
-                break
-            time.sleep(0.05)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("workers,every,seed", [(2, 3, 1), (3, 5, 2)])
 def test_killed_workers_recover_exactly_once(tmp_path, workers, every, seed):
-    rng = random.Random(seed)
-    stop, kills = threading.Event(), []
     with launch_durable(P.crash_views, workers, tmp_path, checkpoint_every=every,
                         max_restarts=10) as job:
-        co = job.run(_read())
-        t = threading.Thread(target=_killer, args=(job, rng, 3, stop, kills), daemon=True)
-        t.start()
-        try:
-            assert co.stop(STEPS) == STEPS
-        finally:
-            stop.set()
-            t.join()
+        kills = crash.run_killed(job, _read(), STEPS, 3, seed)
+        co = job.ft
         # every kill ends a generation; a generation may also fail while it forms (a peer's
         # handshake timing out on a loaded machine): then one more starts
         assert len(kills) >= 1 and co.restarts == len(job.recovery_seconds) >= len(kills)

@@ -4,11 +4,7 @@ settings are read; a worker error reaches the driver and the job stops cleanly."
 from __future__ import annotations
 
 import os
-import random
-import signal
 import sys
-import threading
-import time
 
 import pyarrow as pa
 import pytest
@@ -159,47 +155,9 @@ EVENTS, CHUNK = 200, 10
 STEPS = EVENTS // CHUNK
 
 
-def kill_tasks(job, rng, kills, stop, log, pick=None, sig=signal.SIGKILL):
-    """Kill a replica process (a Spark task's Python worker; ``pick(pid)``: the process to kill
-    instead, e.g. its executor) of the running generation ``kills`` times, at random steps, each
-    once the generation before has recovered."""
-    done = 0
-    while done < kills and not stop.is_set():
-        time.sleep(rng.uniform(0.1, 0.8))
-        d = job.ft.durable if job.ft is not None else None
-        pids = job.pids()
-        if not pids or d is None or d is not job.durable or not d.opened \
-                or d.step_no >= STEPS - 2:
-            continue
-        w = rng.choice(sorted(pids))
-        victim = pick(pids[w]) if pick is not None else pids[w]
-        try:
-            os.kill(victim, sig)
-        except ProcessLookupError:
-            continue
-        g = job.generation
-        log.append((g, w, d.step_no, victim))
-        done += 1
-        while not stop.is_set():
-            d = job.ft.durable
-            if job.generation > g and d is job.durable and d.opened:
-                break
-            time.sleep(0.05)
-
-
 def run_killed(job, kills, seed, pick=None):
-    rng = random.Random(seed)
-    stop, log = threading.Event(), []
-    co = job.run(lambda step, token: crash.step_input(step, EVENTS, CHUNK))
-    t = threading.Thread(target=kill_tasks, args=(job, rng, kills, stop, log, pick),
-                         daemon=True)
-    t.start()
-    try:
-        assert co.stop(STEPS) == STEPS
-    finally:
-        stop.set()
-        t.join()
-    return log
+    return crash.run_killed(job, lambda step, token: crash.step_input(step, EVENTS, CHUNK),
+                            STEPS, kills, seed, pick)
 
 
 def test_durable_job_without_failures_is_exactly_once(spark, tmp_path):
@@ -224,3 +182,68 @@ def test_killed_spark_tasks_recover_exactly_once(spark, tmp_path, seed):
     res = crash.check(str(tmp_path), EVENTS)
     assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
     assert res["ok"] > 0
+
+
+# -- Structured Streaming source ---------------------------------------------------------------
+
+def _durable_steps(d, lo, hi, chunk=10):
+    """Events lo..hi of the crash stream through a durable embedded pipeline in ``d``."""
+    from dbsp.api import StreamContext
+    ctx = StreamContext(storage=d, durable=True)
+    ev = ctx.stream(P.CRASH_EV, name="ev")
+    ev.collect(name="ids")
+    ctx.open()
+    for a in range(lo, hi, chunk):
+        rows = [crash.event(s) for s in range(a, min(a + chunk, hi))]
+        ev.push(pa.table({"seq": [r[0] for r in rows], "k": [r[1] for r in rows],
+                          "v": [r[2] for r in rows]}), position=a + chunk)
+        ctx.step()
+    ctx.close()
+
+
+def _start_stream(df, name, tries=3):
+    """Start a memory sink and process what is there. Spark starts the planner side of a
+    Python streaming source as a fresh Python process and gives it a fixed 10 s to connect
+    back (PythonWorkerFactory.createSimpleWorker), which a loaded 2-core machine can miss:
+    that start-up error, and only it, is retried."""
+    for i in range(tries):
+        q = df.writeStream.format("memory").queryName(name).start()
+        try:
+            q.processAllAvailable()
+            return q
+        except Exception as e:
+            q.stop()
+            if "to connect back" not in str(e) or i == tries - 1:
+                raise
+
+
+def test_structured_streaming_reads_the_output_log_by_steps(spark, tmp_path):
+    from dbsp.spark import source
+    source.register(spark)
+    d = str(tmp_path)
+    _durable_steps(d, 0, 30)
+    df = spark.readStream.format("dbsp").option("path", d).option("output", "ids").load()
+    assert df.columns == ["seq", "k", "v", "__weight", "__step"]
+    q = _start_stream(df, "dbsp_ids")
+    try:
+        got = spark.sql("select seq, __weight as w, __step as s from dbsp_ids").collect()
+        assert sorted((r.seq, r.w, r.s) for r in got) == \
+            [(s, 1, s // 10) for s in range(30)]
+        _durable_steps(d, 30, 50)  # the pipeline goes on: only the new steps arrive
+        q.processAllAvailable()
+        got = spark.sql("select seq, __step as s from dbsp_ids").collect()
+        assert sorted((r.seq, r.s) for r in got) == [(s, s // 10) for s in range(50)]
+        offs = [p["sources"][0]["endOffset"] for p in q.recentProgress if p["sources"]]
+        assert '{"step":5}' in {o.replace(" ", "") for o in offs if o}
+    finally:
+        q.stop()
+
+
+def test_structured_streaming_source_options_are_checked(spark, tmp_path):
+    from dbsp.spark import source
+    source.register(spark)
+    with pytest.raises(Exception, match="option\\('output'"):
+        spark.readStream.format("dbsp").option("path", str(tmp_path)).load()
+    with pytest.raises(Exception, match="holds no output log"):
+        spark.readStream.format("dbsp").option("path", str(tmp_path / "nope")) \
+            .option("output", "ids").load()
