@@ -5,7 +5,7 @@ Recorded, not gated (2-core machine shared with other work: the figures are orde
 magnitude, the ratios measured within one run):
 
 * ``test_spark_startup``: a ``local-cluster[2,1,1024]`` session (master, worker, two executor
-  JVMs) from nothing, then the first barrier job of W = 2 replicas to a standing mesh;
+  JVMs) from nothing until both executors registered, then the first barrier job of W = 2 replicas to a standing mesh;
 * ``test_recovery``: on that session, a durable job (checkpoint every 4 steps) whose task
   Python worker is killed mid-run; recovery = kill -> the next generation recovered (its barrier
   job submitted, the mesh standing, the checkpoint reloaded, the input log replayed), as
@@ -53,6 +53,9 @@ def _spark():
                          .config("spark.executor.memory", "512m")
                          .config("spark.python.task.killTimeout", "500ms")
                          .getOrCreate())
+        sc = _session["s"].sparkContext
+        while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # 2 executors + the driver
+            time.sleep(0.2)
         _session["start"] = time.perf_counter() - t0
     return _session["s"]
 
@@ -66,7 +69,7 @@ def _stop_session():
 
 def test_spark_startup(benchmark):
     spark = _spark()
-    job = SparkJob(spark, P.keyed_count, workers=2)
+    job = SparkJob(spark, P.keyed_count, workers=2, timeout=600)
     job.close()
     print(f"\nSpark {MASTER}: session {_session['start']:.1f} s, first barrier job to a "
           f"standing mesh {job.startup_seconds:.1f} s")
@@ -93,7 +96,8 @@ def test_recovery(benchmark):
             time.sleep(0.5)  # the death reaches the driver in this step
         return crash.step_input(step, events, chunk)
 
-    with durable(spark, P.crash_views, storage=d, workers=2, checkpoint_every=4) as job:
+    with durable(spark, P.crash_views, storage=d, workers=2, checkpoint_every=4,
+                 timeout=600) as job:
         co = job.run(read)
         assert co.stop(steps) == steps
         rec = list(job.recovery_seconds)
@@ -129,7 +133,7 @@ def test_join_workload_ratios(benchmark):
     steps = [_tables(st) for st in P.sample_steps(20, seed=3)]
     times: dict[str, list] = {"embedded": [], "launcher": [], "spark": []}
     with launch(P.join_agg_closure, 2) as lj, \
-            SparkJob(spark, P.join_agg_closure, workers=2) as sj:
+            SparkJob(spark, P.join_agg_closure, workers=2, timeout=600) as sj:
         for _ in range(3):  # rounds interleaved: each runtime on a fresh circuit state
             with dbsp.Circuit(workers=1) as c:
                 build_outputs(c, P.join_agg_closure)

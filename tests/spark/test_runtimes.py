@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -55,12 +56,25 @@ class Sessions:
                             .config("spark.python.task.killTimeout", "500ms")
                             .getOrCreate())
             self.master = master
+            if master == CLUSTER:
+                _wait_for_executors(self.session, 2)
         return self.session
 
     def stop(self):
         if self.session is not None:
             self.session.stop()
         self.master, self.session = None, None
+
+
+def _wait_for_executors(spark, n: int, timeout: float = 600.0) -> None:
+    """Wait until ``n`` executors registered (on a loaded machine the standalone worker takes
+    minutes to start their JVMs; a barrier job submitted before waits for slots meanwhile)."""
+    sc = spark.sparkContext
+    deadline = time.monotonic() + timeout
+    while sc._jsc.sc().getExecutorMemoryStatus().size() < n + 1:  # + the driver
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{CLUSTER}: {n} executors did not register in {timeout:.0f} s")
+        time.sleep(1.0)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +125,7 @@ def _run(runtime: str, pipeline, steps, sessions):
         with launch(pipeline, int(n)) as job:
             return _drive(job.inputs, job.outputs, job.step, steps)
     with SparkJob(sessions.get(LOCAL if kind == "local" else CLUSTER), pipeline,
-                  workers=2) as job:
+                  workers=2, timeout=600) as job:
         return _drive(job.inputs, job.outputs, job.step, steps)
 
 
@@ -154,7 +168,7 @@ def test_killed_executors_recover_exactly_once(sessions, tmp_path):
     new executor, the driver the next generation; every row exactly once."""
     spark = sessions.get(CLUSTER)
     with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_every=4,
-                 max_restarts=10, timeout=180) as job:
+                 max_restarts=10, timeout=600) as job:
         kills = crash.run_killed(job, lambda step, token: crash.step_input(step, EVENTS, CHUNK),
                                  STEPS, 2, random.randrange(1 << 30), pick=_executor_of)
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
