@@ -144,6 +144,9 @@ class StreamContext:
     files there (``None`` keeps everything in memory).
     ``batching``: the default :class:`FixedBatching` / :class:`AdaptiveBatching` of replayed
     sources. ``errors``: the error policy, ``"raise"`` or ``"skip_and_report"`` (module doc).
+    ``circuit``: add the streams to this :class:`~dbsp.runtime.circuit.Circuit` instead of a
+    new one, e.g. in a launcher or Spark pipeline function ``build(circuit)``, whose replicas
+    run elsewhere (push and step through whoever runs it; no storage here).
     """
 
     def __init__(self, workers: int = 1, *, storage: Any = None,
@@ -151,14 +154,21 @@ class StreamContext:
                  checkpoint_every: Optional[int] = None,
                  checkpoint_seconds: Optional[float] = None, durable: Optional[bool] = None,
                  keep_checkpoints: int = 2, resume_from: Any = None,
-                 check_output: bool = False, errors: str = "raise"):
+                 check_output: bool = False, errors: str = "raise",
+                 circuit: Optional[Circuit] = None):
+        if circuit is not None:  # streams added to a circuit built elsewhere (its own runtime)
+            if storage is not None or durable or checkpoint_every or checkpoint_seconds:
+                raise ValueError("StreamContext(circuit=...): storage and checkpoints belong to "
+                                 "whoever runs that circuit (e.g. dbsp.ft.remote), not here")
+            workers = circuit.workers
         if durable is None:
             durable = checkpoint_every is not None or checkpoint_seconds is not None
         if durable and storage is None:
             raise ValueError("checkpoints need storage=: a directory (or StorageConfig) for the "
                              "checkpoints and the input and output logs")
-        self.circuit = Circuit(workers=workers, name=name, runtime=runtime, storage=storage,
-                               errors=check_policy(errors))
+        self.circuit = circuit if circuit is not None else \
+            Circuit(workers=workers, name=name, runtime=runtime, storage=storage,
+                    errors=check_policy(errors))
         self.workers = workers
         self.storage_config = self.circuit.storage
         self.storage = self.storage_config.dir if self.storage_config is not None else None

@@ -142,13 +142,18 @@ class CheckpointStore:
     """The checkpoints of one storage directory (see the module doc). The circuit must hold the
     directory lock (a circuit with storage does from its construction)."""
 
-    def __init__(self, root: str, fingerprint: str, keep: int = MIN_KEEP):
+    def __init__(self, root: str, fingerprint: str, keep: int = MIN_KEEP,
+                 before_publish: Optional[Any] = None):
         if keep < MIN_KEEP:
             raise ValueError(f"keep must be at least {MIN_KEEP} (the last checkpoint and the one "
                              f"before it), got {keep}")
         self.root = os.path.realpath(root)
         self.fingerprint = fingerprint
         self.keep = keep
+        #: called before every write of the catalog (publish, gc); raises to refuse it, e.g.
+        #: the generation fence of :mod:`dbsp.ft.remote` (a replica of an old generation
+        #: must not publish or retire checkpoints)
+        self.before_publish = before_publish
         self.failed: Optional[BaseException] = None
         self._lock = threading.Lock()
         self.checkpoints: list[CheckpointInfo] = self._read_catalog()
@@ -189,6 +194,8 @@ class CheckpointStore:
         return [CheckpointInfo(**c) for c in cat["checkpoints"]]
 
     def _write_catalog(self, cps: list[CheckpointInfo]) -> None:
+        if self.before_publish is not None:
+            self.before_publish()
         cat = {"version": 1, "fingerprint": self.fingerprint,
                "checkpoints": [c.as_dict() for c in cps]}
         body = json.dumps(cat, sort_keys=True).encode()

@@ -60,7 +60,8 @@ class DurableCircuit:
                  checkpoint_every: Optional[int] = None,
                  checkpoint_seconds: Optional[float] = None,
                  check_output: bool = False, background: Optional[bool] = None,
-                 checkpoint_on_close: bool = True):
+                 checkpoint_on_close: bool = True,
+                 fence: Optional[Callable[[str], None]] = None):
         if checkpoint_every is not None and checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 step, got {checkpoint_every}")
         if checkpoint_seconds is not None and checkpoint_seconds <= 0:
@@ -75,9 +76,13 @@ class DurableCircuit:
         self.input_log = InputLog(os.path.join(root, "input"))
         self.output_log = OutputLog(os.path.join(root, "output"), check=check_output)
         # writing a checkpoint beside running steps needs workers reachable between steps
-        # from another thread: the threads runtime
-        self.background = (circuit.runtime == "threads" or circuit.workers == 1) \
+        # from another thread: the threads runtime (not remote replicas: one control socket)
+        remote = getattr(circuit, "remote", False)
+        self.background = (not remote and (circuit.runtime == "threads" or circuit.workers == 1)) \
             if background is None else background
+        #: ``fence(what)`` raises when this circuit may no longer write its logs (a replica
+        #: of an old generation, :mod:`dbsp.ft.remote`); called before every append
+        self.fence = fence
         self.step_no = 0
         self.opened = False
         self.replayed = 0
@@ -146,6 +151,8 @@ class DurableCircuit:
         parts = {name: inp.take_pending() for name, inp in c.inputs.items()}
         s = self.step_no
         try:
+            if self.fence is not None:
+                self.fence("input log")
             self.input_log.append(s, parts, positions or {}, meta)
         except BaseException:
             for name, p in parts.items():  # not recorded: the rows stay pending
@@ -174,6 +181,8 @@ class DurableCircuit:
             d = h.delta()
             if len(d):
                 outs[h.name] = d.to_arrow()
+        if self.fence is not None and step >= self.output_log.end:  # an append
+            self.fence("output log")
         self.output_log.write(step, outs)
 
     def _due(self) -> bool:

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from ..storage.faults import fsync_dir, write_durable
 
-__all__ = ["InputLog", "OutputLog", "read_outputs", "LogCorrupt", "OutputGap", "OutputMismatch", "WEIGHT", "STEP"]
+__all__ = ["InputLog", "OutputLog", "read_outputs", "output_steps", "read_output", "LogCorrupt", "OutputGap", "OutputMismatch", "WEIGHT", "STEP"]
 
 WEIGHT = "__weight"
 STEP = "__step"
@@ -276,6 +276,22 @@ def _canon(t: Optional[pa.Table]) -> list:
     if STEP in t.column_names:
         t = t.drop_columns([STEP])
     return sorted(map(tuple, (r.values() for r in t.to_pylist())), key=repr)
+
+
+def output_steps(directory: str) -> tuple[int, int]:
+    """``(first, end)``: the steps an output log directory holds, read-only (``(0, 0)`` when
+    it is empty or missing)."""
+    steps = [int(os.path.basename(p)[:-4]) for p in glob.glob(os.path.join(directory, "*.log"))]
+    return (min(steps), max(steps) + 1) if steps else (0, 0)
+
+
+def read_output(directory: str, step: int) -> dict[str, pa.Table]:
+    """``{output: table with __weight and __step}`` of one step of an output log directory,
+    read-only (for consumers such as the Structured Streaming source)."""
+    header, tables = _decode(_OUT_MAGIC, os.path.join(directory, f"{step:012d}.log"))
+    if header["step"] != step:
+        raise LogCorrupt(f"{directory}: record {step} holds step {header['step']}")
+    return tables
 
 
 def read_outputs(directory: str) -> list[tuple[int, dict[str, pa.Table]]]:

@@ -165,6 +165,11 @@ class Circuit(Graph):
         return self.runtime == "processes" and self.workers > 1
 
     @property
+    def remote(self) -> bool:
+        """Whether the replicas run elsewhere, behind an ``executor`` (launcher, Spark)."""
+        return self._executor_factory is not None
+
+    @property
     def running(self) -> bool:
         return self._executor is not None
 
@@ -293,6 +298,8 @@ class Circuit(Graph):
         self.start()
         if self._replicas is not None:
             return self._replicas[0].ctx.storage
+        if self.remote:  # the remote executor keeps a storage of the driver's own, if any
+            return getattr(self._executor, "driver_storage", None)
         return self._executor.replica.ctx.storage
 
     def fingerprint(self) -> str:

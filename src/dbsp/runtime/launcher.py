@@ -45,7 +45,7 @@ from .placement import plan
 from .process import WorkerDied, serve_replica
 from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
-__all__ = ["Coordinator", "Job", "launch", "serve_worker", "build_outputs", "pipeline_spec",
+__all__ = ["Coordinator", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs", "pipeline_spec",
            "resolve_pipeline", "AUTH_ENV"]
 
 #: environment variable holding a worker's credentials (``MeshAuth.to_text()``)
@@ -214,6 +214,12 @@ class Coordinator:
             self.broken = e
             raise
 
+    def apply(self, fn: Callable, *args: Any) -> list:
+        """``fn(replica, *args)`` on every worker between steps (``fn`` a module-level function:
+        it travels by reference), results in worker order."""
+        self._send({w: ("apply", fn, args) for w in self.ctrl})
+        return self._replies()
+
     def call(self, name: str) -> list:
         if name not in Scheduler.CALLS:
             raise ValueError(f"unknown call {name!r} (known: {', '.join(Scheduler.CALLS)})")
@@ -284,6 +290,20 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
         ctrl.close()
 
 
+def spawn_workers(coordinator: str, workers: int, auth: MeshAuth,
+                  python: Optional[str] = None) -> list[subprocess.Popen]:
+    """Start ``workers`` local worker processes (``python -m dbsp.cli worker``) that dial
+    ``coordinator``; their credentials travel in :data:`AUTH_ENV`, the driver's ``sys.path`` in
+    ``PYTHONPATH``."""
+    env = dict(os.environ)
+    env[AUTH_ENV] = auth.to_text()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return [subprocess.Popen([python or sys.executable, "-m", "dbsp.cli", "worker",
+                              "--coordinator", coordinator, "--worker", str(i)],
+                             env=env, stdin=subprocess.DEVNULL)
+            for i in range(workers)]
+
+
 class Job:
     """A launched pipeline: ``inputs`` and ``outputs`` by name, ``step()``, ``close()``.
 
@@ -306,22 +326,13 @@ class Job:
         self.procs: list[subprocess.Popen] = []
         self.python = python
         if spawn:
-            env = dict(os.environ)
-            env[AUTH_ENV] = self.auth.to_text()
-            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-            for i in range(workers):
-                self.procs.append(subprocess.Popen(self._argv(i), env=env,
-                                                   stdin=subprocess.DEVNULL))
+            self.procs = spawn_workers(self.coordinator.address, workers, self.auth, python)
         if spawn:  # else the first step waits for the workers the caller starts
             try:
                 self.coordinator.connect()
             except BaseException:
                 self.close()
                 raise
-
-    def _argv(self, i: int) -> list[str]:
-        return [self.python, "-m", "dbsp.cli", "worker", "--coordinator",
-                self.coordinator.address, "--worker", str(i)]
 
     def worker_command(self, i: int) -> str:
         """The shell command that starts worker ``i`` on a host (its credentials included: keep

@@ -30,11 +30,16 @@ The barrier job holds W task slots for its whole life, so reading an input DataF
 DataFrame of changes (each a Spark job) needs at least one slot more than W; with exactly W
 slots, push Arrow tables (:meth:`SparkJob.push` says so instead of waiting forever).
 
-Not here yet: recovery (a failed task aborts the barrier job; resubmitting it with the next
-generation needs the checkpoints of issue 12), and a Structured Streaming source of the output.
+Recovery: :func:`durable` gives a :class:`dbsp.ft.remote.DurableJob` whose generations are
+barrier jobs (:class:`SparkGeneration`): a lost task or executor aborts the job (a barrier
+ResultStage is never retried by Spark), the driver submits the next generation, its tasks
+reload the last checkpoint from the shared storage directory and the input log replays; old
+generations are fenced off (``<storage>/GENERATION``). A Structured Streaming source of a
+pipeline's output log: :mod:`dbsp.spark.source` (``spark.readStream.format("dbsp")``).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
@@ -43,11 +48,13 @@ import pyarrow as pa
 from pyspark import BarrierTaskContext
 from pyspark.sql import DataFrame, SparkSession
 
+from ..ft.remote import DurableJob
 from ..runtime.circuit import Circuit
 from ..runtime.launcher import Coordinator, build_outputs, resolve_pipeline, serve_worker
+from ..runtime.process import WorkerDied
 from ..runtime.socket_transport import MeshAuth
 
-__all__ = ["SparkJob", "run", "settings", "SETTINGS"]
+__all__ = ["SparkJob", "SparkGeneration", "durable", "run", "settings", "SETTINGS"]
 
 #: the ``spark.dbsp.*`` keys and their defaults
 SETTINGS = {
@@ -97,64 +104,32 @@ def _to_arrow(df: DataFrame) -> pa.Table:
     return pa.Table.from_batches(df._collect_as_arrow())  # Spark 3.5
 
 
-class SparkJob:
-    """``pipeline`` running on ``workers`` Spark barrier tasks (see the module doc).
+class SparkGeneration:
+    """One barrier job of W dbsp workers (one generation), submitted from a driver thread, and
+    the coordinator its tasks dial: the :class:`dbsp.ft.remote.Generation` of a durable job on
+    Spark, and the engine of :class:`SparkJob`."""
 
-    ``pipeline``: ``build(circuit) -> {name: output}`` (a function or its ``module:function``
-    name; it reaches the executors in the task's closure, so they need only dbsp installed).
-    Use as a context manager, or call :meth:`close`.
-    """
-
-    def __init__(self, spark: SparkSession, pipeline: Union[str, Callable],
-                 workers: Optional[int] = None, storage: Any = None,
-                 timeout: Optional[float] = None):
-        conf = settings(spark)
+    def __init__(self, spark: SparkSession, auth: MeshAuth, build: Callable, workers: int,
+                 storage: Optional[str], timeout: float, coordinator_host: str,
+                 worker_host: Optional[str]):
         self.spark = spark
-        sc = spark.sparkContext
-        W = int(workers or conf["spark.dbsp.workers"] or sc.defaultParallelism)
-        if W < 1:
-            raise ValueError(f"workers must be >= 1, got {W}")
-        slots = sc.defaultParallelism
-        if W > slots:  # Spark would retry for minutes, then fail with SPARK-24819
-            raise ValueError(f"workers={W}, but this Spark context has {slots} task slots: a "
-                             f"barrier job needs all {W} tasks running at once (give more "
-                             f"executors or cores, or fewer workers)")
-        self.workers = W
-        self.slots = slots
-        build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
-        storage = storage if storage is not None else conf["spark.dbsp.storage"]
-        self.timeout = float(timeout or conf["spark.dbsp.startupTimeout"])
-        host = (conf["spark.dbsp.coordinator.host"] or spark.conf.get("spark.driver.host", None)
-                or "127.0.0.1")
-        self.auth = MeshAuth.new()
+        self.workers = workers
+        self.auth = auth
         self._error: Optional[BaseException] = None
         self._result: Optional[list] = None
-        self.coordinator = Coordinator(W, self.auth, f"{host}:0", None,
-                                       {"storage": None if storage is None else str(storage)},
-                                       self.timeout, watch=self._watch)
-        self.circuit = Circuit(workers=W, executor=self.coordinator.executor)
-        self.outputs = build_outputs(self.circuit, build)
-        self.inputs = self.circuit.inputs
-        self.group = f"dbsp-{self.auth.job.hex()[:12]}-g{self.auth.generation}"
-        task = _worker_task(self.coordinator.address, self.auth.to_text(), build, self.timeout,
-                            conf["spark.dbsp.worker.host"])
-        t0 = time.perf_counter()
+        self.coordinator = Coordinator(workers, auth, f"{coordinator_host}:0", None,
+                                       {"storage": storage}, timeout, watch=self._watch)
+        self.group = f"dbsp-{auth.job.hex()[:12]}-g{auth.generation}"
+        task = _worker_task(self.coordinator.address, auth.to_text(), build, timeout,
+                            worker_host)
         self._thread = threading.Thread(target=self._run_job, args=(task,), daemon=True,
                                         name=self.group)
         self._thread.start()
-        try:
-            self.coordinator.connect()
-        except BaseException:
-            self.close()
-            raise
-        #: seconds from submitting the barrier job to the mesh standing
-        self.startup_seconds = time.perf_counter() - t0
-        self.steps = 0
 
     def _run_job(self, task) -> None:
         sc = self.spark.sparkContext
-        sc.setJobGroup(self.group, f"dbsp: {self.workers} circuit replicas",
-                       interruptOnCancel=True)
+        sc.setJobGroup(self.group, f"dbsp: {self.workers} circuit replicas, generation "
+                                   f"{self.auth.generation}", interruptOnCancel=True)
         try:
             df = self.spark.range(0, self.workers, numPartitions=self.workers)
             self._result = df.mapInArrow(task, _STATUS_DDL, barrier=True).collect()
@@ -163,10 +138,83 @@ class SparkJob:
 
     def _watch(self) -> None:
         if self._error is not None:
-            raise RuntimeError(f"the Spark barrier job of {self.workers} dbsp workers failed "
-                               f"before they met: {self._error}") from self._error
+            raise WorkerDied(f"the Spark barrier job of {self.workers} dbsp workers (generation "
+                             f"{self.auth.generation}) failed before they met: "
+                             f"{self._error}") from self._error
         if not self._thread.is_alive():
-            raise RuntimeError("the Spark barrier job of the dbsp workers ended before they met")
+            raise WorkerDied("the Spark barrier job of the dbsp workers ended before they met")
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self, failed: bool = False, timeout: float = 60.0) -> None:
+        """Stop the workers (the job then ends); cancel the job if it does not, at once when
+        the generation ``failed``: Spark frees the task slots for the next one."""
+        self.coordinator.close()
+        if not failed:
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.spark.sparkContext.cancelJobGroup(self.group)
+            self._thread.join(timeout)
+
+
+def _plan(spark: SparkSession, workers: Optional[int], storage: Any,
+          timeout: Optional[float]) -> dict:
+    """The settings of a job on ``spark``, arguments over ``spark.dbsp.*``, checked."""
+    conf = settings(spark)
+    sc = spark.sparkContext
+    W = int(workers or conf["spark.dbsp.workers"] or sc.defaultParallelism)
+    if W < 1:
+        raise ValueError(f"workers must be >= 1, got {W}")
+    slots = sc.defaultParallelism
+    if W > slots:  # Spark would retry for minutes, then fail with SPARK-24819
+        raise ValueError(f"workers={W}, but this Spark context has {slots} task slots: a "
+                         f"barrier job needs all {W} tasks running at once (give more "
+                         f"executors or cores, or fewer workers)")
+    storage = storage if storage is not None else conf["spark.dbsp.storage"]
+    return {"workers": W, "slots": slots,
+            "storage": None if storage is None else os.fspath(storage),
+            "timeout": float(timeout or conf["spark.dbsp.startupTimeout"]),
+            "coordinator_host": (conf["spark.dbsp.coordinator.host"]
+                                 or spark.conf.get("spark.driver.host", None) or "127.0.0.1"),
+            "worker_host": conf["spark.dbsp.worker.host"]}
+
+
+class SparkJob:
+    """``pipeline`` running on ``workers`` Spark barrier tasks (see the module doc).
+
+    ``pipeline``: ``build(circuit) -> {name: output}`` (a function or its ``module:function``
+    name; it reaches the executors in the task's closure, so they need only dbsp installed).
+    Use as a context manager, or call :meth:`close`. Not fault tolerant: see :func:`durable`.
+    """
+
+    def __init__(self, spark: SparkSession, pipeline: Union[str, Callable],
+                 workers: Optional[int] = None, storage: Any = None,
+                 timeout: Optional[float] = None):
+        cfg = _plan(spark, workers, storage, timeout)
+        self.spark = spark
+        self.workers = W = cfg["workers"]
+        self.slots = cfg["slots"]
+        self.timeout = cfg["timeout"]
+        build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+        self.auth = MeshAuth.new()
+        t0 = time.perf_counter()
+        self.gen = SparkGeneration(spark, self.auth, build, W, cfg["storage"], self.timeout,
+                                   cfg["coordinator_host"], cfg["worker_host"])
+        self.coordinator = self.gen.coordinator
+        self.group = self.gen.group
+        self.circuit = Circuit(workers=W, executor=self.coordinator.executor)
+        self.outputs = build_outputs(self.circuit, build)
+        self.inputs = self.circuit.inputs
+        try:
+            self.coordinator.connect()
+        except BaseException:
+            self.close()
+            raise
+        #: seconds from submitting the barrier job to the mesh standing
+        self.startup_seconds = time.perf_counter() - t0
+        self.steps = 0
 
     # -- data -----------------------------------------------------------------------------
     def push(self, name: str, data: Any, weights: Any = None) -> int:
@@ -208,16 +256,12 @@ class SparkJob:
     def close(self, timeout: float = 60.0) -> None:
         """Stop the workers (the barrier job then ends); cancel the job if it does not."""
         self.circuit.close()
-        self.coordinator.close()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            self.spark.sparkContext.cancelJobGroup(self.group)
-            self._thread.join(timeout)
+        self.gen.close(failed=self.coordinator.broken is not None, timeout=timeout)
 
     @property
     def result(self) -> Optional[list]:
         """The barrier job's rows (one per worker) once it ended normally."""
-        return self._result
+        return self.gen._result
 
     def __enter__(self) -> "SparkJob":
         return self
@@ -250,3 +294,28 @@ def run(spark: SparkSession, pipeline: Union[str, Callable], steps: Sequence[dic
                 acc[name].append(t.append_column("__step", pa.array([i] * t.num_rows,
                                                                      pa.int64())))
     return {name: _from_arrow(spark, pa.concat_tables(ts)) for name, ts in acc.items()}
+
+
+def durable(spark: SparkSession, pipeline: Union[str, Callable], storage: Any = None,
+            workers: Optional[int] = None, timeout: Optional[float] = None,
+            **kw: Any) -> DurableJob:
+    """``pipeline`` on Spark, exactly-once, recovering from lost tasks and executors
+    (:class:`dbsp.ft.remote.DurableJob`): ``storage`` (or ``spark.dbsp.storage``) is a
+    directory the driver and every executor see; each generation is one barrier job. When a
+    task or an executor is lost, Spark aborts the barrier job, and the next step (or the
+    running loop of :meth:`~dbsp.ft.remote.DurableJob.run`) submits a new one with the next
+    generation: its tasks reload the last checkpoint and the driver replays the input log.
+    ``kw``: ``checkpoint_every``, ``checkpoint_seconds``, ``max_restarts``, ... of
+    :class:`~dbsp.ft.remote.DurableJob`."""
+    cfg = _plan(spark, workers, storage, timeout)
+    if cfg["storage"] is None:
+        raise ValueError("a durable job on Spark needs storage= (or spark.dbsp.storage): a "
+                         "directory the driver and every executor see")
+    build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    W = cfg["workers"]
+
+    def start(auth: MeshAuth, root: str) -> SparkGeneration:
+        return SparkGeneration(spark, auth, build, W, root, cfg["timeout"],
+                               cfg["coordinator_host"], cfg["worker_host"])
+
+    return DurableJob(build, W, cfg["storage"], start, **kw)

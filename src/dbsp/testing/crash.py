@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from typing import Any, Optional
@@ -105,6 +106,32 @@ def child_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def step_input(step: int, events: int, chunk: int) -> Optional[dict]:
+    """The input of step ``step`` of the harness's stream cut into steps of ``chunk`` events
+    (step 0 also fills ``dims``): ``{input: (RecordBatch, weights)}``, None past the end. For
+    drivers that feed :class:`dbsp.ft.coordinator.Coordinator` (replicas on the launcher or on
+    Spark, :func:`dbsp.testing.pipelines.crash_views`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from dbsp.testing.pipelines import CRASH_DIMS, CRASH_EV
+    lo = step * chunk
+    if lo >= events:
+        return None
+    hi = min(lo + chunk, events)
+    rows = [event(s) for s in range(lo, hi)] + \
+        [event(s - 3) for s in range(lo, hi) if s % 5 == 4 and s >= 3]
+    w = np.r_[np.ones(hi - lo, np.int64), -np.ones(len(rows) - (hi - lo), np.int64)]
+    cols = list(zip(*rows))
+    out = {"ev": (pa.record_batch([pa.array(c, pa.int64()) for c in cols], schema=CRASH_EV), w)}
+    if step == 0:
+        d = dims()
+        out["dims"] = (pa.record_batch([pa.array([r[0] for r in d], pa.int64()),
+                                        pa.array([r[1] for r in d], pa.int64())],
+                                       schema=CRASH_DIMS), np.ones(len(d), np.int64))
+    return out
+
+
 # -- the checker -----------------------------------------------------------------------------------
 
 def read_views(directory: str) -> tuple[dict[str, Counter], int]:
@@ -142,6 +169,56 @@ def check(directory: str, n: int) -> dict[str, int]:
             if w != 0 and r not in rows:
                 out["unexpected"] += 1
     return dict(out)
+
+
+# -- replicas elsewhere (the launcher, Spark) -----------------------------------------------------
+
+def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKILL):
+    """Kill a replica process (a Spark task's Python worker; ``pick(pid)``: the process to kill
+    instead, e.g. its executor) of the running generation ``kills`` times, at random steps, each
+    once the generation before has recovered."""
+    done = 0
+    while done < kills and not stop.is_set():
+        time.sleep(rng.uniform(0.1, 0.8))
+        d = job.ft.durable if job.ft is not None else None
+        pids = job.pids()
+        if not pids or d is None or d is not job.durable or not d.opened \
+                or d.step_no >= steps - 2:
+            continue
+        w = rng.choice(sorted(pids))
+        victim = pick(pids[w]) if pick is not None else pids[w]
+        try:
+            os.kill(victim, sig)
+        except ProcessLookupError:
+            continue
+        g = job.generation
+        log.append((g, w, d.step_no, victim))
+        done += 1
+        while not stop.is_set():
+            d = job.ft.durable
+            if job.generation > g and d is job.durable and d.opened:
+                break
+            time.sleep(0.05)
+
+
+def run_killed(job, read, steps, kills, seed, pick=None):
+    """Run ``job`` (a :class:`dbsp.ft.remote.DurableJob`) over ``read`` up to ``steps`` while
+    :func:`kill_replicas` kills ``kills`` times; returns the kills
+    ``(generation, worker, step, pid)``."""
+    rng = random.Random(seed)
+    stop, log = threading.Event(), []
+    co = job.run(read)
+    t = threading.Thread(target=kill_replicas, args=(job, rng, kills, stop, log, steps, pick),
+                         daemon=True)
+    t.start()
+    try:
+        if co.stop(steps) != steps:
+            raise AssertionError(f"the job stopped at step {co.step}, not {steps}")
+    finally:
+        stop.set()
+        t.join()
+    return log
+
 
 
 # -- the parent --------------------------------------------------------------------------------------

@@ -6,12 +6,21 @@ a spawned ``dbsp worker`` or a Spark executor, can import them by name.
 
 * :func:`join_agg_closure`: a join (bids with auctions on the auction id), an aggregate (count and
   sum of prices per category of that join) and a recursive query (transitive closure of edges);
-* :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload.
+* :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload;
+* :func:`nexmark_views`: Nexmark q4 (a join and two aggregates) and q7 (a tumbling-window
+  maximum and a semijoin) as the fluent API writes them, and a windowed query (bids per
+  auction per tumbling 10 s window: count and highest price), on event-time streams;
+* :func:`crash_views`: the views of the crash harness (:mod:`dbsp.testing.crash`), for the
+  kill tests of replicas on the launcher and on Spark.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+
+from ..api import StreamContext, count, max_, tumbling
+from ..nexmark.generator import AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, NexmarkGenerator
+from ..nexmark.queries import WINDOW, q4, q7
 
 BIDS = pa.schema([pa.field("auction", pa.int64(), nullable=False),
                   pa.field("price", pa.int64(), nullable=False)])
@@ -44,6 +53,50 @@ def keyed_count(c) -> dict:
     ev = c.add_input("events", EVENTS)
     return {"counts": ev.index_by(["k"]).aggregate(
         {"n": ("count", None), "s": ("sum", "v")}).output()}
+
+
+CRASH_EV = pa.schema([pa.field("seq", pa.int64(), nullable=False),
+                      pa.field("k", pa.int64(), nullable=False),
+                      pa.field("v", pa.int64(), nullable=False)])
+CRASH_DIMS = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                        pa.field("w", pa.int64(), nullable=False)])
+
+
+def _seq_k_v_w(b):
+    return {"seq": b.column("seq"), "k": b.column("k"), "v": b.column("v"), "w": b.column("w")}
+
+
+def crash_views(c) -> dict:
+    """Inputs ``ev(seq, k, v)`` and ``dims(k, w)``; views ``ids`` (the live events), ``agg``
+    (count, sum, min, max of v per k) and ``join`` (events with their dims row), with the
+    columns the crash checker (:func:`dbsp.testing.crash.check`) expects."""
+    ev = c.add_input("ev", CRASH_EV)
+    dm = c.add_input("dims", CRASH_DIMS)
+    agg = ev.index_by(["k"]).aggregate({"n": ("count", None), "s": ("sum", "v"),
+                                        "lo": ("min", "v"), "hi": ("max", "v")})
+    join = ev.index_by(["k"]).join(dm.index_by(["k"])).map(
+        _seq_k_v_w, pa.schema([CRASH_EV.field("seq"), CRASH_EV.field("k"), CRASH_EV.field("v"),
+                               CRASH_DIMS.field("w")]))
+    return {"ids": ev.output("ids"), "agg": agg.output("agg"), "join": join.output("join")}
+
+
+NEXMARK = {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}
+
+
+def nexmark_views(c) -> dict:
+    """See the module doc; inputs ``person``, ``auction``, ``bid`` (event time ``date_time``)."""
+    ctx = StreamContext(circuit=c)
+    s = {k: ctx.stream(schema, name=k, time="date_time") for k, schema in NEXMARK.items()}
+    window = s["bid"].select("auction", "price", "date_time").group_by("auction") \
+        .window(tumbling(WINDOW)).agg(n=count(), top=max_("price"))
+    return {"q4": q4(s).collect("q4").handle, "q7": q7(s).collect("q7").handle,
+            "window": window.collect("window").handle}
+
+
+def nexmark_steps(events: int, chunk: int, seed: int = 5) -> list[dict]:
+    """Per step, ``{input: RecordBatch}`` of the Nexmark generator for :func:`nexmark_views`."""
+    return [{k: rb for k, rb in b.as_dict().items() if rb.num_rows}
+            for b in NexmarkGenerator(seed=seed).iter_batches(events, chunk)]
 
 
 def sample_steps(nsteps: int = 5, seed: int = 7) -> list[dict]:

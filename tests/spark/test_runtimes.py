@@ -1,0 +1,177 @@
+"""One fixture over every runtime: the same circuits give identical output, step by step,
+embedded (1 and 2 workers), on the launcher (2 and 3 processes), on Spark ``local[2]`` and on
+``local-cluster[2,1,1024]`` (a standalone master, a worker and two executor JVMs, from the pip
+wheel alone). The circuits: a join, an aggregate and a recursive query
+(:func:`~dbsp.testing.pipelines.join_agg_closure`); Nexmark q4 and q7 and a windowed query
+(:func:`~dbsp.testing.pipelines.nexmark_views`). Then, on ``local-cluster``: a whole executor
+JVM killed mid-run at random steps, and the crash checker finds every row exactly once.
+
+The Spark sessions are module-wide: one per master, made once and stopped when the tests move
+on to the next master (a process holds one SparkContext at a time), so each start-up is paid
+once.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="pip install dbsp[spark]")  # CI installs it
+
+import dbsp  # noqa: E402
+from dbsp.runtime.launcher import build_outputs, launch  # noqa: E402
+from dbsp.spark import SparkJob, durable  # noqa: E402
+from dbsp.testing import crash  # noqa: E402
+from dbsp.testing import pipelines as P  # noqa: E402
+
+EVENTS, CHUNK = 200, 10
+STEPS = EVENTS // CHUNK
+
+pytestmark = pytest.mark.slow
+
+LOCAL, CLUSTER = "local[2]", "local-cluster[2,1,1024]"
+
+
+class Sessions:
+    """At most one live SparkSession, for the master last asked for."""
+
+    def __init__(self):
+        self.master, self.session = None, None
+
+    def get(self, master: str):
+        if self.master != master:
+            self.stop()
+            from pyspark.sql import SparkSession
+            os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+            self.session = (SparkSession.builder.master(master).appName("dbsp-runtimes")
+                            .config("spark.driver.host", "127.0.0.1")
+                            .config("spark.driver.bindAddress", "127.0.0.1")
+                            .config("spark.ui.enabled", "false")
+                            .config("spark.executor.memory", "512m")
+                            .config("spark.python.task.killTimeout", "500ms")
+                            .getOrCreate())
+            self.master = master
+            if master == CLUSTER:
+                _wait_for_executors(self.session, 2)
+        return self.session
+
+    def stop(self):
+        if self.session is not None:
+            self.session.stop()
+        self.master, self.session = None, None
+
+
+def _wait_for_executors(spark, n: int, timeout: float = 600.0) -> None:
+    """Wait until ``n`` executors registered (on a loaded machine the standalone worker takes
+    minutes to start their JVMs; a barrier job submitted before waits for slots meanwhile)."""
+    sc = spark.sparkContext
+    deadline = time.monotonic() + timeout
+    while sc._jsc.sc().getExecutorMemoryStatus().size() < n + 1:  # + the driver
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{CLUSTER}: {n} executors did not register in {timeout:.0f} s")
+        time.sleep(1.0)
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    s = Sessions()
+    yield s
+    s.stop()
+
+
+def _steps(pipeline):
+    if pipeline is P.join_agg_closure:
+        return [_tables(st) for st in P.sample_steps(4)]
+    return [{k: pa.Table.from_batches([rb]) for k, rb in st.items()}
+            for st in P.nexmark_steps(12_000, 3_000)]
+
+
+def _tables(step):
+    schemas = {"bids": P.BIDS, "auctions": P.AUCTIONS, "edges": P.EDGES}
+    out = {}
+    for name, (rows, weights) in step.items():
+        cols = list(zip(*rows)) if rows else [[] for _ in schemas[name]]
+        t = pa.table({f.name: pa.array(c, f.type) for f, c in zip(schemas[name], cols)})
+        out[name] = t.append_column("__weight", pa.array(weights, pa.int64()))
+    return out
+
+
+def _drive(inputs, outputs, step, steps):
+    """Per step, every output's change as a dict; then every view."""
+    got = []
+    for st in steps:
+        for name, t in st.items():
+            if "__weight" in t.column_names:
+                inputs[name].push(t.drop_columns(["__weight"]), t.column("__weight").to_numpy())
+            else:
+                inputs[name].push(t)
+        step()
+        got.append({k: o.to_dict() for k, o in outputs.items()})
+    return got, {k: o.view_dict() for k, o in outputs.items()}
+
+
+def _run(runtime: str, pipeline, steps, sessions):
+    kind, _, n = runtime.partition("-")
+    if kind == "embedded":
+        with dbsp.Circuit(workers=int(n)) as c:
+            outs = build_outputs(c, pipeline)
+            return _drive(c.inputs, outs, c.step, steps)
+    if kind == "launcher":
+        with launch(pipeline, int(n)) as job:
+            return _drive(job.inputs, job.outputs, job.step, steps)
+    with SparkJob(sessions.get(LOCAL if kind == "local" else CLUSTER), pipeline,
+                  workers=2, timeout=600) as job:
+        return _drive(job.inputs, job.outputs, job.step, steps)
+
+
+RUNTIMES = ["embedded-2", "launcher-2", "launcher-3", "local-2", "cluster-2"]
+PIPELINES = {"join_agg_closure": P.join_agg_closure, "nexmark_views": P.nexmark_views}
+_want: dict = {}
+
+
+def _expected(name):
+    if name not in _want:
+        _want[name] = _run("embedded-1", PIPELINES[name], _steps(PIPELINES[name]), None)
+    return _want[name]
+
+
+@pytest.mark.parametrize("runtime,name", [(r, p) for r in RUNTIMES for p in PIPELINES])
+def test_same_output_on_every_runtime(runtime, name, sessions):
+    per_step, views = _expected(name)
+    assert all(len(v) > 0 for v in views.values()), f"{name}: a view is empty, the test is vacuous"
+    got_steps, got_views = _run(runtime, PIPELINES[name], _steps(PIPELINES[name]), sessions)
+    for i, (a, b) in enumerate(zip(got_steps, per_step)):
+        assert a == b, f"{runtime} {name}: step {i} differs"
+    assert got_views == views
+
+
+def _executor_of(pid: int) -> int:
+    """The executor JVM above a Spark task's Python worker (its ancestor running
+    CoarseGrainedExecutorBackend)."""
+    p = pid
+    while p > 1:
+        with open(f"/proc/{p}/cmdline", "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return p
+        with open(f"/proc/{p}/stat") as f:
+            p = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise AssertionError(f"no executor JVM above process {pid}")
+
+
+def test_killed_executors_recover_exactly_once(sessions, tmp_path):
+    """kill -9 of a whole executor JVM at random steps, twice: the standalone worker starts a
+    new executor, the driver the next generation; every row exactly once."""
+    spark = sessions.get(CLUSTER)
+    with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_every=4,
+                 max_restarts=10, timeout=600) as job:
+        kills = crash.run_killed(job, lambda step, token: crash.step_input(step, EVENTS, CHUNK),
+                                 STEPS, 2, random.randrange(1 << 30), pick=_executor_of)
+        assert len(kills) >= 1 and job.restarts >= len(kills), kills
+    res = crash.check(str(tmp_path), EVENTS)
+    assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
+    assert res["ok"] > 0
