@@ -10,6 +10,12 @@ child's VmHWM: the whole process, interpreter and libraries included; target <= 
 ``start_rss_mb`` (its RSS before the circuit is built) and, per operator holding state, what
 :meth:`dbsp.runtime.circuit.Circuit.memory` reports at the end: rows, MB in memory, bytes per
 row beside the bytes per row of the same rows as a plain Arrow record batch.
+
+Measured (one run, load average 15-28 on the shared 2 vCPUs, so the rate says nothing): peak RSS
+630 MB from a start of 78 MB; the join's two traces 11.0M rows, 362 MB, 32.9 B a row against
+16.0 B a row of Arrow (key and value codes and weights come on top of the two int64 columns); the
+linear aggregate 100 rows, 64 B a row against 32. The 1.8 GB of issue 14 was measured with all
+10M bids generated before the run, in the same process; here they are generated a step at a time.
 """
 from __future__ import annotations
 
