@@ -3,6 +3,7 @@
 #
 #   bash ci/test.sh                 # set-up + full suite (slow tests included)
 #   bash ci/test.sh -m "not slow"   # extra pytest arguments are passed on
+#   DBSP_BENCH_GATE=0 bash ci/test.sh   # without the regression gate (ci/bench_quick.sh)
 #
 # Then, in CI (CI=true) or with DBSP_DEBUG_RUN=1, the native and trace tests run once more
 # against a debug build with Cython bounds checking switched on.
@@ -23,6 +24,13 @@ if [ "$status" -eq 5 ]; then
     exit 1
 fi
 [ "$status" -eq 0 ] || exit "$status"
+
+# The regression gate: a quick subset of bench/, its same-run ratios against bench/baseline.json
+# (ci/bench_quick.sh; DBSP_BENCH_GATE=0 skips it).
+if [ "${DBSP_BENCH_GATE:-1}" != "0" ]; then
+    echo "== regression gate (ci/bench_quick.sh) =="
+    bash ci/bench_quick.sh "$PY"
+fi
 
 if [ "${CI:-}" = "true" ] || [ "${DBSP_DEBUG_RUN:-}" = "1" ]; then
     echo "== debug build (bounds checks on): native and trace tests =="

@@ -391,8 +391,14 @@ class StreamContext:
         """Rows of operator state over all workers (traces of joins, aggregates, windows...)."""
         return self.circuit.state_rows()
 
+    def memory(self) -> list[dict]:
+        """Bytes of state per operator (and per output view), summed over workers, beside the
+        raw Arrow size of the rows held: :meth:`dbsp.runtime.circuit.Circuit.memory`."""
+        return self.circuit.memory()
+
     def report(self) -> dict:
-        """Steps, time, and per input: rows in, late rows dropped, watermark; state rows."""
+        """Steps, time, and per input: rows in, late rows dropped, watermark; state rows and
+        ``memory``: bytes of state per operator beside the Arrow size of its rows."""
         wms = self.watermarks
         inputs = {}
         for name, s in self.sources.items():
@@ -406,6 +412,7 @@ class StreamContext:
             inputs[name]["bad_rows"] = counts.get(name, 0)
         out = {"steps": self.steps, "seconds": self.seconds, "workers": self.workers,
                "inputs": inputs, "state_rows": self.state_rows() if not self.closed else 0,
+               "memory": self.memory() if not self.closed else [],
                "errors": {"policy": self.circuit.errors, "rows": len(self.errors),
                           "by_source": dict(counts)}}
         if self.durable is not None:

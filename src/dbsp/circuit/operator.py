@@ -104,6 +104,19 @@ def spines_of(value: Any) -> list:
     return []
 
 
+MEMORY_FIELDS = ("rows", "batches", "memory_bytes", "resident_bytes", "file_bytes", "memory_rows",
+                 "arrow_bytes")
+
+
+def sum_memory(parts) -> dict:
+    """Field-wise sum of :meth:`Spine.memory`-shaped dicts (all zero for none)."""
+    out = dict.fromkeys(MEMORY_FIELDS, 0)
+    for p in parts:
+        for k in MEMORY_FIELDS:
+            out[k] += p[k]
+    return out
+
+
 class Stateful:
     """An object whose state a checkpoint saves: the attributes named in :attr:`state_attrs`."""
 
@@ -164,6 +177,11 @@ class Operator(Stateful):
     def state_rows(self) -> int:
         """Rows of state this operator keeps (for memory reports and GC tests)."""
         return 0
+
+    def state_memory(self) -> dict:
+        """What this operator's spines (nested ones included) cost: the sums of
+        :meth:`~dbsp.trace.spine.Spine.memory` (rows, batches, memory / file / Arrow bytes)."""
+        return sum_memory(sp.memory() for sp in spines_of(self))
 
     def fixedpoint(self) -> Optional[bool]:
         """In a nested scope: whether this operator's output would not change any more."""

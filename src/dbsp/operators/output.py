@@ -11,7 +11,7 @@ from typing import Optional
 
 import pyarrow as pa
 
-from ..circuit.operator import Operator, Stateful
+from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.spine import Spine
@@ -36,7 +36,19 @@ class OutputHandle(Stateful):
     Gathering costs nothing per step: the workers' parts are kept as they are, and consolidated
     only when read (:meth:`delta`, :meth:`view`), so a pipeline whose output is read rarely does
     not pay for sorting every step.
+
+    *Bounded.* Only the last step's delta is kept as such (the next step replaces it). With a
+    view, the steps' deltas not read yet wait to be added to the view's spine, but never more
+    than :attr:`MAX_PENDING_STEPS` steps or :attr:`MAX_PENDING_ROWS` rows of them: past either
+    bound they are consolidated into the spine at once (where a row and its retraction cancel
+    and merges keep the view to its consolidated size), so an output that is never read holds
+    at most its view plus that backlog, not every delta since the start.
     """
+
+    #: most steps of unread deltas kept before they are folded into the view's spine
+    MAX_PENDING_STEPS = 64
+    #: most rows of unread deltas kept before they are folded into the view's spine
+    MAX_PENDING_ROWS = 1_000_000
 
     state_attrs = ("_view", "rows_out")
 
@@ -49,6 +61,8 @@ class OutputHandle(Stateful):
         self._delta: Optional[OrdZSet] = OrdZSet.empty(schema)
         self._view: Optional[Spine] = Spine(name=f"view:{name}") if keep_view else None
         self._view_pending: list[ZSet] = []
+        self._pending_steps = 0
+        self._pending_rows = 0
         self._view_cache: Optional[OrdZSet] = None
         self.rows_out = 0  # rows produced by all steps (before consolidation)
 
@@ -60,7 +74,12 @@ class OutputHandle(Stateful):
             self.rows_out += len(p)
         if self.keep_view and parts:
             self._view_pending.extend(parts)
+            self._pending_steps += 1
+            self._pending_rows += sum(len(p) for p in parts)
             self._view_cache = None
+            if self._pending_steps >= self.MAX_PENDING_STEPS or \
+                    self._pending_rows >= self.MAX_PENDING_ROWS:
+                self._fold_view()
 
     def checkpoint_state(self) -> dict:
         self._fold_view()
@@ -68,6 +87,7 @@ class OutputHandle(Stateful):
 
     def restore_state(self, state: dict) -> None:
         self._view_pending, self._view_cache = [], None
+        self._pending_steps = self._pending_rows = 0
         self._parts, self._delta = [], OrdZSet.empty(self.schema)
         super().restore_state(state)
 
@@ -108,8 +128,23 @@ class OutputHandle(Stateful):
         if self._view is not None and self._view_pending:
             b = _consolidate_parts(self.schema, self._view_pending)
             self._view_pending = []
+            self._pending_steps = self._pending_rows = 0
             if len(b):
                 self._view.insert(b)
+
+    def memory(self) -> dict:
+        """The view's :meth:`~dbsp.trace.spine.Spine.memory`, its unread deltas counted as
+        in-memory rows (all zero without a view)."""
+        if self._view is None:
+            return sum_memory(())
+        m = self._view.memory()
+        for p in self._view_pending:
+            m["rows"] += len(p)
+            m["batches"] += 1
+            m["memory_rows"] += len(p)
+            m["memory_bytes"] += p.data.nbytes + p.weights.nbytes
+            m["arrow_bytes"] += p.data.nbytes
+        return m
 
     def view_arrow(self) -> pa.Table:
         return self.view().to_arrow()

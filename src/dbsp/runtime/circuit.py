@@ -48,7 +48,7 @@ import pyarrow as pa
 from ..algebra.schema import WEIGHT, as_schema
 from ..circuit.errors import ErrorLog, ErrorSink, RowError, check_policy
 from ..circuit.graph import CircuitError, ClosedError, Graph
-from ..circuit.operator import WorkerContext
+from ..circuit.operator import WorkerContext, sum_memory
 from ..circuit.scheduler import ERRORS, Scheduler
 from ..operators.input import add_input
 from ..operators.recursive import recursive
@@ -74,6 +74,13 @@ def make_worker_context(storage_config: Any, w: int, workers: int,
         storage = SpineStorage(storage_config, w)
         start_helper(storage_config, w)
     return WorkerContext(w, workers, transport, storage, errors=ErrorSink(errors))
+
+
+def _per_row(m: dict) -> dict:
+    r = m["memory_rows"]
+    m["bytes_per_row"] = round((m["memory_bytes"] - m["resident_bytes"]) / r, 1) if r else None
+    m["arrow_bytes_per_row"] = round(m["arrow_bytes"] / r, 1) if r else None
+    return m
 
 
 class Circuit(Graph):
@@ -323,6 +330,27 @@ class Circuit(Graph):
         if self._replicas is None:
             return int(sum(self._executor.call("state_rows")))
         return sum(r.state_rows() for r in self._replicas)
+
+    def memory(self) -> list[dict]:
+        """Bytes of state per operator, summed over workers: one entry per node that holds state
+        (and per output keeping a view), with :meth:`~dbsp.trace.spine.Spine.memory`'s fields
+        plus ``bytes_per_row`` (in-memory bytes over in-memory rows) beside
+        ``arrow_bytes_per_row`` (the same rows as a plain Arrow record batch)."""
+        if self._executor is None:
+            per_worker: list = []
+        elif self._replicas is None:
+            per_worker = self._executor.call("state_memory")
+        else:
+            per_worker = [r.state_memory() for r in self._replicas]
+        out = []
+        for n in self.nodes:
+            m = sum_memory(w[n.id] for w in per_worker)
+            if m["batches"]:
+                out.append(_per_row({"id": n.id, "name": n.name, **m}))
+        for h in self.outputs:
+            if h.keep_view:
+                out.append(_per_row({"id": h.node, "name": f"view:{h.name}", **h.memory()}))
+        return out
 
     def storage_stats(self) -> dict:
         """Memory accountant and file counters of this process's workers (threads runtime; empty

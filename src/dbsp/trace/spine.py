@@ -111,7 +111,7 @@ log = logging.getLogger("dbsp.trace.spine")
 KeyBound = Union[int, bytes]
 RowFilter = Callable[[Batch], np.ndarray]
 
-__all__ = ["Spine", "SpineImage", "Batch", "Merger", "MergeStats", "SpineMergeError",
+__all__ = ["Spine", "SpineImage", "arrow_bytes", "Batch", "Merger", "MergeStats", "SpineMergeError",
            "default_merger",
            "default_threads", "shutdown_default_merger", "merge_batches"]
 
@@ -153,6 +153,18 @@ class MergeStats:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def arrow_bytes(b: Batch) -> int:
+    """The bytes of an in-memory batch's rows as one flat Arrow record batch (key and value
+    columns side by side, no codes, offsets or weights): an indexed batch's key columns count
+    once per row, as a flat table repeats them."""
+    if getattr(b, "indexed", False):
+        nk = b.num_keys
+        keys = b.keys.nbytes * len(b) // nk if nk else 0  # type: ignore[union-attr]
+        return keys + b.vals.nbytes  # type: ignore[union-attr]
+    data = getattr(b, "data", None)
+    return 0 if data is None else data.nbytes
 
 
 def _in_memory(b: Batch) -> Batch:
@@ -790,6 +802,27 @@ class Spine:
     def __len__(self) -> int:
         """Rows stored, summed over batches (an upper bound on the consolidated size)."""
         return sum(len(b) for b in self.batches())
+
+    def memory(self) -> dict:
+        """What the state costs: ``rows`` stored (over all batches), ``batches``,
+        ``memory_bytes`` (in-memory batches whole, plus the filters and indexes file batches keep
+        resident: ``resident_bytes``), ``file_bytes`` (layer files on disk), ``memory_rows`` (rows of in-memory
+        batches) and ``arrow_bytes``: what those in-memory rows take as a plain Arrow record
+        batch (:func:`arrow_bytes`), the yardstick ``memory_bytes`` compares to."""
+        out = dict(rows=0, batches=0, memory_bytes=0, resident_bytes=0, file_bytes=0,
+                   memory_rows=0, arrow_bytes=0)
+        for b in self.batches():
+            n = len(b)
+            out["rows"] += n
+            out["batches"] += 1
+            out["memory_bytes"] += b.nbytes_in_memory
+            if getattr(b, "is_file", False):
+                out["file_bytes"] += b.file_bytes  # type: ignore[union-attr]
+                out["resident_bytes"] += b.nbytes_in_memory
+            else:
+                out["memory_rows"] += n
+                out["arrow_bytes"] += arrow_bytes(b)
+        return out
 
     @property
     def num_batches(self) -> int:
