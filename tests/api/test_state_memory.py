@@ -19,7 +19,7 @@ def test_memory_per_operator_beside_arrow_size(runtime):
     ctx = StreamContext(workers=2, runtime=runtime)
     s = ctx.stream(KV)
     d = ctx.stream({"k": pa.int64(), "y": pa.int64()})
-    j = s.join(d, on="k").collect(view=False)
+    s.join(d, on="k").collect(view=False)
     g = s.group_by("k").agg(n=count(), t=sum_("v")).collect()
     n = 20_000
     s.insert(pa.table({"k": np.arange(n) % 100, "v": np.arange(n)}))
