@@ -201,6 +201,7 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str,
     with ``args.verify`` the result carries the view (Arrow IPC bytes under ``"view_ipc"``).
     Meant to run in a process of its own (:func:`run`)."""
     start_mb = _status_mb("VmRSS")
+    load_start = os.getloadavg()[0]
     ctx = StreamContext(workers=workers, runtime=args.runtime, name=name,
                         storage=_storage(args, f"{name}-w{workers}"),
                         checkpoint_seconds=getattr(args, "checkpoint_seconds", None))
@@ -244,6 +245,9 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str,
             "push_step_events_per_s": args.events / push_step if push_step else 0.0,
             "steps": c.steps, "late_rows": sum(ctx.late_rows.values()),
             "state_rows": c.state_rows(), "peak_rss_mb": peak, "start_rss_mb": start_mb,
+            # the machine's 1-minute load average when the query started and ended: figures
+            # measured on a shared machine are read with it
+            "load_avg": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         }
         if out is not None:
             result["output_rows"] = out.rows_out
