@@ -31,6 +31,7 @@ EXTENSIONS = {
     "merge_pairs": {},  # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "hashing": {},      # key hashing for the exchange
+    "strings": {},      # string kernels on Arrow buffers (split_part)
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)
     "block": {},        # storage: layer-file block kernels (crc32c, Bloom filter, var seek)
     # storage: io_uring reader running nogil, linked with liburing-dev's static library (no

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: set up, then run the whole Nexmark suite q0–q22 on the embedded
-# runtime with 1 and then 2 workers, timing each query end to end (generator on its own thread)
+# runtime with 1 and then 2 workers, timing each query end to end (generator in processes of its own)
 # and push + step, and verify every query's result against DuckDB computing it from scratch.
 #
 #   bash ci/nexmark.sh                       # 200K events, 1 min 54 s measured on 2 busy vCPUs (load 8)

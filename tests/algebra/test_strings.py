@@ -8,6 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from dbsp.algebra import strings as S
 from dbsp.algebra.strings import name_groups, regex_extract, split_part
 
 PATTERNS = [r"(&|^)channel_id=([^&]*)", r"a(b)?c", r"(x+)(y*)", r"[(]a(\()?", r"(?:ab)+(c)",
@@ -64,6 +65,23 @@ def _py_split(s, sep, i):
 def test_split_part_matches_str_split(values, sep, index):
     got = split_part(pa.array(values, pa.string()), sep, index).to_pylist()
     assert got == [_py_split(s, sep, index) for s in values]
+
+
+@given(values=st.lists(st.one_of(st.none(), st.text(alphabet="aé/-", max_size=12)),
+                       max_size=25),
+       sep=st.sampled_from(["/", "aa", "é", "a/"]), index=st.integers(0, 5),
+       cut=st.tuples(st.integers(0, 3), st.integers(0, 3)))
+@example(values=["aaa", "aaaa", "aaaaa"], sep="aa", index=1, cut=(0, 0))
+def test_split_part_native_kernel_matches_arrow_and_str_split(values, sep, index, cut):
+    """The native kernel (leftmost non-overlapping matches, on the buffers of a possibly sliced
+    array with nulls) agrees with Arrow's split and with Python's ``str.split``."""
+    assert S._native_strings is not None, "dbsp._native.strings is not built"
+    a = pa.array(values, pa.string())
+    lo, hi = min(cut[0], len(values)), max(len(values) - cut[1], min(cut[0], len(values)))
+    a, values = a.slice(lo, hi - lo), values[lo:hi]
+    want = [_py_split(s, sep, index) for s in values]
+    assert S._split_part_native(a, sep.encode(), index).to_pylist() == want
+    assert S._split_part_arrow(a, sep, index).to_pylist() == want
 
 
 def test_split_part_on_sliced_and_empty_arrays():

@@ -33,6 +33,25 @@ def test_nexmark_verified_run_writes_json(tmp_path, capsys):
     assert "q4" in text and "push+step" in text and "verified" in text
 
 
+@pytest.mark.parametrize("generators", [0, 3])
+def test_nexmark_generator_thread_or_processes(tmp_path, capsys, generators):
+    """The events come from a thread of the query's process (0) or from generator processes
+    through shared memory (chunks taken in event order): the result is the same, verified."""
+    out = tmp_path / "g.json"
+    rc = main(["nexmark", "--events", "23000", "--queries", "q1,q7", "--workers", "1",
+               "--chunk", "3000", "--generators", str(generators), "--verify", "--no-progress",
+               "--json", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["generators"] == generators
+    for q in ("q1", "q7"):
+        r = doc["queries"][q]["1"]
+        assert r["verified"] is True and r["generators"] == generators
+        assert r["steps"] >= 8  # 8 chunks, plus the side input's step
+    assert main(["nexmark", "--generators", "-1", "--no-progress"]) == 2
+    assert "--generators" in capsys.readouterr().err
+
+
 def test_nexmark_peak_rss_is_the_query_process_own(tmp_path, capsys):
     """A query process starts from the fork server, not from the parent holding the events and
     the DuckDB results: its RSS does not grow with what the parent holds."""

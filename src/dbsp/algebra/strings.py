@@ -26,6 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+try:  # the native kernel; the Arrow-compute path below stays the reference
+    from dbsp._native import strings as _native_strings
+except ImportError:  # pragma: no cover - a build without the extension
+    _native_strings = None
+
 __all__ = ["regex_extract", "split_part", "name_groups"]
 
 _NAMED = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
@@ -143,6 +148,13 @@ def split_part(a: pa.Array, sep: str, index: int) -> pa.Array:
     if pa.types.is_null(a.type):
         return pa.nulls(len(a), pa.string())
     s = a.cast(pa.string()) if not pa.types.is_string(a.type) else a
+    if _native_strings is not None and len(s):
+        return _split_part_native(s, sep.encode(), index)
+    return _split_part_arrow(s, sep, index)
+
+
+def _split_part_arrow(s: pa.Array, sep: str, index: int) -> pa.Array:
+    """:func:`split_part` with Arrow compute (the reference of the native kernel)."""
     parts = pc.split_pattern(s, sep, max_splits=index + 1)  # the rest stays in one piece
     lengths = pc.fill_null(pc.list_value_length(parts), 0).to_numpy(zero_copy_only=False)
     has = lengths > index
@@ -154,3 +166,20 @@ def split_part(a: pa.Array, sep: str, index: int) -> pa.Array:
         return pa.nulls(len(s), pa.string())
     taken = flat.take(pa.array(pos))
     return pc.if_else(pa.array(has), taken, pa.scalar(None, pa.string()))
+
+
+def _split_part_native(s: pa.Array, sep: bytes, index: int) -> pa.Array:
+    """:func:`split_part` by the native kernel, straight on the array's buffers."""
+    n = len(s)
+    bufs = s.buffers()
+    off = np.frombuffer(bufs[1], dtype=np.int32)[s.offset:s.offset + n + 1]
+    valid = s.is_valid().to_numpy(zero_copy_only=False).view(np.uint8) if s.null_count \
+        else None
+    offsets, data, has = _native_strings.split_part(off, bufs[2], valid, sep, index)
+    has = has.view(bool)
+    nulls = int(n - np.count_nonzero(has))
+    validity = pa.array(has).buffers()[1] if nulls else None
+    typ = pa.string() if offsets.dtype == np.int32 else pa.large_string()
+    out = pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                null_count=nulls)
+    return out if typ == pa.string() else out.cast(pa.string())

@@ -375,10 +375,13 @@ class DataStream:
         """Equi-join on ``on`` (same names on both sides) or ``left_on``/``right_on``.
 
         ``how``: ``inner`` (matched pairs), ``left`` (plus unmatched left rows with nulls on the
-        right), ``semi`` (left rows with a match), ``anti`` (left rows without one). Output
-        columns: the left's, then the right's non-key columns (a name that clashes gets
-        ``_right``); the key columns keep the left's names. SQL null keys match nothing. Key
-        types must agree; integers of different widths are widened.
+        right), ``semi`` (left rows with a match), ``anti`` (left rows without one), ``lookup``
+        (each new left row with the right side as it is at that step: a processing-time lookup
+        join, ``Δleft ⋈ I(right)``, whose past output is not revised when the right side
+        changes later, and which stores no left rows: for a stream joined with a bounded
+        table). Output columns: the left's, then the right's non-key columns (a name that
+        clashes gets ``_right``); the key columns keep the left's names. SQL null keys match
+        nothing. Key types must agree; integers of different widths are widened.
 
         ``on=[]`` is the cross join (every left row with every right row; with ``how="semi"``
         the left rows while the right is not empty). Its one empty key lives on one worker,
@@ -481,8 +484,9 @@ def _listify(x: Any) -> list[str]:
 
 
 def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) -> DataStream:
-    if how not in ("inner", "left", "semi", "anti"):
-        raise ValueError(f"join: how must be 'inner', 'left', 'semi' or 'anti', got {how!r}")
+    if how not in ("inner", "left", "semi", "anti", "lookup"):
+        raise ValueError(f"join: how must be 'inner', 'left', 'semi', 'anti' or 'lookup', "
+                         f"got {how!r}")
     if on is not None:
         if left_on is not None or right_on is not None:
             raise TypeError("join: give on= or left_on=/right_on=, not both")
@@ -524,7 +528,7 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
         core = lix.semijoin(rix) if how == "semi" else lix.antijoin(rix)
         out = DataStream(left.ctx, core)
         return out.select(*left.schema.names) if out.columns != left.columns else out
-    core = lix.join(rix) if how == "inner" else lix.left_join(rix)
+    core = {"inner": lix.join, "left": lix.left_join, "lookup": lix.lookup_join}[how](rix)
     out = DataStream(left.ctx, core)
     # core layout: lk ++ left values ++ right values; put the left's columns in its order
     rvals = out.columns[len(lk) + len(lvals):]

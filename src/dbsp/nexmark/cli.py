@@ -5,13 +5,18 @@ nothing but the imported modules, so the peak RSS reported is the query's own: n
 parent's generator tables or DuckDB reference results. Inside, the query is timed two ways in
 one run:
 
-* **end to end** (``e2e``): a generator thread produces the events chunk by chunk (``--chunk``
-  events per step) into a small queue, as a source would, while the main thread pushes each
-  chunk and steps the circuit; the clock runs from the generator's start to the last step's
-  end. This is the rate the pipeline sustains with its source running, what Feldera and Flink
-  publish.
+* **end to end** (``e2e``): ``--generators`` processes of their own produce the events chunk by
+  chunk (``--chunk`` events per step), as a source would run, and hand each chunk over as Arrow
+  IPC in shared memory, read zero-copy (:mod:`dbsp.nexmark.source`); the query's main thread
+  pushes each chunk and steps the circuit; the clock runs from the moment the generators may
+  start to the last step's end. This is the rate the pipeline sustains with its source running,
+  what Feldera and Flink publish. ``--generators 0`` puts the generator on a thread of the
+  query's process instead (it then shares the pipeline's GIL).
 * **push + step**: the sum, over steps, of the time spent pushing a chunk and stepping the
-  circuit (the generator's own time excluded, though it competes for the GIL).
+  circuit (the wait for the next chunk excluded).
+
+The generator processes are started beside the query's process by the same fork server, so
+neither's memory counts in the other's peak RSS.
 
 Outputs go to a sink that keeps only the last step's change (a black hole), unless
 ``--verify``: then each query's integrated view is kept, sent back to the parent and compared,
@@ -28,6 +33,7 @@ end-to-end rates (our rate divided by the worker count).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import multiprocessing as mp
@@ -40,7 +46,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 import pyarrow as pa
 
@@ -54,6 +60,7 @@ from .generator import (AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, SIDE_INPUT_SC
                         NexmarkGenerator, side_input)
 from .queries import QUERIES, VARIANTS, QueryEnv
 from .reference import compare_results, reference_results, step_proc_times
+from .source import GeneratorChannel, GeneratorProcesses
 
 RUST_DBSP_PER_CORE = {"q0": 1_173_000, "q1": 1_093_000, "q2": 1_094_000, "q3": 1_008_000,
                       "q4": 811_000}
@@ -75,6 +82,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", choices=["threads", "processes"], default="threads",
                    help="workers as threads of one process or as forked processes")
     p.add_argument("--chunk", type=int, default=100_000, help="events per step")
+    p.add_argument("--generators", type=int, default=2, metavar="P",
+                   help="generator processes feeding each query through shared memory "
+                        "(default 2); 0: a generator thread inside the query's process")
     p.add_argument("--storage", metavar="DIR",
                    help="keep operator state beyond the memory budget in layer files under DIR")
     p.add_argument("--memory-budget", type=int, metavar="MB", default=None,
@@ -140,6 +150,39 @@ def _generate(gen, events: int, chunk: int, q: "queue.Queue", stop: threading.Ev
         q.put(e)
 
 
+@contextlib.contextmanager
+def _source(channel: Optional[GeneratorChannel], args: argparse.Namespace):
+    """The chunks, from the generator processes (``channel``) or from a generator thread."""
+    if channel is not None:
+        batches = channel.batches()
+        try:
+            yield batches
+        finally:
+            batches.close()
+        return
+    q: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    producer = threading.Thread(
+        target=_generate, args=(NexmarkGenerator(seed=args.seed), args.events, args.chunk, q,
+                                stop), name="nexmark-generator", daemon=True)
+
+    def drain():
+        producer.start()
+        while True:
+            batch = q.get()
+            if batch is None:
+                return
+            if isinstance(batch, BaseException):
+                raise batch
+            yield batch
+    try:
+        yield drain()
+    finally:
+        stop.set()
+        if producer.is_alive():
+            producer.join()
+
+
 def _table_bytes(table) -> bytes:
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -151,12 +194,14 @@ def _read_table(data: bytes):
     return pa.ipc.open_stream(data).read_all()
 
 
-def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> dict:
-    """Build query ``name`` on ``workers`` workers, feed it ``args.events`` events from a
-    generator thread, time it; with ``args.verify`` the result carries the view (Arrow IPC
-    bytes under ``"view_ipc"``). Meant to run in a process of its own (:func:`run`)."""
+def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str,
+              channel: Optional[GeneratorChannel] = None) -> dict:
+    """Build query ``name`` on ``workers`` workers, feed it ``args.events`` events from the
+    generator processes behind ``channel`` (or, without one, from a generator thread), time it;
+    with ``args.verify`` the result carries the view (Arrow IPC bytes under ``"view_ipc"``).
+    Meant to run in a process of its own (:func:`run`)."""
     start_mb = _status_mb("VmRSS")
-    gen = NexmarkGenerator(seed=args.seed)
+    load_start = os.getloadavg()[0]
     ctx = StreamContext(workers=workers, runtime=args.runtime, name=name,
                         storage=_storage(args, f"{name}-w{workers}"),
                         checkpoint_seconds=getattr(args, "checkpoint_seconds", None))
@@ -176,21 +221,13 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
     push_step = 0.0
     bar = tqdm(total=args.events, desc=f"{name:>4} w{workers}", unit="ev", unit_scale=True,
                disable=args.no_progress, leave=True, file=sys.stderr)
-    q: queue.Queue = queue.Queue(maxsize=2)
-    stop = threading.Event()
     with c:
         streams["side_input"].push(side_input())  # the bounded side input, with step 0
-        t_start = time.perf_counter()
-        producer = threading.Thread(target=_generate, args=(gen, args.events, args.chunk, q, stop),
-                                    name="nexmark-generator", daemon=True)
-        producer.start()
-        try:
-            while True:
-                batch = q.get()
-                if batch is None:
-                    break
-                if isinstance(batch, BaseException):
-                    raise batch
+        if channel is not None:
+            channel.wait_ready()  # the processes have built their generators
+        with _source(channel, args) as batches:
+            t_start = time.perf_counter()
+            for batch in batches:
                 t0 = time.perf_counter()
                 for kind, rb in batch.as_dict().items():
                     if rb.num_rows:
@@ -198,9 +235,6 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
                 ctx.step()
                 push_step += time.perf_counter() - t0
                 bar.update(batch.count)
-        finally:
-            stop.set()
-            producer.join()
         e2e = time.perf_counter() - t_start
         bar.close()
         peak = _peak_mb()
@@ -211,6 +245,9 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
             "push_step_events_per_s": args.events / push_step if push_step else 0.0,
             "steps": c.steps, "late_rows": sum(ctx.late_rows.values()),
             "state_rows": c.state_rows(), "peak_rss_mb": peak, "start_rss_mb": start_mb,
+            # the machine's 1-minute load average when the query started and ended: figures
+            # measured on a shared machine are read with it
+            "load_avg": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         }
         if out is not None:
             result["output_rows"] = out.rows_out
@@ -224,10 +261,11 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str) -
     return result
 
 
-def _child(name: str, workers: int, args: argparse.Namespace, out_dir: str, conn) -> None:
+def _child(name: str, workers: int, args: argparse.Namespace, out_dir: str, conn,
+           channel: Optional[GeneratorChannel] = None) -> None:
     """Entry point of a query process: send :func:`run_query`'s result (or the error)."""
     try:
-        conn.send(run_query(name, workers, args, out_dir))
+        conn.send(run_query(name, workers, args, out_dir, channel))
     except BaseException as e:  # reported by the parent
         conn.send({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
     finally:
@@ -235,6 +273,7 @@ def _child(name: str, workers: int, args: argparse.Namespace, out_dir: str, conn
 
 
 _FORKSERVER_PRELOAD = ["dbsp", "dbsp.api", "dbsp.nexmark.queries", "dbsp.nexmark.generator",
+                       "dbsp.nexmark.source",
                        "pyarrow", "pyarrow.compute", "numpy", "tqdm"]
 
 
@@ -242,16 +281,22 @@ def run_one(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> 
     """:func:`run_query` in a fresh process from the fork server (its memory is its own)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
-    parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(name, workers, args, out_dir, child),
-                    name=f"nexmark-{name}-w{workers}")
-    p.start()
-    child.close()
-    try:
-        res = parent.recv()
-    except EOFError:
-        res = {"error": f"query process died (exit code {p.exitcode})"}
-    p.join()
+    gens = args.generators
+    source = GeneratorProcesses(args.events, args.chunk, seed=args.seed, processes=gens,
+                                mp_context=ctx) if gens > 0 else contextlib.nullcontext()
+    with source:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(name, workers, args, out_dir, child,
+                                             source.channel if gens > 0 else None),
+                        name=f"nexmark-{name}-w{workers}")
+        p.start()
+        child.close()
+        try:
+            res = parent.recv()
+        except EOFError:
+            res = {"error": f"query process died (exit code {p.exitcode})"}
+        p.join()
+    res["generators"] = gens
     return res
 
 
@@ -304,6 +349,10 @@ def run(args: argparse.Namespace) -> int:
     if args.events <= 0 or args.chunk <= 0:
         print("dbsp nexmark: --events and --chunk must be positive", file=sys.stderr)
         return 2
+    if args.generators < 0:
+        print(f"dbsp nexmark: --generators must be 0 (a thread) or a count of processes, "
+              f"got {args.generators}", file=sys.stderr)
+        return 2
     if (args.memory_budget is not None or args.backend != "auto" or
             args.checkpoint_seconds is not None) and not args.storage:
         print("dbsp nexmark: --memory-budget, --backend and --checkpoint-seconds need "
@@ -343,7 +392,8 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         doc = {"events": args.events, "workers": worker_counts, "runtime": args.runtime,
                "storage": args.storage, "memory_budget_mb": args.memory_budget,
-               "chunk": args.chunk, "seed": args.seed, "cpus": os.cpu_count(),
+               "chunk": args.chunk, "generators": args.generators, "seed": args.seed,
+               "cpus": os.cpu_count(),
                "rust_dbsp_per_core": RUST_DBSP_PER_CORE,
                "queries": {q: {w: {k: v for k, v in r.items() if k != "traceback"}
                                for w, r in rs.items()} for q, rs in results.items()}}

@@ -185,10 +185,11 @@ def q12(s, env=None):
 
 def q13(s, env=None):
     """Bounded side input join: every bid with the side input's value for
-    ``auction % 10000``."""
+    ``auction % 10000``, looked up when the bid arrives (Nexmark's ``FOR SYSTEM_TIME AS OF``
+    join: a lookup join, so no bid is kept in state)."""
     bids = s["bid"].select("auction", "bidder", "price", "date_time",
                            (col("auction") % SIDE_INPUT_KEYS).alias("key"))
-    j = bids.join(s["side_input"], on="key")
+    j = bids.join(s["side_input"], on="key", how="lookup")
     return j.select("auction", "bidder", "price", "date_time", "value")
 
 
@@ -309,13 +310,25 @@ CHANNEL_ID = r"(&|^)channel_id=([^&]*)"
 
 def q21(s, env=None):
     """Add channel id: a code for the four hot channels, else the URL's ``channel_id``
-    parameter (regex extraction); bids with neither are dropped."""
-    ch = col("channel").str.lower()
-    known = when(ch == "apple", "0").when(ch == "google", "1").when(ch == "facebook", "2") \
-        .when(ch == "baidu", "3")
-    cid = coalesce(known, col("url").str.extract(CHANNEL_ID, 2))
-    return s["bid"].select("auction", "bidder", "price", "channel", cid.alias("channel_id")) \
+    parameter (regex extraction); bids with neither are dropped.
+
+    Planned as two branches: the hot channels (99 % of bids) take their code from a lookup,
+    and only the other bids run the regex, instead of extracting from every URL and keeping
+    the result where the lookup failed."""
+    codes = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+    ch = col("ch")
+    known = None
+    for name, code in codes.items():
+        known = when(ch == name, code) if known is None else known.when(ch == name, code)
+    cols = ("auction", "bidder", "price", "channel")
+    bids = s["bid"].select(*cols, "url", ch=col("channel").str.lower()) \
+        .select(*cols, "url", code=known)  # null: not a hot channel
+    by_code = bids.select(*cols, col("code").alias("channel_id")) \
         .filter(col("channel_id").is_not_null())
+    by_url = bids.filter(col("code").is_null()) \
+        .select(*cols, col("url").str.extract(CHANNEL_ID, 2).alias("channel_id")) \
+        .filter(col("channel_id").is_not_null())
+    return by_code.concat(by_url)
 
 
 def q22(s, env=None):

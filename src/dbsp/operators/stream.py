@@ -28,6 +28,7 @@ from .flat_map import flat_map_batches, flat_map_rows
 from .index import flatten, index_by
 from .integrate import integrate
 from .join import antijoin, join, left_join, semijoin
+from .lookup_join import lookup_join
 from .map import map_batches, map_rows
 from .neg import neg
 from .output import output
@@ -177,6 +178,12 @@ class IndexedStream(_Base):
                   schema: Any = None) -> Stream:
         """Left outer join: unmatched left rows get nulls for the right columns."""
         return left_join(self, other, fn, schema)
+
+    def lookup_join(self, other: "IndexedStream") -> Stream:
+        """Each change of this stream joined with ``other`` as it is at that step (a lookup /
+        processing-time temporal join: ``Δa ⋈ I(b)``, past output not revised when ``other``
+        changes; this side is not stored). Rows as :meth:`join`'s."""
+        return lookup_join(self, other)
 
     def semijoin(self, other: "IndexedStream") -> Stream:
         """Left rows whose key is present (positive weight) on the right."""
