@@ -25,7 +25,7 @@ from typing import Callable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..api import (avg, coalesce, col, count, count_distinct, hopping, lit, max_, min_, session,
+from ..api import (avg, col, count, count_distinct, hopping, lit, max_, min_, session,
                    sum_, tumbling, udf, when)
 from ..operators.proc_time import Clock, WallClock
 
