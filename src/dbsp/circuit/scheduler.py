@@ -76,6 +76,8 @@ class Scheduler:
 
     def commit(self) -> None:
         """The last step stands (every worker finished it)."""
+        if self._journal is not None:
+            self._journal.commit()
         self._journal, self._saved = None, None
 
     def rollback(self) -> None:

@@ -421,7 +421,8 @@ class Spine:
         self._snapshot: Optional[tuple[Batch, ...]] = None
         self._consolidated: Optional[tuple[tuple, Optional[Batch]]] = None
         self._epoch = 0
-        self._key_bound: Optional[KeyBound] = None
+        self._key_bound: Optional[KeyBound] = None   # readers cut below it at once
+        self._gc_bound: Optional[KeyBound] = None    # merges free rows below it (committed)
         self._retain: Optional[RowFilter] = None
         self._error: Optional[BaseException] = None
         self._proto: Optional[Batch] = None
@@ -513,7 +514,7 @@ class Spine:
                     self._levels.setdefault(self.level_of(len(b)), []).append(b)
                     if self._proto is None:
                         self._proto = b
-            self._key_bound = image.key_bound
+            self._key_bound = self._gc_bound = image.key_bound
             self._changed()
             waiting = self._waiting()
             self._cv.notify_all()
@@ -558,10 +559,29 @@ class Spine:
         codes, or a one-row code array). Readers stop seeing them now; merges free them. The bound
         only rises: a lower bound than the current one is ignored."""
         bound = Codes.as_code(bound)
+        journal = current_journal()
         with self._cv:
             if self._key_bound is None or bound > self._key_bound:  # type: ignore[operator]
+                if journal is not None:
+                    # inside a step that may be rolled back: readers see the new bound now,
+                    # merges free rows only once the step commits (commit_key_bound)
+                    journal.bound_raised(self, self._key_bound)
+                else:
+                    self._gc_bound = bound
                 self._key_bound = bound
                 self._changed()
+
+    def commit_key_bound(self) -> None:
+        """The step that raised the key bound stands: merges may now free the rows below it."""
+        with self._cv:
+            self._gc_bound = self._key_bound
+
+    def restore_key_bound(self, bound: Optional[KeyBound]) -> None:
+        """Undo a rolled-back step's raise of the key bound (the rows below the new bound were
+        never freed: merges cut at the committed bound only), so readers see them again."""
+        with self._cv:
+            self._key_bound = bound
+            self._changed()
 
     @property
     def key_bound(self) -> Optional[KeyBound]:
@@ -627,7 +647,7 @@ class Spine:
         """Merge a claimed job and swap its output in. True if the spine owes another merge."""
         try:
             with self._cv:
-                bound, keep = self._key_bound, self._retain
+                bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
             out = self._merge(job.inputs, bound, keep)
             dt = time.perf_counter() - t0
@@ -701,7 +721,7 @@ class Spine:
         self.wait_merges()
         with self._cv:
             inputs = [b for bs in self._levels.values() for b in bs]
-            epoch, bound, keep = self._epoch, self._key_bound, self._retain
+            epoch, bound, keep = self._epoch, self._gc_bound, self._retain
         t0 = time.perf_counter()
         out = self._merge(inputs, bound, keep) if inputs else None
         dt = time.perf_counter() - t0
