@@ -52,3 +52,50 @@ def test_rollback_brings_back_rows_dropped_behind_the_watermark(workers, keyed):
         assert view == {("a", ts(0), ts(10), 3, 3): 1, ("b", ts(10), ts(20), 2, 2): 1}
     else:
         assert view == {(ts(0), ts(10), 3, 3): 1, (ts(10), ts(20), 2, 2): 1}
+
+
+# -- nested and dictionary columns in state that spills -------------------------------------------
+
+NESTED = pa.schema([("k", pa.int64()), ("l", pa.list_(pa.int64())),
+                    ("s", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+                    ("m", pa.map_(pa.string(), pa.int64())),
+                    ("d", pa.dictionary(pa.int32(), pa.string()))])
+
+
+def _nested_rows(lo: int, hi: int) -> list:
+    return [(j, [j, None] if j % 3 else None, {"a": j, "b": str(j)} if j % 5 else None,
+             [("x", j)] if j % 2 else None, str(j % 7) if j % 11 else None)
+            for j in range(lo, hi)]
+
+
+def _nested_pipeline(ctx):
+    s = ctx.stream(NESTED, name="n")
+    t = ctx.stream({"k": pa.int64(), "w": pa.int64()}, name="t")
+    outs = [s.distinct().collect(),
+            s.join(t, on="k").collect(),
+            s.group_by("k").agg(n=count()).collect()]
+    return s, t, outs
+
+
+@pytest.mark.parametrize("workers_", [1, 2])
+def test_state_with_nested_columns_spills_and_reads_back(tmp_path, workers_):
+    from dbsp.storage.config import StorageConfig
+    results = []
+    for storage in (None, StorageConfig(str(tmp_path / "st"), memory_budget_bytes=1,
+                                        min_file_rows=500, merge_process_rows=None)):
+        ctx = StreamContext(workers=workers_, storage=storage)
+        s, t, outs = _nested_pipeline(ctx)
+        for i in range(4):
+            s.insert(_nested_rows(i * 1500, (i + 1) * 1500))
+            t.insert([(j, j * 2) for j in range(i * 1500, (i + 1) * 1500, 3)])
+            ctx.step()
+        s.delete(_nested_rows(0, 700))
+        ctx.step()
+        results.append([o.view_dict() for o in outs])
+        if storage is not None:
+            files = [p for p in (tmp_path / "st").rglob("*") if p.is_file()
+                     and p.read_bytes()[:4] == b"DBSB"]
+            assert files, "nothing spilled"
+        ctx.close()
+    assert results[0] == results[1]
+    assert len(results[1][0]) == 6000 - 700
