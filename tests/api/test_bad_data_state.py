@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from dbsp import RowError, StreamContext, col, count, sum_
+from dbsp.algebra.checked import WeightOverflowError
 from dbsp.api import tumbling
+from dbsp.storage.config import StorageConfig
+from dbsp.trace.batch import OrdZSet, ZSet
+from dbsp.trace.spine import Spine
 
 SEC = dt.timedelta(seconds=1)
 E = pa.schema([("ts", pa.timestamp("ms")), ("k", pa.string()), ("x", pa.int64())])
@@ -79,7 +84,6 @@ def _nested_pipeline(ctx):
 
 @pytest.mark.parametrize("workers_", [1, 2])
 def test_state_with_nested_columns_spills_and_reads_back(tmp_path, workers_):
-    from dbsp.storage.config import StorageConfig
     results = []
     for storage in (None, StorageConfig(str(tmp_path / "st"), memory_budget_bytes=1,
                                         min_file_rows=500, merge_process_rows=None)):
@@ -99,3 +103,45 @@ def test_state_with_nested_columns_spills_and_reads_back(tmp_path, workers_):
         ctx.close()
     assert results[0] == results[1]
     assert len(results[1][0]) == 6000 - 700
+
+
+# -- weights summed in spine merges and in the output view never wrap ------------------------------
+
+def test_an_output_view_weight_out_of_int64_rolls_the_step_back(workers):
+    ctx = StreamContext(workers=workers)
+    s = ctx.stream({"k": pa.int64(), "v": pa.int64()}, name="s")
+    out = s.collect()
+    s.push([(1, 1)], weights=[2 ** 62])
+    ctx.step()
+    s.push([(1, 1), (2, 2)], weights=[2 ** 62, 1])
+    with pytest.raises(OverflowError, match=r"row {k=1, v=1} in the view of output .output0. is out of the int64"):
+        ctx.step()
+    assert out.view_dict() == {(1, 1): 2 ** 62}    # not -2**63: the step was rolled back
+    s.push([(1, 1), (2, 2)], weights=[-(2 ** 62), 1])
+    ctx.step()                                     # and the circuit keeps stepping
+    assert out.view_dict() == {(2, 2): 1}
+    ctx.close()
+
+
+def test_a_trace_weight_out_of_int64_is_an_error_never_a_wrap():
+    """An integral whose state sums past int64 over several steps: the merge that would wrap
+    does not run (the state stays exact, in separate batches); a read of it in a step raises
+    WeightOverflowError naming the row, and the step is rolled back."""
+    sch = pa.schema([("k", pa.int64())])
+
+    def b(k, w):
+        data = pa.RecordBatch.from_arrays([pa.array([k], pa.int64())], schema=sch)
+        return OrdZSet.from_loose(ZSet(data, np.array([w], np.int64)))
+
+    for background in (False, True):
+        sp = Spine(name="t", fanout=2, background=background)
+        sp.insert(b(7, 2 ** 62))
+        sp.insert(b(7, 2 ** 62))               # the merge of these two would wrap
+        sp.wait_merges()                       # no SpineMergeError: the spine is not broken
+        assert sp.num_batches == 2
+        with pytest.raises(WeightOverflowError, match=r"row \{k=7\}"):
+            sp.consolidated()
+        sp.insert(b(7, -(2 ** 62)))            # what a rollback does: the merges run again
+        sp.wait_merges()
+        assert sp.consolidated().to_dict() == {(7,): 2 ** 62}
+        sp.close()

@@ -210,7 +210,7 @@ class Circuit(Graph):
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
         try:
-            outs = self._executor.step(per_worker)
+            outs = self._executor.step(per_worker, self._check_outputs)
         except WorkerDied as e:
             self._broken = e
             raise
@@ -236,6 +236,11 @@ class Circuit(Graph):
             for bad in o.get(ERRORS, ()):
                 self.error_log.add_bad(self.steps, bad)
         self.steps += 1
+
+    def _check_outputs(self, outs: list) -> None:
+        """Before a step commits: no output view's weight leaves int64."""
+        for out in self.outputs:
+            out.check([o.get(out.node) for o in outs])
 
     @property
     def failed(self) -> Optional[BaseException]:

@@ -206,10 +206,13 @@ class Coordinator:
     #: circuit cannot continue (it says so; the embedded runtimes roll back)
     broken: Optional[BaseException] = None
 
-    def step(self, inputs: list[dict]) -> list[dict]:
+    def step(self, inputs: list[dict], check=None) -> list[dict]:
         self._send({w: ("step", inputs[w]) for w in self.ctrl})
         try:
-            return self._replies()
+            outs = self._replies()
+            if check is not None:
+                check(outs)
+            return outs
         except BaseException as e:
             self.broken = e
             raise

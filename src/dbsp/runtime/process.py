@@ -176,7 +176,9 @@ class ProcessPool:
             raise (real or errs)[0]
         return [r[1] for r in replies]
 
-    def step(self, inputs: list[dict]) -> list[dict]:
+    def step(self, inputs: list[dict], check=None) -> list[dict]:
+        """One step on every worker; ``check(outputs)`` may refuse it before it commits (the
+        workers commit a step when the next one starts)."""
         self._send({w: ("step", inputs[w]) for w in self.ctrl})
         r = self.replica
         r.feed(inputs[0])
@@ -199,8 +201,15 @@ class ProcessPool:
         except BaseException:
             self.rollback()
             raise
+        outs = [r.take_outputs()] + replies
+        if check is not None:
+            try:
+                check(outs)
+            except BaseException:
+                self.rollback()
+                raise
         r.commit()
-        return [r.take_outputs()] + replies
+        return outs
 
     def rollback(self) -> None:
         """Undo the failed step on every worker, over a fresh socket mesh (see the module doc)."""
