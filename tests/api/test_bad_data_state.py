@@ -145,3 +145,74 @@ def test_a_trace_weight_out_of_int64_is_an_error_never_a_wrap():
         sp.wait_merges()
         assert sp.consolidated().to_dict() == {(7,): 2 ** 62}
         sp.close()
+
+
+# -- the error stream and the bounded log ----------------------------------------------------------
+
+def test_errors_are_a_stream_of_the_circuit(workers):
+    import json
+    ctx = StreamContext(workers=workers, errors="skip_and_report")
+    s = ctx.stream({"k": pa.int64(), "v": pa.int64()}, name="orders")
+    good = s.select("k", q=col("v") * 2 ** 62).collect()
+    es = ctx.error_stream()
+    assert es.schema.names == ["step", "source", "reason", "expression", "row", "weight"]
+    errs = es.collect()
+    per_source = es.group_by("source").agg(n=count()).collect()
+    seen = []
+    es.for_each(lambda d: seen.append(d.num_rows))
+    s.insert([(1, 1), (2, "x"), (3, 5)])   # "x" refused at push; 3 * 2**62 overflows at run time
+    ctx.step()
+    rows = errs.view().to_pylist()
+    assert [(r["step"], r["source"]) for r in rows] == [(0, "orders")]   # push time: this step
+    ctx.step()                                                          # run time: the next one
+    rows = sorted(errs.view().to_pylist(), key=lambda r: r["source"])
+    assert [(r["step"], r["source"]) for r in rows] == [(0, "map"), (0, "orders")]
+    assert json.loads(rows[0]["row"]) == {"k": 3, "v": 5} and "overflow" in rows[0]["reason"]
+    assert json.loads(rows[1]["row"]) == [2, "x"] and rows[0]["weight"] == 1
+    assert per_source.view_dict() == {("map", 1): 1, ("orders", 1): 1}
+    assert good.view_dict() == {(1, 2 ** 62): 1}
+    assert len(ctx.errors) == 2 and ctx.report()["errors"]["stream_missed"] == 0
+    assert seen == [1, 1]                   # sunk like any output: one row in each step
+    ctx.close()
+
+
+def test_the_error_log_is_bounded_and_counts_what_it_dropped():
+    ctx = StreamContext(errors="skip_and_report", error_cap=10)
+    s = ctx.stream({"k": pa.int64(), "v": pa.int64()}, name="s")
+    es = ctx.error_stream().collect()
+    for i in range(5):
+        s.insert([(j, "bad") for j in range(i * 7, i * 7 + 7)] + [(i, i)])
+        ctx.step()
+    log = ctx.errors
+    assert len(log) == 35 and len(log.records) <= 10 + 10 // 8
+    rep = ctx.report()["errors"]
+    assert rep["rows"] == 35 and rep["kept"] == len(log.records)
+    assert rep["dropped"] == 35 - rep["kept"] and rep["by_source"] == {"s": 35}
+    assert len(log.since(0)) == len(log.records) and log.missed(0) == rep["dropped"]
+    assert [r["row"][0] for r in log.since(33)] == [33, 34]
+    # each step's records were fed before the cap could drop them: the stream has them all
+    assert sum(es.view_dict().values()) == 35 and rep["stream_missed"] == 0
+    ctx.close()
+    with pytest.raises(ValueError, match="cap"):
+        StreamContext(error_cap=-1)
+
+
+def test_the_error_stream_refeeds_after_a_rolled_back_step():
+    """A step that fails (here a view weight out of int64) is rolled back with its input, the
+    error rows fed to the error stream included: they enter again with the next step."""
+    ctx = StreamContext(errors="skip_and_report")
+    s = ctx.stream({"k": pa.int64(), "v": pa.int64()}, name="s")
+    t = ctx.stream({"k": pa.int64()}, name="t")
+    t.collect()
+    es = ctx.error_stream().collect()
+    s.insert([(1, "bad")])
+    t.push([(1,)], weights=[2 ** 62])
+    ctx.step()
+    t.push([(1,)], weights=[2 ** 62])
+    s.insert([(2, "bad")])
+    with pytest.raises(WeightOverflowError):
+        ctx.step()
+    assert sum(es.view_dict().values()) == 1
+    ctx.step()
+    assert sorted(r["row"] for r in es.view().to_pylist()) == ['[1, "bad"]', '[2, "bad"]']
+    ctx.close()

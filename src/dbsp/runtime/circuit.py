@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.schema import WEIGHT, as_schema
-from ..circuit.errors import ErrorLog, ErrorSink, RowError, check_policy
+from ..circuit.errors import DEFAULT_ERROR_CAP, ErrorLog, ErrorSink, RowError, check_policy
 from ..circuit.graph import CircuitError, ClosedError, Graph
 from ..circuit.operator import WorkerContext
 from ..circuit.scheduler import ERRORS, Scheduler
@@ -90,7 +90,7 @@ class Circuit(Graph):
 
     def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
                  runtime: str = "threads", storage: Any = None, errors: str = "raise",
-                 executor: Any = None):
+                 executor: Any = None, error_cap: Optional[int] = DEFAULT_ERROR_CAP):
         """``executor``: runs the replicas somewhere else, a callable ``(nodes, workers, local
         exchanges) -> executor`` (an object with ``step(per_worker_inputs) -> per_worker_outputs``,
         ``call(name)`` and ``close()``), such as the launcher's coordinator
@@ -101,7 +101,7 @@ class Circuit(Graph):
         #: (see :mod:`dbsp.circuit.errors`); fixed when the circuit starts
         self.errors = check_policy(errors)
         #: rows set aside under ``skip_and_report``, by every operator and every input
-        self.error_log = ErrorLog()
+        self.error_log = ErrorLog(error_cap)
         self._executor_factory = executor
         if executor is not None and storage is not None:
             raise ValueError("a circuit with a remote executor has no storage of its own: give "
