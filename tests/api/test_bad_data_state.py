@@ -4,6 +4,7 @@ wrap inside spine merges, the error stream as a circuit stream, per-input polici
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +12,8 @@ import pytest
 
 from dbsp import RowError, StreamContext, col, count, sum_
 from dbsp.algebra.checked import WeightOverflowError
+from dbsp.circuit.errors import node_policies
+from dbsp.circuit.graph import Node
 from dbsp.api import tumbling
 from dbsp.storage.config import StorageConfig
 from dbsp.trace.batch import OrdZSet, ZSet
@@ -150,7 +153,6 @@ def test_a_trace_weight_out_of_int64_is_an_error_never_a_wrap():
 # -- the error stream and the bounded log ----------------------------------------------------------
 
 def test_errors_are_a_stream_of_the_circuit(workers):
-    import json
     ctx = StreamContext(workers=workers, errors="skip_and_report")
     s = ctx.stream({"k": pa.int64(), "v": pa.int64()}, name="orders")
     good = s.select("k", q=col("v") * 2 ** 62).collect()
@@ -216,3 +218,42 @@ def test_the_error_stream_refeeds_after_a_rolled_back_step():
     ctx.step()
     assert sorted(r["row"] for r in es.view().to_pylist()) == ['[1, "bad"]', '[2, "bad"]']
     ctx.close()
+
+
+# -- run-time errors follow the policy of the input the rows came from ---------------------------
+
+@pytest.mark.parametrize("pipeline", ["raise", "skip_and_report"])
+def test_run_time_errors_follow_the_policy_of_their_input(workers, pipeline):
+    ctx = StreamContext(workers=workers, errors=pipeline)
+    a = ctx.stream({"k": pa.int64(), "v": pa.int64()}, name="a", errors="skip_and_report")
+    b = ctx.stream({"k": pa.int64(), "w": pa.int64()}, name="b", errors="raise")
+    qa = a.select("k", q=col("v") * 2 ** 62).collect()      # a's rows: skipped
+    qb = b.select("k", q=col("w") * 2 ** 62).collect()      # b's rows: raise
+    j = a.join(b, on="k").select("k", q=col("v") * col("w") * 2 ** 61).collect()  # stricter: raise
+    a.insert([(1, 1), (2, 5)])
+    ctx.step()
+    assert qa.view_dict() == {(1, 2 ** 62): 1}
+    [rec] = ctx.errors.records
+    assert rec["source"] == "map" and rec["row"] == {"k": 2, "v": 5}
+    b.insert([(3, 9)])
+    with pytest.raises(RowError, match=r"row \{k=3, w=9\}"):
+        ctx.step()
+    assert qb.view_dict() == {}
+    b.insert([(1, 1)])
+    ctx.step()
+    assert j.view_dict() == {(1, 2 ** 61): 1}
+    b.insert([(2, 1)])                # joined with a's (2, 5): 5 * 2**61 overflows: raise
+    with pytest.raises(RowError, match=r"row \{k=2, v=5, w=1\}"):
+        ctx.step()
+    assert j.view_dict() == {(1, 2 ** 61): 1} and len(ctx.errors) == 1
+    ctx.close()
+
+
+def test_node_policies_take_the_strictest_upstream_input():
+    n = [Node(0, "a", None, [], None, kind="input"), Node(1, "b", None, [], None, kind="input"),
+         Node(2, "map", None, [0], None), Node(3, "join", None, [2, 1], None),
+         Node(4, "z", None, [5], None, strict=True), Node(5, "plus", None, [3, 4], None),
+         Node(6, "const", None, [], None)]
+    got = node_policies(n, {0: "skip_and_report", 1: "raise"}, "skip_and_report")
+    assert got == {0: "skip_and_report", 1: "raise", 2: "skip_and_report", 3: "raise",
+                   4: "raise", 5: "raise", 6: "skip_and_report"}

@@ -211,7 +211,9 @@ class StreamContext:
         (:attr:`late_rows`). ``batching`` overrides the context's batching for this source.
         ``key`` (columns) makes the input remember its rows by key, for
         :meth:`SourceStream.upsert`. ``errors`` overrides the pipeline's error policy for the
-        rows of this input (at push time).
+        rows of this input, at push time and at run time in every operator they reach (where
+        they meet rows of an input with another policy, e.g. in a join, the stricter one holds:
+        ``raise``; :mod:`dbsp.circuit.errors`).
         """
         self.circuit.check_open("add a stream to")
         if self.circuit.running:

@@ -12,6 +12,13 @@ retraction of a row that was never inserted. What happens then is the circuit's 
   circuit's error log (a dead-letter queue, like ``errors.tolerance=all`` with a dead-letter topic
   in Kafka Connect).
 
+**Per input**: an input may have its own policy (``StreamContext.stream(..., errors=...)``). It
+governs its rows at push time, and at run time every operator whose rows come from it: an
+operator follows the *strictest* policy among the inputs upstream of it (``raise`` is stricter
+than ``skip_and_report``), so where rows of a ``raise`` input meet rows of a ``skip_and_report``
+one (a join, a union) a bad row raises. An operator that no input with its own policy reaches
+follows the pipeline's. (:func:`node_policies` computes this from the graph.)
+
 This module knows no operator: operators find the sink in their
 :class:`~dbsp.circuit.operator.WorkerContext` (``ctx.errors``).
 """
@@ -24,9 +31,32 @@ from typing import Any, Optional
 import pyarrow as pa
 
 __all__ = ["POLICIES", "RowError", "BadRows", "ErrorSink", "ErrorLog", "ERROR_SCHEMA",
-           "ERROR_STREAM_SCHEMA", "DEFAULT_ERROR_CAP", "check_policy", "row_json"]
+           "ERROR_STREAM_SCHEMA", "DEFAULT_ERROR_CAP", "check_policy", "row_json",
+           "node_policies"]
 
 POLICIES = ("raise", "skip_and_report")
+
+
+def node_policies(nodes: list, input_policy: dict, default: str) -> dict:
+    """``{node id: policy}``: each node's strictest upstream input policy (``input_policy``:
+    ``{input node id: its policy}``), ``default`` where no input reaches it. Iterated to a fixed
+    point, since a delay's input may be built after it."""
+    rank = {p: i for i, p in enumerate(POLICIES)}     # raise (0) is the strictest
+    pol: dict = {n: p for n, p in input_policy.items()}
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if n.id in input_policy:
+                continue
+            ups = [pol[i] for i in n.inputs if i in pol]
+            if not ups:
+                continue
+            p = min(ups, key=rank.__getitem__)
+            if pol.get(n.id) != p and (n.id not in pol or rank[p] < rank[pol[n.id]]):
+                pol[n.id] = p
+                changed = True
+    return {n.id: pol.get(n.id, default) for n in nodes}
 
 
 def check_policy(policy: Any, what: str = "errors") -> str:

@@ -46,7 +46,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.schema import WEIGHT, as_schema
-from ..circuit.errors import DEFAULT_ERROR_CAP, ErrorLog, ErrorSink, RowError, check_policy
+from ..circuit.errors import (DEFAULT_ERROR_CAP, ErrorLog, ErrorSink, RowError, check_policy,
+                              node_policies)
 from ..circuit.graph import CircuitError, ClosedError, Graph
 from ..circuit.operator import WorkerContext
 from ..circuit.scheduler import ERRORS, Scheduler
@@ -170,6 +171,10 @@ class Circuit(Graph):
 
     def _start(self) -> None:
         tune_malloc()
+        pols = node_policies(self.nodes, {s.node: s.policy for s in self.inputs.values()},
+                             self.errors)
+        for n in self.nodes:
+            n.info["errors"] = pols[n.id]
         self._placement = plan(self.nodes, self.workers)
         local = self._placement.local_exchanges
         if self._executor_factory is not None:
