@@ -169,12 +169,17 @@ class Circuit(Graph):
     def running(self) -> bool:
         return self._executor is not None
 
-    def _start(self) -> None:
-        tune_malloc()
+    def mark_policies(self) -> None:
+        """Note on every node the error policy its operator follows (``Node.info["errors"]``:
+        the strictest of its upstream inputs', :func:`~dbsp.circuit.errors.node_policies`)."""
         pols = node_policies(self.nodes, {s.node: s.policy for s in self.inputs.values()},
                              self.errors)
         for n in self.nodes:
             n.info["errors"] = pols[n.id]
+
+    def _start(self) -> None:
+        tune_malloc()
+        self.mark_policies()
         self._placement = plan(self.nodes, self.workers)
         local = self._placement.local_exchanges
         if self._executor_factory is not None:
