@@ -165,6 +165,7 @@ class _StreamWriter:
             self._per_block = self._fixed_rows_per_block()
         elif phys.kind == "ipc":
             self._arr = None          # pending rows as one Arrow array
+            self._ipc_schema: Optional[pa.Schema] = None  # set at the first rows
         else:
             self._odt = np.dtype("<i4") if phys.offset_width == 4 else np.dtype("<i8")
 
@@ -252,7 +253,7 @@ class _StreamWriter:
         nb = max(arr.get_total_buffer_size(), 1)
         if not final and nb < self.cap:
             return
-        if not hasattr(self, "_ipc_schema"):
+        if self._ipc_schema is None:
             self._ipc_schema = pa.schema([pa.field("v", arr.type, self.nullable)])
         p = 0
         per_row = nb / total
