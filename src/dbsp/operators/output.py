@@ -107,9 +107,10 @@ class OutputHandle(Stateful):
         super().restore_state(state)
         self._bound = 0
         if self._view is not None:
-            for b in self._view.batches():
+            for b in self._view.batches():   # once per restore (a file batch is read)
                 if len(b):
-                    self._bound += max(abs(int(b.weights.max())), abs(int(b.weights.min())))
+                    w = b.weights if hasattr(b, "weights") else b.to_memory().weights
+                    self._bound += max(abs(int(w.max())), abs(int(w.min())))
 
     # -- delta ----------------------------------------------------------------------------
     def delta(self) -> OrdZSet:
