@@ -24,11 +24,13 @@ ONLY = {n for n in os.environ.get("DBSP_ONLY", "").split(",") if n}
 # name -> extra Extension keyword arguments
 EXTENSIONS = {
     "codes": {},        # normalized, order-preserving key codes
-    "sort": {},         # radix sort + consolidation
+    # radix sort + consolidation; checked_add.h: the overflow check of weight sums
+    "sort": {"depends": ["src/_native/checked_add.h"]},
     # k-way merge of sorted runs with consolidation; its AVX-512 kernel is a header (``depends``:
     # rebuilt when it changes, shipped in the sdist)
-    "merge": {"depends": ["src/_native/merge_simd.h"]},
-    "merge_pairs": {},  # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
+    "merge": {"depends": ["src/_native/merge_simd.h", "src/_native/checked_add.h"]},
+    # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
+    "merge_pairs": {"depends": ["src/_native/checked_add.h"]},
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "hashing": {},      # key hashing for the exchange
     "strings": {},      # string kernels on Arrow buffers (split_part)

@@ -22,6 +22,9 @@ Consolidation is inline and tolerates runs that are sorted but not consolidated:
 output group (its code, first row and running sum) is kept in registers and the output position
 advances when a group with a non-zero sum closes.
 
+Weight sums are checked (``checked_add.h``: one flag per call, OR-ed in registers; the entry
+point raises ``OverflowError`` when it is set, and the caller checks the final sums exactly).
+
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
@@ -45,7 +48,10 @@ cdef extern from "merge_simd.h" nogil:
     void dbsp_merge2_avx512(const uint64_t* a, const int64_t* wa, const uint64_t* b,
                             const int64_t* wb, int64_t* ip, int64_t* jp, int64_t steps,
                             int64_t ba, int64_t bb, int64_t* og, int64_t* ow, int64_t* op,
-                            uint64_t* key, int64_t* first, int64_t* s)
+                            uint64_t* key, int64_t* first, int64_t* s, int* ovf)
+
+cdef extern from "checked_add.h" nogil:
+    bint dbsp_add_ovf(int64_t a, int64_t b, int64_t* r)
 
 cdef bint _simd_available = dbsp_merge_avx512_supported() != 0
 cdef bint _simd = _simd_available and os.environ.get("DBSP_MERGE_SIMD", "1") != "0"
@@ -89,6 +95,7 @@ ctypedef struct out_t:
     int64_t s
     uint64_t key      # open group's code (u64 paths)
     bint open
+    int ovf           # some partial weight sum wrapped (checked_add.h)
 
 
 cdef inline void close_group(out_t* out) noexcept nogil:
@@ -105,6 +112,7 @@ cdef void copy_u64(const uint64_t* k, const int64_t* w, int64_t lo, int64_t hi, 
     cdef int64_t i, o, first, s
     cdef uint64_t key, c
     cdef bint same
+    cdef int ovf = 0
     if hi <= lo:
         return
     if not out.open:
@@ -124,8 +132,9 @@ cdef void copy_u64(const uint64_t* k, const int64_t* w, int64_t lo, int64_t hi, 
         out.w[o] = s
         o += (not same) & (s != 0)
         first = first if same else base + i
-        s = (s if same else 0) + w[i]
+        ovf |= dbsp_add_ovf(s if same else 0, w[i], &s)
         key = c
+    out.ovf |= ovf
     out.o = o
     out.key = key
     out.first = first
@@ -188,6 +197,7 @@ cdef void merge_block(const uint64_t* a, const int64_t* wa, const uint64_t* b,
     cdef int64_t* ow = out.w
     cdef uint64_t key = out.key, x, y, c
     cdef bint ta, same
+    cdef int ovf = 0
     for _ in range(stop):
         # Both sides are loaded and the taken one is selected with masks: written as ternaries,
         # gcc turned some selections into (unpredictable) branches.
@@ -208,8 +218,9 @@ cdef void merge_block(const uint64_t* a, const int64_t* wa, const uint64_t* b,
         ow[o] = s
         o += (1 - same) & (s != 0)
         first = (first & ms) | (g & ~ms)
-        s = (s & ms) + wv
+        ovf |= dbsp_add_ovf(s & ms, wv, &s)
         key = c
+    out.ovf |= ovf
     ip[0] = i
     jp[0] = j
     out.o = o
@@ -266,7 +277,7 @@ cdef void merge2_u64(const run_t* ra, const run_t* rb, out_t* out, bint simd) no
             if stop > SIMD_STEPS:
                 stop = SIMD_STEPS
             dbsp_merge2_avx512(a, wa, b, wb, &i, &j, stop, ba, bb, out.g, out.w, &out.o,
-                               &out.key, &out.first, &out.s)
+                               &out.key, &out.first, &out.s, &out.ovf)
             continue
         merge_block(a, wa, b, wb, &i, &j, stop, ba, bb, out)
     copy_u64(a, wa, i, na, ba, out)
@@ -340,7 +351,7 @@ cdef void merge_tree(run_t* runs, int64_t k, int64_t* tree, out_t* out) noexcept
         r = &runs[win]
         t = r.pos
         if out.open and rows_equal(&runs[frun], fpos, r, t):
-            out.s += r.w[t]
+            out.ovf |= dbsp_add_ovf(out.s, r.w[t], &out.s)
         else:
             close_group(out)
             out.first = r.base + t
@@ -394,7 +405,7 @@ cdef void merge_tree_u64(run_t* runs, int64_t k, int64_t* tree, head_t* h,
         wv = rr.w[t]
         same = out.open and c == out.key
         if same:
-            out.s += wv
+            out.ovf |= dbsp_add_ovf(out.s, wv, &out.s)
         else:
             close_group(out)
             out.key = c
@@ -434,12 +445,16 @@ cdef int64_t build_u64(const head_t* h, int64_t* tree, int64_t k, int64_t node) 
 
 # --- entry point --------------------------------------------------------------------------------
 
-def merge_consolidate(runs):
+def merge_consolidate(runs, bint check=True):
     """k-way merge of consolidated runs ``(kcodes, vcodes_or_None, weights)``.
 
     Returns ``(gidx, w)`` (int64): ``gidx`` indexes the virtual concatenation of the runs (run 0's
     rows first); output row i is input row ``gidx[i]`` (the first run holding it) with the summed
     weight ``w[i]``; zero sums are dropped. The output is consolidated.
+
+    ``check``: raise ``OverflowError`` when some partial weight sum wrapped (the caller then
+    checks the final sums exactly, see ``checked_add.h``); ``False``: return the sums modulo
+    2**64.
     """
     runs = list(runs)
     cdef int64_t k = len(runs), i, total = 0, nz = 0, n
@@ -522,5 +537,7 @@ def merge_consolidate(runs):
         free(tree)
         free(live)
         free(heads)
+    if check and out.ovf:
+        raise OverflowError("an int64 weight sum wrapped in merge_consolidate")
     return shrink(gidx, out.o), shrink(wout, out.o)
 

@@ -34,6 +34,9 @@ from . import merge as _merge
 cnp.import_array()
 
 
+cdef extern from "checked_add.h" nogil:
+    bint dbsp_add_ovf(int64_t a, int64_t b, int64_t* r)
+
 cdef extern from *:
     """typedef unsigned __int128 dbsp_u128;"""
     ctypedef unsigned long long u128 "dbsp_u128"
@@ -73,8 +76,9 @@ cdef int64_t build(const head_t* h, int64_t* tree, int64_t k, int64_t node) noex
 
 
 cdef int64_t merge_pairs(prun_t* runs, int64_t k, int64_t* tree, head_t* h, int64_t* g,
-                         int64_t* wout) noexcept nogil:
-    """Merge ``k`` non-empty runs into ``g``/``wout``; returns the number of output rows."""
+                         int64_t* wout, int* ovf) noexcept nogil:
+    """Merge ``k`` non-empty runs into ``g``/``wout``; returns the number of output rows
+    (``ovf``: set when a weight sum wrapped)."""
     cdef int64_t r, node, t, other, total = 0, _, m, o = 0, first = 0, s = 0
     cdef u128 c, gc = 0
     cdef bint lt, opened = False
@@ -89,7 +93,7 @@ cdef int64_t merge_pairs(prun_t* runs, int64_t k, int64_t* tree, head_t* h, int6
         t = rr.pos
         c = h[r].kv
         if opened and c == gc:
-            s += rr.w[t]
+            ovf[0] |= dbsp_add_ovf(s, rr.w[t], &s)
         else:
             if opened:
                 g[o] = first
@@ -125,11 +129,13 @@ cdef bint _is_u64(x):
     return isinstance(x, np.ndarray) and (<cnp.ndarray>x).dtype == np.uint64
 
 
-def merge_consolidate(runs):
+def merge_consolidate(runs, bint check=True):
     """k-way merge of consolidated runs ``(kcodes, vcodes_or_None, weights)`` (see
-    ``kernels_ref.merge_consolidate``): ``(gidx, w)``, int64."""
+    ``kernels_ref.merge_consolidate``): ``(gidx, w)``, int64. ``check``: raise ``OverflowError``
+    when a weight sum wrapped (see ``checked_add.h``)."""
     runs = list(runs)
     cdef int64_t k = len(runs), i, nz = 0, total = 0, n, o
+    cdef int ovf = 0
     cdef bint pairs = k >= 2
     for run in runs:
         if not pairs:
@@ -137,7 +143,7 @@ def merge_consolidate(runs):
         if len(run) != 3 or not (_is_u64(run[0]) and _is_u64(run[1])):
             pairs = False
     if not pairs:
-        return _merge.merge_consolidate(runs)
+        return _merge.merge_consolidate(runs, check)
     owners = []
     cdef prun_t* rs = <prun_t*>malloc(k * sizeof(prun_t))
     cdef int64_t* tree = <int64_t*>malloc((k + 1) * sizeof(int64_t))
@@ -174,11 +180,13 @@ def merge_consolidate(runs):
         if nz:
             with nogil:
                 o = merge_pairs(rs, nz, tree, heads, <int64_t*>cnp.PyArray_DATA(gidx),
-                                <int64_t*>cnp.PyArray_DATA(wout))
+                                <int64_t*>cnp.PyArray_DATA(wout), &ovf)
     finally:
         free(rs)
         free(tree)
         free(heads)
+    if check and ovf:
+        raise OverflowError("an int64 weight sum wrapped in merge_consolidate")
     return shrink(gidx, o), shrink(wout, o)
 
 
@@ -205,6 +213,7 @@ ctypedef struct iout_t:
     int64_t* ksrc
     int64_t o               # output rows
     int64_t nk              # output keys
+    int ovf                 # a weight sum wrapped
 
 
 cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_t s) noexcept nogil:
@@ -241,7 +250,7 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
         t = rr.pos
         c = h[r].kv
         if opened and c == gc:
-            s += rr.w[t]
+            out.ovf |= dbsp_add_ovf(s, rr.w[t], &s)
         else:
             if opened:
                 emit(out, gc, first, kfirst, s)
@@ -271,7 +280,7 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
     out.off[out.nk] = out.o
 
 
-def merge_indexed(runs):
+def merge_indexed(runs, bint check=True):
     """The sum of consolidated indexed batches with u64 key and value codes, regrouped by key in
     the same pass. ``runs``: ``(kcodes, offsets, vcodes, weights)`` per batch (distinct ascending
     key codes, ``offsets`` of length keys + 1, values ascending within a key).
@@ -342,6 +351,7 @@ def merge_indexed(runs):
         out.ksrc = <int64_t*>cnp.PyArray_DATA(ksrc)
         out.o = 0
         out.nk = 0
+        out.ovf = 0
         out.off[0] = 0
         if nz:
             with nogil:
@@ -350,5 +360,7 @@ def merge_indexed(runs):
         free(rs)
         free(tree)
         free(heads)
+    if check and out.ovf:
+        raise OverflowError("an int64 weight sum wrapped in merge_indexed")
     return (shrink(gidx, out.o), shrink(wout, out.o), shrink(vout, out.o),
             shrink(kout, out.nk), shrink(offout, out.nk + 1), shrink(ksrc, out.nk))

@@ -57,14 +57,25 @@ static int dbsp_merge_avx512_supported(void)
 #define DBSP_SWAP2(x) _mm512_permutex_epi64((x), _MM_SHUFFLE(1, 0, 3, 2))
 #define DBSP_SWAP1(x) _mm512_shuffle_epi32((x), _MM_PERM_BADC)
 
+/* W += X in the lanes of mask M, recording in ``wrapped`` the lanes whose signed sum overflowed
+ * (operands of one sign, result of the other: the sign bit of ~(W ^ X) & (W ^ R)). */
+#define DBSP_ADD_CHECKED(W, M, X) do {                                                       \
+        __m512i x_ = (X);                                                                      \
+        __m512i r_ = _mm512_mask_add_epi64((W), (M), (W), x_);                                 \
+        __m512i t_ = _mm512_andnot_si512(_mm512_xor_si512((W), x_), _mm512_xor_si512((W), r_)); \
+        wrapped |= _mm512_mask_cmplt_epi64_mask((M), t_, _mm512_setzero_si512());            \
+        (W) = r_;                                                                              \
+    } while (0)
+
 /* Run ``steps`` 8-row steps (the caller guarantees 8 rows left on both sides for each). The
  * open output group (key, first row, running sum) must be open on entry; it is read from and
  * written back to *key, *first, *s. */
 DBSP_AVX512 static void dbsp_merge2_avx512(
     const uint64_t* a, const int64_t* wa, const uint64_t* b, const int64_t* wb,
     int64_t* ip, int64_t* jp, int64_t steps, int64_t ba, int64_t bb,
-    int64_t* og, int64_t* ow, int64_t* op, uint64_t* key, int64_t* first, int64_t* s)
+    int64_t* og, int64_t* ow, int64_t* op, uint64_t* key, int64_t* first, int64_t* s, int* ovf)
 {
+    __mmask8 wrapped = 0;   /* lanes where a masked add of weights overflowed */
     const __m512i iota = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i rev = _mm512_set_epi64(0, 1, 2, 3, 4, 5, 6, 7);
     const __m512i from_b = _mm512_set_epi64(8, 9, 10, 11, 12, 13, 14, 15);  /* lane k: B[7-k] */
@@ -118,13 +129,13 @@ DBSP_AVX512 static void dbsp_merge2_avx512(
             __mmask8 m2 = _mm512_cmpeq_epu64_mask(L, _mm512_alignr_epi64(L, pk, 6));
             __mmask8 m4 = _mm512_cmpeq_epu64_mask(L, _mm512_alignr_epi64(L, pk, 4));
             __mmask8 cont = _mm512_cmpeq_epu64_mask(L, _mm512_permutexvar_epi64(seven, pk));
-            W = _mm512_mask_add_epi64(W, same, W, _mm512_alignr_epi64(W, zero, 7));
+            DBSP_ADD_CHECKED(W, same, _mm512_alignr_epi64(W, zero, 7));
             G = _mm512_mask_min_epi64(G, same, G, _mm512_alignr_epi64(G, top, 7));
-            W = _mm512_mask_add_epi64(W, m2, W, _mm512_alignr_epi64(W, zero, 6));
+            DBSP_ADD_CHECKED(W, m2, _mm512_alignr_epi64(W, zero, 6));
             G = _mm512_mask_min_epi64(G, m2, G, _mm512_alignr_epi64(G, top, 6));
-            W = _mm512_mask_add_epi64(W, m4, W, _mm512_alignr_epi64(W, zero, 4));
+            DBSP_ADD_CHECKED(W, m4, _mm512_alignr_epi64(W, zero, 4));
             G = _mm512_mask_min_epi64(G, m4, G, _mm512_alignr_epi64(G, top, 4));
-            W = _mm512_mask_add_epi64(W, cont, W, _mm512_permutexvar_epi64(seven, pw));
+            DBSP_ADD_CHECKED(W, cont, _mm512_permutexvar_epi64(seven, pw));
             G = _mm512_mask_min_epi64(G, cont, G, _mm512_permutexvar_epi64(seven, pg));
             /* lane t of (open, lanes 0..6) closes its group iff lane t's key differs from the
              * one before it, i.e. bit t of ~same */
@@ -151,8 +162,10 @@ DBSP_AVX512 static void dbsp_merge2_avx512(
     *ip = i;
     *jp = j;
     *op = o;
+    *ovf |= wrapped != 0;
 }
 
+#undef DBSP_ADD_CHECKED
 #undef DBSP_BITONIC_STAGE
 #undef DBSP_SWAP4
 #undef DBSP_SWAP2
@@ -167,8 +180,9 @@ static int dbsp_merge_avx512_supported(void) { return 0; }
 static void dbsp_merge2_avx512(
     const uint64_t* a, const int64_t* wa, const uint64_t* b, const int64_t* wb,
     int64_t* ip, int64_t* jp, int64_t steps, int64_t ba, int64_t bb,
-    int64_t* og, int64_t* ow, int64_t* op, uint64_t* key, int64_t* first, int64_t* s)
+    int64_t* og, int64_t* ow, int64_t* op, uint64_t* key, int64_t* first, int64_t* s, int* ovf)
 {
+    (void)ovf;
     (void)a; (void)wa; (void)b; (void)wb; (void)ip; (void)jp; (void)steps; (void)ba; (void)bb;
     (void)og; (void)ow; (void)op; (void)key; (void)first; (void)s;
 }

@@ -49,6 +49,9 @@ from _native.types cimport kv_t, kw_t, var_t, codes_t
 from _native.codes_cmp cimport dbsp_clz64, var_cmp, var_prefix, codes_eq
 from _native.views cimport as_codes, as_i64, codes_view, shrink
 
+cdef extern from "checked_add.h" nogil:
+    bint dbsp_add_ovf(int64_t a, int64_t b, int64_t* r)
+
 import numpy as np
 
 cnp.import_array()
@@ -388,6 +391,7 @@ ctypedef struct emit_t:
     int64_t s
     bint started
     bint consolidate
+    int ovf               # a weight sum wrapped (checked_add.h)
 
 
 cdef inline void emit_rows(const row_t* t, int64_t n, emit_t* e) noexcept nogil:
@@ -401,6 +405,7 @@ cdef inline void emit_rows(const row_t* t, int64_t n, emit_t* e) noexcept nogil:
     """
     cdef int64_t i, o, first, s, wi
     cdef bint same
+    cdef int ovf = 0
     if not e.consolidate:
         o = e.o
         for i in range(n):
@@ -414,7 +419,7 @@ cdef inline void emit_rows(const row_t* t, int64_t n, emit_t* e) noexcept nogil:
     else:
         wi = t[0].w
     if e.started and <u128_t>t[0].key == e.key:
-        e.s += wi
+        e.ovf |= dbsp_add_ovf(e.s, wi, &e.s)
     else:
         if e.started:
             e.p[e.o] = e.first
@@ -436,7 +441,8 @@ cdef inline void emit_rows(const row_t* t, int64_t n, emit_t* e) noexcept nogil:
         e.q[o] = s
         o += (not same) & (s != 0)
         first = first if same else <int64_t>t[i].idx
-        s = (s if same else 0) + wi
+        ovf |= dbsp_add_ovf(s if same else 0, wi, &s)
+    e.ovf |= ovf
     e.o = o
     e.key = t[n - 1].key
     e.first = first
@@ -657,7 +663,7 @@ cdef void emit_general(const kv_t* r, int64_t n, const codes_t* k, const codes_t
         i += 1
         while i < n and codes_eq(k, first, k, r[i].idx) and (
                 v == NULL or codes_eq(v, first, v, r[i].idx)):
-            s += e.w[r[i].idx]
+            e.ovf |= dbsp_add_ovf(s, e.w[r[i].idx], &s)
             i += 1
         e.p[o] = first
         e.q[o] = s
@@ -701,7 +707,7 @@ cdef int64_t check_len(object codes, int64_t n, str what) except -1:
     return 0
 
 
-cdef object run(object kcodes, object vcodes, object weights):
+cdef object run(object kcodes, object vcodes, object weights, bint check=True):
     ko = as_codes(kcodes)
     cdef codes_t k = codes_view(ko)
     cdef codes_t v
@@ -757,6 +763,8 @@ cdef object run(object kcodes, object vcodes, object weights):
             emit_general(r, n, &k, vp, &e)
     if not e.consolidate:
         return shrink(buf, n)
+    if check and e.ovf:
+        raise OverflowError("an int64 weight sum wrapped in sort_consolidate")
     return shrink(buf, e.o), shrink(wout, e.o)
 
 
@@ -769,7 +777,7 @@ def argsort(kcodes, vcodes=None):
     return run(kcodes, vcodes, None)
 
 
-def sort_consolidate(kcodes, vcodes, weights):
+def sort_consolidate(kcodes, vcodes, weights, bint check=True):
     """Sort rows by ``(kcodes, vcodes)`` and sum the weights of equal rows, dropping zero sums.
 
     Returns ``(perm, w)`` (int64): ``perm[i]`` is the first input row (stable order) of the
@@ -777,4 +785,4 @@ def sort_consolidate(kcodes, vcodes, weights):
     """
     if weights is None:
         raise TypeError("sort_consolidate needs weights")
-    return run(kcodes, vcodes, weights)
+    return run(kcodes, vcodes, weights, check)

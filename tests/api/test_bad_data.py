@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dbsp import ClosedError, InputError, RowError, StreamContext, col, count, sum_
 from dbsp.api import FixedBatching
+from dbsp.circuit.errors import row_json
 
 KV = {"k": pa.int64(), "v": pa.int64()}
 
@@ -376,6 +377,7 @@ def _reference(rows):
 def test_random_bad_rows_in_random_streams(workers, steps, policy):
     ctx = _ctx(workers, errors=policy)
     s, out = _pipeline(ctx)
+    es = ctx.error_stream().collect()
     good_rows: list = []
     expected_bad: list = []
     for step_no, rows in enumerate(steps):
@@ -420,6 +422,10 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
     s.insert([(0, 1)])                # the circuit keeps stepping
     ctx.step()
     assert out.view_dict() == _reference(good_rows + [(0, 1)])
+    # the error stream holds every record of the log exactly once (run-time ones a step later)
+    streamed = sorted((k[1], k[0], k[4]) for k, m in es.view_dict().items() for _ in range(m))
+    logged = sorted((r["source"], r["step"], row_json(r["row"])) for r in ctx.errors.records)
+    assert streamed == logged
     ctx.close()
 
 

@@ -124,3 +124,37 @@ def test_pipeline_names_are_checked():
         resolve_pipeline("dbsp.testing.pipelines:nope")
     with dbsp.Circuit() as c, pytest.raises(TypeError, match="output handle"):
         build_outputs(c, lambda c: 42)
+
+
+@pytest.mark.slow
+def test_a_failed_step_on_the_launcher_is_rolled_back_and_the_circuit_goes_on():
+    """A sum out of range on one worker process: the step is rolled back on both (over a new
+    mesh, since the failure aborted the old one), the error names the row, and the next steps
+    give the same output as the embedded runtime without the failed step."""
+    from dbsp.circuit.errors import RowError
+
+    def push(inputs, rows):
+        inputs["events"].push(rows)
+
+    good = [[(k, k) for k in range(20)] + [(100, 2 ** 62)], [(k, 1) for k in range(0, 20, 3)]]
+    bad = [(100, 2 ** 62), (5, 1)]
+    with dbsp.Circuit(workers=2) as c:
+        outs = build_outputs(c, P.keyed_count)
+        want = []
+        for st in good:
+            push(c.inputs, st)
+            c.step()
+            want.append(outs["counts"].to_dict())
+    with launch(P.keyed_count, workers=2) as job:
+        push(job.inputs, good[0])
+        job.step()
+        got = [job.outputs["counts"].to_dict()]
+        push(job.inputs, bad)
+        with pytest.raises(RowError, match="out of range"):
+            job.step()
+        assert job.coordinator.broken is None
+        push(job.inputs, good[1])
+        job.step()
+        got.append(job.outputs["counts"].to_dict())
+        assert job.outputs["counts"].view_dict() == outs["counts"].view_dict()
+    assert got == want

@@ -231,7 +231,8 @@ def test_writer_rejects_bad_input(tmp):
     w.abort()
     assert not os.path.exists(p + ".mut") and not os.path.exists(p)
     with pytest.raises(TypeError, match="unsupported"):
-        LayerFileWriter(p, LayerSpec("u64", pa.schema([("l", pa.list_(pa.int8()))])))
+        LayerFileWriter(p, LayerSpec("u64", pa.schema([("u", pa.dense_union(
+            [pa.field("i", pa.int8())]))])))
 
 
 def test_mut_file_then_rename(tmp):

@@ -56,3 +56,35 @@ def test_outside_a_step_nothing_is_recorded():
     j = StepJournal()
     sp.insert(_batch([(1, 1)]))
     assert len(j) == 0 and current_journal() is None
+
+
+@given(before=st.lists(DELTA, min_size=1, max_size=6), step=st.lists(DELTA, max_size=3),
+       cut=st.integers(0, 21), commit=st.booleans(), background=st.booleans())
+def test_watermark_gc_in_a_step_is_undone_by_a_rollback(before, step, cut, commit, background):
+    """truncate_keys_below inside a step: readers stop seeing the rows at once, merges free them
+    only once the step commits, and a rollback brings them back."""
+    sp = Spine(name="t", fanout=2, background=background)
+    for d in before:
+        sp.insert(_batch(d))
+    expected = _state(sp)
+    bound = _batch([(cut, 1)]).codes        # a one-row code array
+    j = StepJournal()
+    with use_journal(j):
+        sp.truncate_keys_below(bound)
+        assert all(x >= cut for x in _state(sp))
+        for d in step:
+            sp.insert(_batch(d))
+        sp.wait_merges()
+        sp.compact()              # merges while the step is open cut nothing
+    if commit:
+        j.commit()
+        sp.wait_merges()
+        after = _state(sp)
+        sp.compact()
+        assert _state(sp) == after and all(x >= cut for x in after)
+        assert sum(len(b) for b in sp.batches()) == len(after)   # freed by the merge
+    else:
+        j.rollback()
+        sp.wait_merges()
+        assert sp.key_bound is None
+        assert _state(sp) == expected

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 __all__ = ["weighted_group_sums", "group_sums", "add_overflows", "mul_overflows", "I64_MIN",
-           "I64_MAX"]
+           "I64_MAX", "WeightOverflowError", "exact_sum_overflows"]
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 _SAFE = float(1 << 62)
@@ -94,3 +94,57 @@ def mul_overflows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Optional[np
         if not I64_MIN <= int(a[i]) * int(b[i]) <= I64_MAX:
             over[i] = True
     return p, (over if over.any() else None)
+
+
+class WeightOverflowError(OverflowError):
+    """The exact sum of equal rows' weights is out of the int64 range (a consolidated weight
+    that would wrap). ``rows``: for each such group, its first input row (an index into what the
+    kernel was given); ``sums``: the exact sums. Layers above name the row
+    (:attr:`row`, a dict of its column values, set by the batch that knows them)."""
+
+    def __init__(self, rows: list, sums: list, row: Optional[dict] = None,
+                 where: str = "") -> None:
+        self.rows, self.sums, self.row, self.where = list(rows), list(sums), row, where
+        what = "" if row is None else " of row {" + ", ".join(
+            f"{k}={v!r}" for k, v in row.items()) + "}"
+        at = f" in {where}" if where else ""
+        super().__init__(f"the weight{what}{at} is out of the int64 range: "
+                         f"{self.sums[0] if self.sums else '?'} (the weights summed to more than "
+                         f"int64 holds; a weight never wraps)")
+
+    def __reduce__(self):
+        return (WeightOverflowError, (self.rows, self.sums, self.row, self.where))
+
+
+def _row_keys(codes) -> list:
+    if codes is None:
+        return []
+    if isinstance(codes, np.ndarray):
+        return codes.tolist()
+    o = np.asarray(codes.offsets).tolist()
+    d = np.asarray(codes.data).tobytes()
+    return [d[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+
+
+def exact_sum_overflows(kcodes: list, vcodes: list, weights: list) -> tuple[list, list]:
+    """The groups of equal ``(kcodes[i], vcodes[i])`` whose exact weight sum leaves int64, as
+    ``(first rows, exact sums)`` in row order. ``kcodes`` / ``vcodes``: lists of code arrays
+    (u64 or :class:`~dbsp.algebra.codes.VarCodes`; ``vcodes`` entries may be None), read as one
+    concatenation; ``weights`` the matching int64 arrays. Python integers, row by row: only run
+    after a native kernel flagged a wrapped partial sum (rare, and only for huge weights)."""
+    sums: dict = {}
+    first: dict = {}
+    base = 0
+    for kc, vc, w in zip(kcodes, vcodes, weights):
+        ks = _row_keys(kc)
+        vs = _row_keys(vc) if vc is not None else [None] * len(ks)
+        for i, (k, v, x) in enumerate(zip(ks, vs, np.asarray(w).tolist())):
+            key = (k, v)
+            if key in sums:
+                sums[key] += x
+            else:
+                sums[key] = x
+                first[key] = base + i
+        base += len(ks)
+    bad = sorted((first[k], s) for k, s in sums.items() if not I64_MIN <= s <= I64_MAX)
+    return [r for r, _ in bad], [s for _, s in bad]

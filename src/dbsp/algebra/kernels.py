@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 import os
 
+import numpy as np
+
+from . import checked as _checked
 from . import kernels_ref as _ref
 
 _USE_REF = os.environ.get("DBSP_KERNELS") == "ref"
@@ -48,10 +51,58 @@ def _resolve(name: str):
     return fn if fn is not None else getattr(_ref, name)
 
 
+def _checked_sums(name: str, fn, groups):
+    """Wrap a native consolidating kernel: it raises ``OverflowError`` when some partial weight
+    sum wrapped (``_native/checked_add.h``); then ``groups(*args)`` gives the rows as
+    ``(kcodes list, vcodes list, weights list)`` and the final sums are checked exactly: a sum
+    out of int64 raises :class:`~dbsp.algebra.checked.WeightOverflowError`, else the kernel's
+    wrapped result is the right one (modular arithmetic) and is returned."""
+    if not getattr(fn, "__module__", "").startswith("dbsp._native"):
+        return fn  # the reference kernels (DBSP_KERNELS=ref) do not check
+
+    def run(*args):
+        try:
+            return fn(*args)
+        except OverflowError:
+            rows, sums = _checked.exact_sum_overflows(*groups(*args))
+            if rows:
+                raise _checked.WeightOverflowError(rows, sums, where=name) from None
+            return fn(*args, check=False)
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = fn.__doc__
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run
+
+
+def _merge_groups(runs):
+    return [r[0] for r in runs], [r[1] for r in runs], [r[2] for r in runs]
+
+
+def _indexed_groups(runs):
+    ks = [np.repeat(np.asarray(r[0]), np.diff(np.asarray(r[1]))) for r in runs]
+    return ks, [r[2] for r in runs], [r[3] for r in runs]
+
+
+def _sort_groups(kcodes, vcodes, weights):
+    return [kcodes], [vcodes], [weights]
+
+
+def _listed(fn):
+    def run(runs, *rest):  # runs may be an iterator: list it once, for a retry
+        return fn(runs if isinstance(runs, list) else list(runs), *rest)
+    run.__name__ = run.__qualname__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    run.__wrapped__ = getattr(fn, "__wrapped__", fn)  # type: ignore[attr-defined]
+    return run
+
+
 argsort = _resolve("argsort")
-sort_consolidate = _resolve("sort_consolidate")
-merge_consolidate = _resolve("merge_consolidate")
-merge_indexed = _resolve("merge_indexed")
+sort_consolidate = _checked_sums("sort_consolidate", _resolve("sort_consolidate"), _sort_groups)
+merge_consolidate = _listed(_checked_sums("merge_consolidate", _resolve("merge_consolidate"),
+                                          _merge_groups))
+merge_indexed = _listed(_checked_sums("merge_indexed", _resolve("merge_indexed"),
+                                      _indexed_groups))
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")
@@ -65,4 +116,5 @@ shard = _resolve("shard")
 
 def using_native() -> dict[str, bool]:
     """Which kernels run natively (for the CLI's environment report and the tests)."""
-    return {n: getattr(globals()[n], "__module__", "").startswith("dbsp._native") for n in _NATIVE}
+    return {n: getattr(getattr(globals()[n], "__wrapped__", globals()[n]), "__module__",
+                       "").startswith("dbsp._native") for n in _NATIVE}

@@ -27,7 +27,9 @@ see :mod:`dbsp.circuit.errors`): ``"raise"`` (default) refuses a bad push, or ro
 step back (no state changes; the circuit keeps working) and raises an error naming the input or
 the operator, the expression and the row; ``"skip_and_report"`` puts every bad row, with its
 reason, source and step, in :attr:`StreamContext.errors` (counted in :meth:`report`) and
-carries on with the good ones.
+carries on with the good ones. The log keeps the newest ``error_cap`` records (100 000 by
+default; the dropped ones are counted in :meth:`report`); :meth:`StreamContext.error_stream` is
+the same records as a stream of the circuit, to sink like any output.
 
 >>> ctx = StreamContext(errors="skip_and_report")
 >>> s = ctx.stream({"k": pa.int64(), "v": pa.int64()})
@@ -67,7 +69,8 @@ import pyarrow.compute as pc
 from ..algebra.time import from_physical
 from ..checkpoint import CheckpointStore
 from ..ft import DurableCircuit
-from ..circuit.errors import ErrorLog, check_policy
+from ..circuit.errors import (DEFAULT_ERROR_CAP, ERROR_STREAM_SCHEMA, ErrorLog, check_policy,
+                              row_json)
 from ..circuit.graph import ClosedError
 from ..operators.watermark import watermark
 from ..runtime.circuit import Circuit
@@ -147,6 +150,7 @@ class StreamContext:
     ``circuit``: add the streams to this :class:`~dbsp.runtime.circuit.Circuit` instead of a
     new one, e.g. in a launcher or Spark pipeline function ``build(circuit)``, whose replicas
     run elsewhere (push and step through whoever runs it; no storage here).
+    ``error_cap``: records the error log (:attr:`errors`) keeps, the newest (``None``: all).
     """
 
     def __init__(self, workers: int = 1, *, storage: Any = None,
@@ -155,7 +159,8 @@ class StreamContext:
                  checkpoint_seconds: Optional[float] = None, durable: Optional[bool] = None,
                  keep_checkpoints: int = 2, resume_from: Any = None,
                  check_output: bool = False, errors: str = "raise",
-                 circuit: Optional[Circuit] = None):
+                 circuit: Optional[Circuit] = None,
+                 error_cap: Optional[int] = DEFAULT_ERROR_CAP):
         if circuit is not None:  # streams added to a circuit built elsewhere (its own runtime)
             if storage is not None or durable or checkpoint_every or checkpoint_seconds:
                 raise ValueError("StreamContext(circuit=...): storage and checkpoints belong to "
@@ -168,7 +173,11 @@ class StreamContext:
                              "checkpoints and the input and output logs")
         self.circuit = circuit if circuit is not None else \
             Circuit(workers=workers, name=name, runtime=runtime, storage=storage,
-                    errors=check_policy(errors))
+                    errors=check_policy(errors), error_cap=error_cap)
+        self._err_input: Any = None          # the error stream's input (error_stream)
+        self._err_stream: Optional[DataStream] = None
+        self._err_pos = 0                    # error log records fed to it so far
+        self.error_stream_missed = 0         # records the cap dropped before they were fed
         self.workers = workers
         self.storage_config = self.circuit.storage
         self.storage = self.storage_config.dir if self.storage_config is not None else None
@@ -212,7 +221,9 @@ class StreamContext:
         (:attr:`late_rows`). ``batching`` overrides the context's batching for this source.
         ``key`` (columns) makes the input remember its rows by key, for
         :meth:`SourceStream.upsert`. ``errors`` overrides the pipeline's error policy for the
-        rows of this input (at push time).
+        rows of this input, at push time and at run time in every operator they reach (where
+        they meet rows of an input with another policy, e.g. in a join, the stricter one holds:
+        ``raise``; :mod:`dbsp.circuit.errors`).
         """
         self.circuit.check_open("add a stream to")
         if self.circuit.running:
@@ -263,8 +274,53 @@ class StreamContext:
 
     @property
     def errors(self) -> ErrorLog:
-        """Every row set aside under ``skip_and_report`` (inputs and operators), in order."""
+        """Every row set aside under ``skip_and_report`` (inputs and operators), in order (the
+        newest ``error_cap`` of them; see :class:`~dbsp.circuit.errors.ErrorLog`)."""
         return self.circuit.error_log
+
+    def error_stream(self, name: str = "errors") -> DataStream:
+        """The bad rows as a stream of the circuit: one row per record of :attr:`errors`, with
+        the columns of :data:`~dbsp.circuit.errors.ERROR_STREAM_SCHEMA` (``step``, ``source``:
+        the input or operator, ``reason``, ``expression``, ``row``: the bad row as JSON text,
+        ``weight``: its weight). Filter it, aggregate it, ``collect()`` it or sink it
+        (``for_each``, files) like any stream.
+
+        The stream is an input of the circuit fed by the context: the rows an input refused at
+        push time enter with the step they were pushed for; the rows an operator set aside at
+        run time are known once that step has finished on every worker, so they enter with the
+        *next* step (every record enters exactly once, in order). Records the log's cap dropped
+        before they could be fed are counted in ``report()["errors"]["stream_missed"]``. Call it
+        before the first step (it adds an input). Not with ``durable=True`` yet (the replayed
+        input log would hold the error rows besides the rows that cause them again)."""
+        if self._err_stream is not None:
+            return self._err_stream
+        self.circuit.check_open("add the error stream to")
+        if self.circuit.running:
+            raise RuntimeError("the pipeline is running; error_stream() must be called before "
+                               "the first step")
+        if self.durable is not None:
+            raise ValueError("error_stream() is not supported with durable=True / checkpoints "
+                             "yet: read ctx.errors instead")
+        self._err_input = self.circuit.add_input("__errors__", ERROR_STREAM_SCHEMA)
+        self._err_pos = len(self.errors)
+        self._err_stream = DataStream(self, self._err_input, None, name)
+        return self._err_stream
+
+    def _feed_errors(self) -> None:
+        """Push the error log's records not yet in the error stream into its input."""
+        log = self.errors
+        recs = log.since(self._err_pos)
+        self.error_stream_missed += log.missed(self._err_pos)
+        self._err_pos = len(log)
+        if not recs:
+            return
+        cols = [pa.array([r["step"] for r in recs], pa.int64()),
+                pa.array([r["source"] for r in recs], pa.string()),
+                pa.array([r["reason"] for r in recs], pa.string()),
+                pa.array([r["expression"] for r in recs], pa.string()),
+                pa.array([row_json(r["row"]) for r in recs], pa.string()),
+                pa.array([r["weight"] for r in recs], pa.int64())]
+        self._err_input.insert(pa.RecordBatch.from_arrays(cols, schema=ERROR_STREAM_SCHEMA))
 
     @property
     def closed(self) -> bool:
@@ -336,13 +392,21 @@ class StreamContext:
             self.open()
         for s in self.sources.values():
             s.feed()
+        err_pos, err_missed = self._err_pos, self.error_stream_missed
+        if self._err_input is not None:
+            self._feed_errors()
         if self.durable is not None:
             meta = {"sources": {n: s.position for n, s in self.sources.items()
                                 if hasattr(s, "position")}}
             positions, self._positions = self._positions, {}
             self.durable.step(positions, meta)
         else:
-            self.circuit.step()
+            try:
+                self.circuit.step()
+            except BaseException:
+                # the step's input was not applied: feed its error records again next time
+                self._err_pos, self.error_stream_missed = err_pos, err_missed
+                raise
         self._after_step()
         self.seconds += time.perf_counter() - t0
         return not self.drained
@@ -414,7 +478,9 @@ class StreamContext:
                "inputs": inputs, "state_rows": self.state_rows() if not self.closed else 0,
                "memory": self.memory() if not self.closed else [],
                "errors": {"policy": self.circuit.errors, "rows": len(self.errors),
-                          "by_source": dict(counts)}}
+                          "by_source": dict(counts), "kept": len(self.errors.records),
+                          "dropped": self.errors.dropped,
+                          "stream_missed": self.error_stream_missed}}
         if self.durable is not None:
             out["fault_tolerance"] = self.durable.report()
             out["last_checkpoint"] = out["fault_tolerance"]["last_checkpoint"]

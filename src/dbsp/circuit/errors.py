@@ -12,20 +12,51 @@ retraction of a row that was never inserted. What happens then is the circuit's 
   circuit's error log (a dead-letter queue, like ``errors.tolerance=all`` with a dead-letter topic
   in Kafka Connect).
 
+**Per input**: an input may have its own policy (``StreamContext.stream(..., errors=...)``). It
+governs its rows at push time, and at run time every operator whose rows come from it: an
+operator follows the *strictest* policy among the inputs upstream of it (``raise`` is stricter
+than ``skip_and_report``), so where rows of a ``raise`` input meet rows of a ``skip_and_report``
+one (a join, a union) a bad row raises. An operator that no input with its own policy reaches
+follows the pipeline's. (:func:`node_policies` computes this from the graph.)
+
 This module knows no operator: operators find the sink in their
 :class:`~dbsp.circuit.operator.WorkerContext` (``ctx.errors``).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pyarrow as pa
 
 __all__ = ["POLICIES", "RowError", "BadRows", "ErrorSink", "ErrorLog", "ERROR_SCHEMA",
-           "check_policy"]
+           "ERROR_STREAM_SCHEMA", "DEFAULT_ERROR_CAP", "check_policy", "row_json",
+           "node_policies"]
 
 POLICIES = ("raise", "skip_and_report")
+
+
+def node_policies(nodes: list, input_policy: dict, default: str) -> dict:
+    """``{node id: policy}``: each node's strictest upstream input policy (``input_policy``:
+    ``{input node id: its policy}``), ``default`` where no input reaches it. Iterated to a fixed
+    point, since a delay's input may be built after it."""
+    rank = {p: i for i, p in enumerate(POLICIES)}     # raise (0) is the strictest
+    pol: dict = {n: p for n, p in input_policy.items()}
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if n.id in input_policy:
+                continue
+            ups = [pol[i] for i in n.inputs if i in pol]
+            if not ups:
+                continue
+            p = min(ups, key=rank.__getitem__)
+            if pol.get(n.id) != p and (n.id not in pol or rank[p] < rank[pol[n.id]]):
+                pol[n.id] = p
+                changed = True
+    return {n.id: pol.get(n.id, default) for n in nodes}
 
 
 def check_policy(policy: Any, what: str = "errors") -> str:
@@ -109,24 +140,62 @@ ERROR_SCHEMA = pa.schema([("step", pa.int64()), ("source", pa.string()),
 any), the row (``repr`` of its column values as a dict) and its weight."""
 
 
+ERROR_STREAM_SCHEMA = pa.schema([("step", pa.int64()), ("source", pa.string()),
+                                 ("reason", pa.string()), ("expression", pa.string()),
+                                 ("row", pa.string()), ("weight", pa.int64())])
+"""Columns of the error *stream* (``StreamContext.error_stream``): as :data:`ERROR_SCHEMA`, with
+the row as JSON text (:func:`row_json`)."""
+
+#: records an :class:`ErrorLog` keeps by default (older ones are dropped and counted)
+DEFAULT_ERROR_CAP = 100_000
+
+
+def row_json(row: Any) -> str:
+    """A bad row as JSON text: an object of its column values (a tuple or list as an array);
+    values JSON has no form for (dates, decimals, bytes) as their ``str``."""
+    return json.dumps(row, default=str, sort_keys=False, ensure_ascii=False)
+
+
 class ErrorLog:
     """The dead-letter queue of a circuit: every row set aside under ``skip_and_report`` (at push
     time by an input, at run time by an operator), in order, each once.
 
     ``records`` are dicts ``{step, source, reason, expression, row, weight}`` (``row`` a dict of
-    column values); :meth:`since` reads the ones after a position (a consumer keeps its
-    position); :attr:`counts` counts them per source.
+    column values); :attr:`counts` counts them per source, over all time.
+
+    **Bounded**: only the newest ``cap`` records are kept (``None``: all, for tests and short
+    runs); older ones are dropped, counted in :attr:`dropped`. Positions are absolute: record
+    ``i`` is the ``i``-th ever added, ``len(log)`` is the number ever added, and :meth:`since`
+    reads the kept records from a position on (a consumer keeps its position; records dropped
+    before it read them are counted by :meth:`missed`). For every bad row without a bound, sink
+    the error stream (``StreamContext.error_stream()``) to a file or a table.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cap: Optional[int] = DEFAULT_ERROR_CAP) -> None:
+        if cap is not None and (not isinstance(cap, int) or cap < 0):
+            raise ValueError(f"the error log's cap must be a non-negative int or None, got "
+                             f"{cap!r}")
+        self.cap = cap
         self.records: list[dict] = []
         self.counts: dict[str, int] = {}
+        self.first = 0          # absolute position of records[0]
+        self.dropped = 0        # records dropped by the cap
 
     def add(self, step: int, source: str, reason: str, row: dict, weight: int = 1,
             expression: Optional[str] = None) -> None:
         self.records.append({"step": step, "source": source, "reason": reason,
                              "expression": expression, "row": row, "weight": int(weight)})
         self.counts[source] = self.counts.get(source, 0) + 1
+        cap = self.cap
+        if cap is not None and len(self.records) > cap + (cap >> 3):  # trim in batches
+            self._trim()
+
+    def _trim(self) -> None:
+        extra = len(self.records) - self.cap  # type: ignore[operator]
+        if extra > 0:
+            del self.records[:extra]
+            self.first += extra
+            self.dropped += extra
 
     def add_bad(self, step: int, bad: BadRows) -> None:
         rows = bad.rows.to_pylist()
@@ -135,12 +204,23 @@ class ErrorLog:
             self.add(step, bad.operator, reason, r, int(bad.weights[i]), bad.expression)
 
     def since(self, pos: int) -> list[dict]:
-        return self.records[pos:]
+        """The kept records from absolute position ``pos`` on."""
+        if self.cap is not None:
+            self._trim()
+        return self.records[max(pos - self.first, 0):]
+
+    def missed(self, pos: int) -> int:
+        """How many records from position ``pos`` on were dropped before they could be read."""
+        return max(self.first - pos, 0)
 
     def __len__(self) -> int:
-        return len(self.records)
+        """Records ever added (kept or dropped)."""
+        return self.first + len(self.records)
 
     def to_arrow(self) -> pa.Table:
+        """The kept records (see :data:`ERROR_SCHEMA`)."""
+        if self.cap is not None:
+            self._trim()
         recs = self.records
         return pa.Table.from_arrays(
             [pa.array([r["step"] for r in recs], pa.int64()),

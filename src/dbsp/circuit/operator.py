@@ -144,9 +144,19 @@ class Operator(Stateful):
 
     strict = False
     name = "operator"
+    #: this operator's error policy where it is not the worker's: the strictest policy of the
+    #: inputs its rows come from (set by the scheduler from ``Node.info["errors"]``; see
+    #: :mod:`dbsp.circuit.errors`)
+    policy: Optional[str] = None
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
+
+    @property
+    def skipping(self) -> bool:
+        """Whether a bad row here is set aside (``skip_and_report``) rather than raised."""
+        p = self.policy
+        return self.ctx.errors.skipping if p is None else p == "skip_and_report"
 
     def eval(self, *inputs: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -56,6 +56,10 @@ class Scheduler:
             self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
         for i in local_exchanges:
             self.ops[i].local = True
+        for n, op in zip(nodes, self.ops):  # per-input error policies (dbsp.circuit.errors)
+            p = n.info.get("errors")
+            if p is not None and p != ctx.errors.policy:
+                op.policy = p
         self.values: list[Any] = [None] * len(nodes)
         self.timing = np.zeros(len(nodes), dtype=np.float64)
         self.atomic = atomic
@@ -76,6 +80,8 @@ class Scheduler:
 
     def commit(self) -> None:
         """The last step stands (every worker finished it)."""
+        if self._journal is not None:
+            self._journal.commit()
         self._journal, self._saved = None, None
 
     def rollback(self) -> None:

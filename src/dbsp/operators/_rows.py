@@ -72,7 +72,7 @@ def handle_bad_rows(op: Any, fn: Any, batch: pa.RecordBatch, weights: np.ndarray
     rows = np.array([i for i, _ in bad], dtype=np.int64)
     first_row = batch.slice(int(rows[0]), 1)
     expr = _explain(fn, first_row)
-    if not op.ctx.errors.skipping:
+    if not op.skipping:
         i, e = bad[0]
         raise RowError(op.name, reason_of(e), first_row.to_pylist()[0], expr) from e
     op.ctx.errors.report(BadRows(op.name, batch.take(pa.array(rows)), weights[rows],

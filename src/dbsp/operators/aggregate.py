@@ -666,7 +666,7 @@ def bad_keys(op: Operator, keys: pa.RecordBatch, d: Optional[OrdIndexedZSet], kc
     of this step (``key_weights``) as weight."""
     bad, reasons = _union(flags)
     idx = np.flatnonzero(bad)
-    if not op.ctx.errors.skipping:
+    if not op.skipping:
         raise RowError(op.name, reasons[0], keys.slice(int(idx[0]), 1).to_pylist()[0])
     if d is None:
         w = key_weights[idx] if key_weights is not None else np.zeros(len(idx), np.int64)

@@ -82,7 +82,7 @@ class DistinctOperator(Operator):
         bad = np.flatnonzero(over)
         reasons = [f"the weight of the row would be {int(old[i]) + int(d.weights[i])}, out of "
                    f"the int64 range of weights" for i in bad]
-        if not self.ctx.errors.skipping:
+        if not self.skipping:
             i = int(bad[0])
             raise RowError(self.name, reasons[0], d.data.slice(i, 1).to_pylist()[0])
         self.ctx.errors.report(BadRows(self.name, take(d.data, bad), d.weights[bad], reasons))

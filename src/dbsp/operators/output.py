@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import pyarrow as pa
 
+from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
@@ -65,6 +67,39 @@ class OutputHandle(Stateful):
         self._pending_rows = 0
         self._view_cache: Optional[OrdZSet] = None
         self.rows_out = 0  # rows produced by all steps (before consolidation)
+        # every view weight's magnitude is at most the sum over steps of the largest |weight|
+        # each added: while that stays below 2**62, no view weight can leave int64 (check)
+        self._bound = 0
+
+    def check(self, values: list) -> None:
+        """Refuse a step's parts (before the step commits) if they would put a weight of the view
+        out of the int64 range (:class:`~dbsp.algebra.checked.WeightOverflowError` naming the
+        row). Costs a max and a min per part while the bound above holds; past it, the rows of
+        the step are looked up in the view and summed exactly where a float shadow says they
+        may not fit."""
+        if not self.keep_view:
+            return
+        parts = [v for v in values if v is not None and len(v)]
+        if not parts:
+            return
+        m = 0
+        for p in parts:
+            m += max(abs(int(p.weights.max())), abs(int(p.weights.min())))
+        if self._bound + m < (1 << 62):
+            self._bound += m
+            return
+        self._fold_view()
+        d = _consolidate_parts(self.schema, parts)   # raises itself if the step's sum wraps
+        adds = self._view.weight_parts(d.codes) + [d.weights]  # type: ignore[union-attr]
+        shadow = np.zeros(len(d), np.float64)
+        for a in adds:
+            shadow += np.abs(a.astype(np.float64))
+        for i in np.flatnonzero(shadow >= float(1 << 62)).tolist():
+            exact = sum(int(a[i]) for a in adds)
+            if not I64_MIN <= exact <= I64_MAX:
+                raise WeightOverflowError([i], [exact], d.data.slice(i, 1).to_pylist()[0],
+                                          f"the view of output '{self.name}'")
+        self._bound = max(self._bound, 1 << 62) + m
 
     def _gather(self, values: list) -> None:
         parts = [v for v in values if v is not None and len(v)]
@@ -90,6 +125,12 @@ class OutputHandle(Stateful):
         self._pending_steps = self._pending_rows = 0
         self._parts, self._delta = [], OrdZSet.empty(self.schema)
         super().restore_state(state)
+        self._bound = 0
+        if self._view is not None:
+            for b in self._view.batches():   # once per restore (a file batch is read)
+                if len(b):
+                    w = b.weights if hasattr(b, "weights") else b.to_memory().weights
+                    self._bound += max(abs(int(w.max())), abs(int(w.min())))
 
     # -- delta ----------------------------------------------------------------------------
     def delta(self) -> OrdZSet:

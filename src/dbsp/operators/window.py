@@ -206,6 +206,13 @@ class WindowAggregateOperator(Operator):
         self.n_keys, self.out_schema = n_keys, out_schema
         self.cut: Optional[int] = None
 
+    def savepoint(self):
+        return self.cut, self.inner.savepoint()
+
+    def restore(self, saved) -> None:
+        self.cut, inner = saved
+        self.inner.restore(inner)
+
     def eval(self, d: OrdIndexedZSet, wm: Optional[int] = None) -> ZSet:
         z = self.inner.eval(d)
         if wm is not None:

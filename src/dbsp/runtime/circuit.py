@@ -46,7 +46,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.schema import WEIGHT, as_schema
-from ..circuit.errors import ErrorLog, ErrorSink, RowError, check_policy
+from ..circuit.errors import (DEFAULT_ERROR_CAP, ErrorLog, ErrorSink, RowError, check_policy,
+                              node_policies)
 from ..circuit.graph import CircuitError, ClosedError, Graph
 from ..circuit.operator import WorkerContext, sum_memory
 from ..circuit.scheduler import ERRORS, Scheduler
@@ -97,7 +98,7 @@ class Circuit(Graph):
 
     def __init__(self, workers: int = 1, name: str = "circuit", transport: Any = None,
                  runtime: str = "threads", storage: Any = None, errors: str = "raise",
-                 executor: Any = None):
+                 executor: Any = None, error_cap: Optional[int] = DEFAULT_ERROR_CAP):
         """``executor``: runs the replicas somewhere else, a callable ``(nodes, workers, local
         exchanges) -> executor`` (an object with ``step(per_worker_inputs) -> per_worker_outputs``,
         ``call(name)`` and ``close()``), such as the launcher's coordinator
@@ -108,7 +109,7 @@ class Circuit(Graph):
         #: (see :mod:`dbsp.circuit.errors`); fixed when the circuit starts
         self.errors = check_policy(errors)
         #: rows set aside under ``skip_and_report``, by every operator and every input
-        self.error_log = ErrorLog()
+        self.error_log = ErrorLog(error_cap)
         self._executor_factory = executor
         if executor is not None and storage is not None:
             raise ValueError("a circuit with a remote executor has no storage of its own: give "
@@ -180,8 +181,17 @@ class Circuit(Graph):
     def running(self) -> bool:
         return self._executor is not None
 
+    def mark_policies(self) -> None:
+        """Note on every node the error policy its operator follows (``Node.info["errors"]``:
+        the strictest of its upstream inputs', :func:`~dbsp.circuit.errors.node_policies`)."""
+        pols = node_policies(self.nodes, {s.node: s.policy for s in self.inputs.values()},
+                             self.errors)
+        for n in self.nodes:
+            n.info["errors"] = pols[n.id]
+
     def _start(self) -> None:
         tune_malloc()
+        self.mark_policies()
         self._placement = plan(self.nodes, self.workers)
         local = self._placement.local_exchanges
         if self._executor_factory is not None:
@@ -222,7 +232,7 @@ class Circuit(Graph):
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
         try:
-            outs = self._executor.step(per_worker)
+            outs = self._executor.step(per_worker, self._check_outputs)
         except WorkerDied as e:
             self._broken = e
             raise
@@ -248,6 +258,11 @@ class Circuit(Graph):
             for bad in o.get(ERRORS, ()):
                 self.error_log.add_bad(self.steps, bad)
         self.steps += 1
+
+    def _check_outputs(self, outs: list) -> None:
+        """Before a step commits: no output view's weight leaves int64."""
+        for out in self.outputs:
+            out.check([o.get(out.node) for o in outs])
 
     @property
     def failed(self) -> Optional[BaseException]:

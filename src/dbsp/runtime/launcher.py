@@ -14,7 +14,12 @@ The pieces:
   (:func:`~dbsp.runtime.socket_transport.tcp_mesh`) and report ready. From then on the
   coordinator is the circuit's executor: each step it sends every worker its part of the input
   and gathers the outputs (the request/reply protocol of :mod:`dbsp.runtime.process`); data
-  between workers goes over the mesh, never through the driver.
+  between workers goes over the mesh, never through the driver. Steps are atomic as in the
+  embedded runtimes: when a step fails on any worker (or the driver's output check refuses it),
+  the coordinator rolls it back everywhere - every worker listens on a fresh port
+  (``remesh_listen``), the coordinator hands out the addresses, the workers build a new
+  authenticated mesh (the failed step aborted the old one) and undo the step (``remesh``) - and
+  the circuit goes on with the next step. The error policy (``errors=``) is the pipeline's.
 * :func:`serve_worker` (``dbsp worker --coordinator HOST:PORT --worker I``): one worker.
 * :func:`launch`: a :class:`Job` with the coordinator and, unless ``spawn=False``, ``W`` local
   worker processes started with ``python -m dbsp.cli worker`` (the job's credentials travel in
@@ -36,6 +41,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Union
 
+from ..circuit.errors import check_policy
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
 from ..storage import wire
@@ -202,17 +208,36 @@ class Coordinator:
             raise (real or errs)[0]
         return [r[1] for r in replies]
 
-    #: set when a step failed: the launcher's workers do not roll a failed step back yet, so the
-    #: circuit cannot continue (it says so; the embedded runtimes roll back)
+    #: set when rolling a failed step back failed too (a worker died, the mesh could not be
+    #: rebuilt): the circuit cannot continue
     broken: Optional[BaseException] = None
 
-    def step(self, inputs: list[dict]) -> list[dict]:
+    def step(self, inputs: list[dict], check=None) -> list[dict]:
+        """One step on every worker; a failure (or ``check(outputs)`` refusing it) rolls it
+        back on every worker before the error is raised. Workers commit a step when the next
+        one starts."""
         self._send({w: ("step", inputs[w]) for w in self.ctrl})
         try:
-            return self._replies()
-        except BaseException as e:
+            outs = self._replies()
+            if check is not None:
+                check(outs)
+            return outs
+        except WorkerDied as e:
             self.broken = e
             raise
+        except BaseException:
+            self.rollback()
+            raise
+
+    def rollback(self) -> None:
+        """Undo the failed step on every worker over a new mesh (see the module doc)."""
+        try:
+            self._send({w: ("remesh_listen",) for w in self.ctrl})
+            addresses = self._replies()
+            self._send({w: ("remesh", addresses) for w in self.ctrl})
+            self._replies()
+        except BaseException as e:
+            self.broken = e
 
     def apply(self, fn: Callable, *args: Any) -> list:
         """``fn(replica, *args)`` on every worker between steps (``fn`` a module-level function:
@@ -268,22 +293,43 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
                     raise ValueError("the coordinator named no pipeline and none was given")
                 build = resolve_pipeline(spec)
             W = len(addresses)
-            circuit = Circuit(workers=W)
+            circuit = Circuit(workers=W, errors=settings.get("errors", "raise"))
             build_outputs(circuit, build)
+            circuit.mark_policies()
             local = plan(circuit.nodes, W).local_exchanges
             transport = tcp_mesh(worker, addresses, auth, listener=listener,
                                  timeout=max(1.0, deadline - time.monotonic()))
             storage = settings.get("storage")
             cfg = None if storage is None else as_storage_config(storage).share(W)
-            replica = Scheduler(circuit.nodes, make_worker_context(cfg, worker, W, transport),
-                                local)
+            replica = Scheduler(circuit.nodes,
+                                make_worker_context(cfg, worker, W, transport,
+                                                    errors=circuit.errors),
+                                local, atomic=True)
         except BaseException as e:
             wire.send(ctrl, ("err", wire.portable_exception(e)))
             raise
         wire.send(ctrl, ("ready",))
         if on_ready is not None:
             on_ready()
-        serve_replica(ctrl, replica, transport)
+        pending: dict = {}
+
+        def remesh_listen(msg, old):
+            """Rollback, phase 1: a fresh listening port for the new mesh."""
+            lst = socket.create_server((listen_host, 0))
+            pending["listener"] = lst
+            return f"{advertise_host or listen_host}:{lst.getsockname()[1]}", None
+
+        def remesh(msg, old):
+            """Rollback, phase 2: the new mesh, then undo the failed step."""
+            old.close()
+            new = tcp_mesh(worker, msg[1], auth, listener=pending.pop("listener"),
+                           timeout=timeout)
+            replica.ctx.transport = new
+            replica.rollback()
+            return None, new
+
+        serve_replica(ctrl, replica, transport,
+                      {"remesh_listen": remesh_listen, "remesh": remesh})
     finally:
         if transport is not None:
             transport.close()
@@ -313,14 +359,16 @@ class Job:
 
     def __init__(self, pipeline: Pipeline, workers: int, listen: str, advertise: Optional[str],
                  spawn: bool, python: str, storage: Any, timeout: float,
-                 auth: Optional[MeshAuth] = None):
+                 auth: Optional[MeshAuth] = None, errors: str = "raise"):
         self.auth = auth or MeshAuth.new()
         build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
         self.spec = pipeline_spec(pipeline)
-        settings = {"storage": os.fspath(storage) if storage is not None else None}
+        settings = {"storage": os.fspath(storage) if storage is not None else None,
+                    "errors": check_policy(errors)}
         self.coordinator = Coordinator(workers, self.auth, listen, self.spec, settings, timeout,
                                        advertise)
-        self.circuit = Circuit(workers=workers, executor=self.coordinator.executor)
+        self.circuit = Circuit(workers=workers, executor=self.coordinator.executor,
+                               errors=errors)
         self.outputs = build_outputs(self.circuit, build)
         self.inputs = self.circuit.inputs
         self.procs: list[subprocess.Popen] = []
@@ -363,14 +411,15 @@ class Job:
 
 def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
            advertise: Optional[str] = None, spawn: bool = True, python: Optional[str] = None,
-           storage: Any = None, timeout: float = 120.0) -> Job:
+           storage: Any = None, timeout: float = 120.0, errors: str = "raise") -> Job:
     """Run ``pipeline`` on ``workers`` worker processes joined by the authenticated mesh.
 
     ``spawn=True`` starts them here (``python -m dbsp.cli worker``); ``spawn=False`` waits (up to
     ``timeout`` seconds, so start them from another thread or host first) for workers started
     with :meth:`Job.worker_command` on hosts that reach ``advertise`` (default: the host of
     ``listen``); the first :meth:`Job.step` waits for them. ``storage``: a directory each worker
-    spills its state under (its own ``worker-i`` part). Returns the running :class:`Job` (a context manager).
+    spills its state under (its own ``worker-i`` part). ``errors``: the pipeline's error policy
+    (:mod:`dbsp.circuit.errors`). Returns the running :class:`Job` (a context manager).
     """
     return Job(pipeline, workers, listen, advertise, spawn, python or sys.executable, storage,
-               timeout)
+               timeout, errors=errors)

@@ -31,7 +31,7 @@ import os
 import socket
 import sys
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
@@ -51,11 +51,15 @@ def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_c
                   transport)
 
 
-def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any) -> None:
+def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
+                  handlers: Optional[dict] = None) -> None:
     """A worker's loop: answer the driver's requests on ``ctrl`` (the protocol of the module
     doc) until it says stop or goes away. An error in a step aborts ``transport`` (so the
     other workers stop waiting in an exchange) and is sent to the driver; a ``rollback`` brings
-    a fresh mesh (its sockets passed over ``ctrl``) and undoes the failed step."""
+    a fresh mesh (its sockets passed over ``ctrl``) and undoes the failed step.
+
+    ``handlers``: more commands, ``name -> fn(msg, transport) -> (reply, new transport or
+    None)`` (the launcher's workers rebuild their TCP mesh this way)."""
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -84,6 +88,12 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any) -> No
                 wire.send(ctrl, ("ok", None))
             elif cmd == "apply":
                 wire.send(ctrl, ("ok", replica.apply(msg[1], *msg[2])))
+            elif handlers is not None and cmd in handlers:
+                reply, new = handlers[cmd](msg, transport)
+                if new is not None:
+                    transport = new
+                    replica.ctx.transport = new
+                wire.send(ctrl, ("ok", reply))
             else:
                 wire.send(ctrl, ("err", ValueError(f"unknown command {cmd!r}")))
         except BaseException as e:  # reported to the driver
@@ -176,7 +186,9 @@ class ProcessPool:
             raise (real or errs)[0]
         return [r[1] for r in replies]
 
-    def step(self, inputs: list[dict]) -> list[dict]:
+    def step(self, inputs: list[dict], check=None) -> list[dict]:
+        """One step on every worker; ``check(outputs)`` may refuse it before it commits (the
+        workers commit a step when the next one starts)."""
         self._send({w: ("step", inputs[w]) for w in self.ctrl})
         r = self.replica
         r.feed(inputs[0])
@@ -199,8 +211,15 @@ class ProcessPool:
         except BaseException:
             self.rollback()
             raise
+        outs = [r.take_outputs()] + replies
+        if check is not None:
+            try:
+                check(outs)
+            except BaseException:
+                self.rollback()
+                raise
         r.commit()
-        return [r.take_outputs()] + replies
+        return outs
 
     def rollback(self) -> None:
         """Undo the failed step on every worker, over a fresh socket mesh (see the module doc)."""

@@ -95,7 +95,9 @@ class ThreadPool:
             except threading.BrokenBarrierError:
                 return
 
-    def step(self, inputs: list[dict]) -> list[dict]:
+    def step(self, inputs: list[dict], check=None) -> list[dict]:
+        """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
+        (it is then rolled back like a step that failed)."""
         for r, inp in zip(self.replicas, inputs):
             r.feed(inp)
         if not self._threads:
@@ -113,9 +115,16 @@ class ThreadPool:
                 self.rollback()
                 real = [e for e in errs if not isinstance(e, TransportAborted)]
                 raise (real or errs)[0]
+        outs = [r.take_outputs() for r in self.replicas]
+        if check is not None:
+            try:
+                check(outs)
+            except BaseException:
+                self.rollback()
+                raise
         for r in self.replicas:
             r.commit()
-        return [r.take_outputs() for r in self.replicas]
+        return outs
 
     def rollback(self) -> None:
         """Undo the failed step on every replica and make the transport usable again."""

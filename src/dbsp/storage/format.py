@@ -38,6 +38,20 @@ to ``block_size``, 64 KiB by default, so cold reads are large and aligned for ``
 Payload buffers are 64-byte aligned. **Data block**: buf0 validity bitmap (Arrow, LSB first,
 bit 0 = the block's first row), buf1 offsets (var-length streams: n+1 entries of int32 or int64
 starting at 0), buf2 values (fixed width: n * itemsize; bool: bit-packed; var: the bytes).
+
+Columns of nested or encoded Arrow types (list, large list, fixed-size list, struct, map,
+dictionary, and anything holding them) have the physical kind ``ipc``: each data block's buf2
+is one Arrow IPC *stream* (schema, dictionary if any, one record batch of one column) holding
+exactly the block's ``n`` rows, and ``aux`` is its byte length; buf0 and buf1 are absent (the
+nulls, children and offsets travel inside the IPC message). Why this and not flattened children:
+the Arrow IPC layout *is* the in-memory layout, so a reader gets the column back as zero-copy
+views over the pool slot (like the other kinds), every nesting depth and the nulls of every level
+round-trip exactly with no code of ours per type, and a row range ``[lo, hi)`` of the block is
+a slice of the decoded array. The price is a few hundred bytes of schema per block, which is why
+such streams are cut by their serialised size (about ``block_size``), never per row. Dictionary
+columns are written with their dictionary reduced to the values the block uses, so a block never
+carries a large shared dictionary; readers concatenating blocks unify the dictionaries (the
+values and the type are kept exactly; the indices may be renumbered).
 **Index block**: buf0 ``first_row`` uint64[n], buf1 child offset uint64[n], buf2 child extent
 uint32[n], buf3 keys: uint64[n], or for var codes int64 offsets[n+1] followed (64-aligned) by
 the bytes. A child's rows end where the next child's start (the last one at ``first_row + aux``).
@@ -92,7 +106,7 @@ __all__ = [
     "FLAG_LZ4", "FLAG_VALIDITY", "FLAG_VARKEYS", "FLAG_KEYS", "NO_BUF",
     "INCOMPAT_LZ4", "INCOMPAT_KNOWN", "COMPAT_BLOOM",
     "StorageError", "CorruptBlockError", "TruncatedFileError", "FormatVersionError",
-    "Physical", "physical_of", "BlockHeader", "align", "bloom_params", "bloom_fpr",
+    "Physical", "physical_of", "is_ipc_type", "IPC", "BlockHeader", "align", "bloom_params", "bloom_fpr",
     "verify_block", "schema_to_b64", "schema_from_b64", "dumps_trailer", "loads_trailer",
 ]
 
@@ -156,8 +170,9 @@ def align(n: int, a: int = BLOCK_ALIGN) -> int:
 
 @dataclass(frozen=True)
 class Physical:
-    """How one stream is laid out: ``fixed`` (itemsize bytes per row), ``bool`` (bit-packed)
-    or ``var`` (offsets of ``offset_width`` bytes + data)."""
+    """How one stream is laid out: ``fixed`` (itemsize bytes per row), ``bool`` (bit-packed),
+    ``var`` (offsets of ``offset_width`` bytes + data) or ``ipc`` (one Arrow IPC stream of the
+    block's rows per data block: nested and dictionary types)."""
 
     kind: str
     itemsize: int = 0
@@ -179,8 +194,20 @@ I64 = Physical("fixed", 8, 0, "<i8")
 VAR64 = Physical("var", 0, 8, "")
 
 
+IPC = Physical("ipc")
+
+
+def is_ipc_type(t: pa.DataType) -> bool:
+    """Arrow types stored as one IPC stream per block: nested and dictionary-encoded ones."""
+    return (pa.types.is_nested(t) or pa.types.is_dictionary(t))
+
+
 def physical_of(t: pa.DataType, name: str = "?") -> Physical:
     """The physical layout of an Arrow type; TypeError for unsupported types."""
+    if is_ipc_type(t):
+        if pa.types.is_union(t):
+            raise TypeError(f"column {name!r}: unsupported Arrow type {t} (a union)")
+        return IPC
     if pa.types.is_boolean(t):
         return Physical("bool")
     if pa.types.is_string(t) or pa.types.is_binary(t):
@@ -203,7 +230,7 @@ def physical_of(t: pa.DataType, name: str = "?") -> Physical:
         return Physical("fixed", w, 0, dt)
     raise TypeError(f"column {name!r}: unsupported Arrow type {t} (supported: ints, uints, "
                     f"floats, bool, date, time, timestamp, duration, decimal128, string, "
-                    f"binary and their large variants)")
+                    f"binary and their large variants, list, struct, map, dictionary)")
 
 
 def schema_to_b64(schema: pa.Schema) -> str:

@@ -129,6 +129,22 @@ def read_metadata(path: Union[str, os.PathLike]) -> dict:
         os.close(fd)
 
 
+def _ipc_block(buf: pa.Buffer, t: pa.DataType, n: int, path: str, s) -> pa.Array:
+    """The column of an ``ipc`` data block (see :mod:`dbsp.storage.format`): zero-copy views
+    over ``buf``. A block whose message does not hold ``n`` rows of type ``t`` is corrupt (its
+    checksum passed, so the writer was wrong or the file foreign)."""
+    try:
+        tab = pa.ipc.open_stream(buf).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptBlockError(path, 0, f"column {s.name!r}: bad Arrow IPC block: {e}") from e
+    if tab.num_columns != 1 or tab.num_rows != n or tab.column(0).type != t:
+        types = ", ".join(str(f.type) for f in tab.schema)
+        raise CorruptBlockError(path, 0, f"column {s.name!r}: IPC block holds "
+                                f"{tab.num_rows} rows of ({types}), expected {n} of {t}")
+    col = tab.column(0)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 class LayerFile:
     """An open layer file. ``backend``: a :mod:`dbsp.storage.backend` backend (default: the
     process-wide one). Thread-safe for reads."""
@@ -411,7 +427,10 @@ class LayerFile:
             validity = None
             if h.flags & F.FLAG_VALIDITY:
                 validity = pb.slice(HEADER_SIZE + h.bufs[0], (h.n + 7) // 8)
-            if s.phys.kind == "var":
+            if s.phys.kind == "ipc":
+                a = _ipc_block(pb.slice(HEADER_SIZE + h.bufs[2], h.aux), t, h.n, self.path,
+                               s).slice(lo, hi - lo)
+            elif s.phys.kind == "var":
                 ob = pb.slice(HEADER_SIZE + h.bufs[1], (h.n + 1) * s.phys.offset_width)
                 db = pb.slice(HEADER_SIZE + h.bufs[2], h.aux)
                 a = pa.Array.from_buffers(t, hi - lo, [validity, ob, db], offset=lo)

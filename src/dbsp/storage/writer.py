@@ -163,6 +163,9 @@ class _StreamWriter:
             self._per_block = self._fixed_rows_per_block()
         elif phys.kind == "bool":
             self._per_block = self._fixed_rows_per_block()
+        elif phys.kind == "ipc":
+            self._arr = None          # pending rows as one Arrow array
+            self._ipc_schema: Optional[pa.Schema] = None  # set at the first rows
         else:
             self._odt = np.dtype("<i4") if phys.offset_width == 4 else np.dtype("<i8")
 
@@ -219,7 +222,61 @@ class _StreamWriter:
         self.rows += n
         self._emit_var(final=False)
 
+    def append_ipc(self, arr: pa.Array):
+        n = len(arr)
+        if n == 0:
+            return
+        arr = _compact_dictionary(arr)   # sizes are estimated from the buffers
+        self._arr = arr if self._arr is None else pa.concat_arrays([self._arr, arr])
+        self.rows += n
+        self._emit_ipc(final=False)
+
     # -- cutting blocks ----------------------------------------------------------------------
+
+    def _ipc_bytes(self, a: pa.Array) -> pa.Buffer:
+        """One IPC stream holding ``a`` (its dictionary reduced to the values it uses)."""
+        a = _compact_dictionary(a)
+        sink = pa.BufferOutputStream()
+        batch = pa.RecordBatch.from_arrays([a], schema=self._ipc_schema)
+        with pa.ipc.new_stream(sink, self._ipc_schema) as w:
+            w.write_batch(batch)
+        return sink.getvalue()
+
+    def _emit_ipc(self, final: bool):
+        """Cut blocks of about ``cap`` serialised bytes: the row count is estimated from the
+        pending rows' buffer size, then halved while the message does not fit (a single row
+        larger than a block makes a block of its own, like a long string does)."""
+        if self._arr is None:
+            return
+        arr = self._arr
+        total = len(arr)
+        nb = max(arr.get_total_buffer_size(), 1)
+        if not final and nb < self.cap:
+            return
+        if self._ipc_schema is None:
+            self._ipc_schema = pa.schema([pa.field("v", arr.type, self.nullable)])
+        p = 0
+        per_row = nb / total
+        while p < total:
+            rest = total - p
+            m = max(1, min(rest, int(self.cap * 0.9 / per_row)))
+            if m == rest and not final:
+                break
+            while True:
+                buf = self._ipc_bytes(arr.slice(p, m))
+                if buf.size <= self.cap or m == 1:
+                    break
+                m = max(1, m // 2)
+            if m == rest and not final and buf.size < self.cap // 2:
+                break
+            key = None
+            self._write_data(m, [None, None, buf, None], buf.size, 0, key)
+            p += m
+        if p == total:
+            self._arr = None
+        elif p:
+            self._arr = pa.concat_arrays([arr.slice(p)])
+
 
     def _validity_part(self, lo: int, hi: int):
         if self._valid is None:
@@ -313,7 +370,9 @@ class _StreamWriter:
     # -- finishing: index tree ---------------------------------------------------------------
 
     def finish(self):
-        if self.phys.kind == "var":
+        if self.phys.kind == "ipc":
+            self._emit_ipc(final=True)
+        elif self.phys.kind == "var":
             self._emit_var(final=True)
         else:
             self._emit_fixed(final=True)
@@ -401,6 +460,15 @@ class _StreamWriter:
             "arrow_type": self.arrow_type,
             "bytes_raw": self.bytes_raw, "bytes_stored": self.bytes_stored,
         }
+
+
+def _compact_dictionary(a: pa.Array) -> pa.Array:
+    """A dictionary array whose dictionary holds only the values it uses (when it holds more
+    values than the array has rows); the type is kept."""
+    if pa.types.is_dictionary(a.type) and len(a.dictionary) > len(a):
+        used = a.dictionary_decode().dictionary_encode()
+        return used.cast(a.type) if used.type != a.type else used
+    return a
 
 
 def _a64_np(x: np.ndarray) -> np.ndarray:
@@ -636,6 +704,9 @@ class LayerFileWriter:
             if layer == 0 and self.bloom_fpr is not None and n:
                 self._add_hashes(_nb.hash_var(co, cd, BLOOM_SEED))
         for s, a in zip(st["columns"], cols):
+            if s.phys.kind == "ipc":
+                s.append_ipc(a)
+                continue
             kind, vals, valid = _arrow_parts(a, s.phys)
             if kind == "var":
                 s.append_var(vals[0], vals[1], valid)

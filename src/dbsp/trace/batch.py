@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra import kernels as K
+from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
 from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, take
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
@@ -157,7 +158,10 @@ class OrdZSet(ZSet):
         if len(z) == 0:
             return cls(z.data, EMPTY_I64, Codes.empty(codec.u64), codec)
         codes = codec.encode(z.data.columns, len(z))
-        perm, w = K.sort_consolidate(codes, None, z.weights)
+        try:
+            perm, w = K.sort_consolidate(codes, None, z.weights)
+        except WeightOverflowError as e:
+            raise _named(e, [z.data]) from None
         return cls(take(z.data, perm), w, K.take(codes, perm), codec)
 
     @classmethod
@@ -179,7 +183,10 @@ class OrdZSet(ZSet):
             raise ValueError("merge of no non-empty batches; use OrdZSet.empty(schema)")
         if len(batches) == 1:
             return batches[0]
-        gidx, w = K.merge_consolidate([(b.codes, None, b.weights) for b in batches])
+        try:
+            gidx, w = K.merge_consolidate([(b.codes, None, b.weights) for b in batches])
+        except WeightOverflowError as e:
+            raise _named(e, [b.data for b in batches]) from None
         data = concat_batches(batches[0].schema, [b.data for b in batches])
         codes = K.concat([b.codes for b in batches])
         return OrdZSet(take(data, gidx), w, K.take(codes, gidx), batches[0].codec)
@@ -324,7 +331,10 @@ class OrdIndexedZSet:
             return cls.empty(keys.schema, vals.schema)
         kcodes = kcodec.encode(keys.columns, keys.num_rows) if kcodes is None else kcodes
         vcodes = vcodec.encode(vals.columns, vals.num_rows) if vcodes is None else vcodes
-        perm, w = K.sort_consolidate(kcodes, vcodes, np.asarray(weights, np.int64))
+        try:
+            perm, w = K.sort_consolidate(kcodes, vcodes, np.asarray(weights, np.int64))
+        except WeightOverflowError as e:
+            raise _named(e, [_side_by_side(keys, vals)]) from None
         return cls._from_sorted_rows(keys, vals, kcodes, vcodes, perm, w, kcodec, vcodec)
 
     @classmethod
@@ -358,15 +368,22 @@ class OrdIndexedZSet:
         if all(Codes.is_u64(b.kcodes) and Codes.is_u64(b.vcodes)
                for b in batches):
             # fixed-width keys and values: merge and regroup in one native pass
-            gidx, w, vc, kc, bounds, ksrc = K.merge_indexed(
-                [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])
+            try:
+                gidx, w, vc, kc, bounds, ksrc = K.merge_indexed(
+                    [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])
+            except WeightOverflowError as e:
+                raise _named(e, [b.flatten().data for b in batches]) from None
             keys = concat_batches(b0.key_schema, [b.keys for b in batches])
             vals = concat_batches(b0.val_schema, [b.vals for b in batches])
             return OrdIndexedZSet(take(keys, ksrc), kc, bounds, take(vals, gidx), vc, w,
                                   b0.kcodec, b0.vcodec)
         kis = [b.key_index() for b in batches]
         rows = [K.take(b.kcodes, ki) for b, ki in zip(batches, kis)]
-        gidx, w = K.merge_consolidate([(rk, b.vcodes, b.weights) for rk, b in zip(rows, batches)])
+        try:
+            gidx, w = K.merge_consolidate([(rk, b.vcodes, b.weights)
+                                           for rk, b in zip(rows, batches)])
+        except WeightOverflowError as e:
+            raise _named(e, [b.flatten().data for b in batches]) from None
         kc = K.concat(rows)
         vc = K.concat([b.vcodes for b in batches])
         # the key row of every value row, as an index into the concatenated *distinct* keys (the
@@ -578,3 +595,22 @@ def merge_batches(batches: Sequence[Any]) -> Any:
 
 __all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "merge_batches",
            "ranges", "EMPTY_I64"]
+
+
+def _side_by_side(keys: pa.RecordBatch, vals: pa.RecordBatch) -> pa.RecordBatch:
+    names = keys.schema.names + [n for n in vals.schema.names if n not in keys.schema.names]
+    cols = keys.columns + [c for n, c in zip(vals.schema.names, vals.columns)
+                           if n not in keys.schema.names]
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def _named(e: WeightOverflowError, parts: Sequence[pa.RecordBatch]) -> WeightOverflowError:
+    """``e`` naming its first group's row: ``parts`` are the rows the kernel was given, one
+    batch per run, in order (the error's rows index their concatenation)."""
+    r = e.rows[0]
+    for p in parts:
+        if r < p.num_rows:
+            row = p.slice(r, 1).to_pylist()[0]
+            return WeightOverflowError(e.rows, e.sums, row, e.where)
+        r -= p.num_rows
+    return e

@@ -15,10 +15,15 @@ references, not copies:
 * ``clear()`` is undone by inserting the batches the spine held just before (the journal keeps
   the snapshot tuple the spine already caches).
 
-Cost on the fast path: one list append per insert, and nothing else; the references are
-dropped when the step commits. The GC bound (``truncate_keys_below``) is monotone and is not
-journalled: rows behind a watermark are not restored by a rollback (the watermark itself is:
-it is operator state, see :meth:`dbsp.circuit.operator.Operator.savepoint`).
+* ``truncate_keys_below(bound)`` (watermark GC) is undone by putting the old bound back. The
+  rows below the new bound are still there to come back: a spine's merges free rows only below
+  its *committed* bound, which :meth:`StepJournal.commit` moves up when the step stands; until
+  then readers already cut at the new bound (see :meth:`dbsp.trace.spine.Spine.truncate_keys_below`).
+  The watermark itself is operator state, restored by its savepoint
+  (:meth:`dbsp.circuit.operator.Operator.savepoint`).
+
+Cost on the fast path: one list append per insert or bound change, and nothing else; the
+references are dropped when the step commits.
 
 The journal is per thread (each worker steps its replica in one thread); a spine touched
 outside a step (a driver-side keyed input) is not journalled.
@@ -48,6 +53,16 @@ class StepJournal:
     def cleared(self, spine: Any, batches: tuple) -> None:
         self.entries.append(("clear", spine, batches))
 
+    def bound_raised(self, spine: Any, old_bound: Any) -> None:
+        self.entries.append(("bound", spine, old_bound))
+
+    def commit(self) -> None:
+        """The step stands: let the spines' merges free the rows behind raised bounds."""
+        entries, self.entries = self.entries, []
+        for kind, spine, _ in entries:
+            if kind == "bound":
+                spine.commit_key_bound()
+
     def rollback(self) -> None:
         """Undo every change, newest first (outside any journal: the undo is not recorded)."""
         entries, self.entries = self.entries, []
@@ -55,6 +70,8 @@ class StepJournal:
             for kind, spine, x in reversed(entries):
                 if kind == "insert":
                     spine.insert(x.neg())
+                elif kind == "bound":
+                    spine.restore_key_bound(x)
                 else:
                     for b in x:
                         spine.insert(b)

@@ -100,6 +100,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from ..algebra import kernels as K
+from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes
 from .batch import OrdIndexedZSet, OrdZSet, merge_batches
 from .journal import current_journal
@@ -433,9 +434,13 @@ class Spine:
         self._snapshot: Optional[tuple[Batch, ...]] = None
         self._consolidated: Optional[tuple[tuple, Optional[Batch]]] = None
         self._epoch = 0
-        self._key_bound: Optional[KeyBound] = None
+        self._key_bound: Optional[KeyBound] = None   # readers cut below it at once
+        self._gc_bound: Optional[KeyBound] = None    # merges free rows below it (committed)
         self._retain: Optional[RowFilter] = None
         self._error: Optional[BaseException] = None
+        # a merge found a weight out of int64 (WeightOverflowError): its inputs stay loose (their
+        # sum is the state, exactly) and no merge runs until the state changes again
+        self._merge_blocked = False
         self._proto: Optional[Batch] = None
         if storage is None:
             storage = current_storage()
@@ -467,6 +472,7 @@ class Spine:
             journal.inserted(self, batch)
         with self._cv:
             self._levels.setdefault(self.level_of(n), []).append(batch)
+            self._merge_blocked = False
             self._changed()
             self.stats.inserts += 1
             self.stats.rows_inserted += n
@@ -483,7 +489,8 @@ class Spine:
             if self._waiting() <= self.max_loose or self._error is not None:
                 return
             t0 = time.perf_counter()
-            while self._waiting() > self.max_loose and self._error is None and self.background:
+            while self._waiting() > self.max_loose and self._error is None and self.background \
+                    and not self._merge_blocked:
                 self._cv.wait()
             self.stats.blocked_inserts += 1
             self.stats.blocked_seconds += time.perf_counter() - t0
@@ -498,6 +505,7 @@ class Spine:
             self._levels.clear()
             self._inflight.clear()
             self._epoch += 1
+            self._merge_blocked = False
             self._changed()
             self._cv.notify_all()
         self._fire_change()
@@ -520,12 +528,13 @@ class Spine:
             self._levels.clear()
             self._inflight.clear()
             self._epoch += 1
+            self._merge_blocked = False
             for b in image.batches:
                 if len(b):
                     self._levels.setdefault(self.level_of(len(b)), []).append(b)
                     if self._proto is None:
                         self._proto = b
-            self._key_bound = image.key_bound
+            self._key_bound = self._gc_bound = image.key_bound
             self._changed()
             waiting = self._waiting()
             self._cv.notify_all()
@@ -570,10 +579,29 @@ class Spine:
         codes, or a one-row code array). Readers stop seeing them now; merges free them. The bound
         only rises: a lower bound than the current one is ignored."""
         bound = Codes.as_code(bound)
+        journal = current_journal()
         with self._cv:
             if self._key_bound is None or bound > self._key_bound:  # type: ignore[operator]
+                if journal is not None:
+                    # inside a step that may be rolled back: readers see the new bound now,
+                    # merges free rows only once the step commits (commit_key_bound)
+                    journal.bound_raised(self, self._key_bound)
+                else:
+                    self._gc_bound = bound
                 self._key_bound = bound
                 self._changed()
+
+    def commit_key_bound(self) -> None:
+        """The step that raised the key bound stands: merges may now free the rows below it."""
+        with self._cv:
+            self._gc_bound = self._key_bound
+
+    def restore_key_bound(self, bound: Optional[KeyBound]) -> None:
+        """Undo a rolled-back step's raise of the key bound (the rows below the new bound were
+        never freed: merges cut at the committed bound only), so readers see them again."""
+        with self._cv:
+            self._key_bound = bound
+            self._changed()
 
     @property
     def key_bound(self) -> Optional[KeyBound]:
@@ -602,6 +630,8 @@ class Spine:
 
     def _pending_level(self) -> Optional[tuple[int, int]]:
         """(cost, level) of the cheapest merge owed, under the lock."""
+        if self._merge_blocked:
+            return None
         best = None
         for lvl, bs in self._levels.items():
             if len(bs) >= self.fanout:
@@ -639,10 +669,22 @@ class Spine:
         """Merge a claimed job and swap its output in. True if the spine owes another merge."""
         try:
             with self._cv:
-                bound, keep = self._key_bound, self._retain
+                bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
             out = self._merge(job.inputs, bound, keep)
             dt = time.perf_counter() - t0
+        except WeightOverflowError:
+            # not a broken spine: the batches are right, only their sum does not fit int64. The
+            # error is raised where the state is read (inside a step, which is rolled back); a
+            # rollback's insert (or any later insert) lets the merges run again.
+            with self._cv:
+                if job.epoch == self._epoch and self._inflight.pop(job.id, None) is not None:
+                    for b in job.inputs:
+                        self._levels.setdefault(self.level_of(len(b)), []).append(b)
+                self._merge_blocked = True
+                self._changed()
+                self._cv.notify_all()
+            return False
         except BaseException as e:  # noqa: BLE001 - reported to the inserting thread
             with self._cv:
                 self._error = e  # inputs stay in flight: still visible, the state is right
@@ -713,7 +755,7 @@ class Spine:
         self.wait_merges()
         with self._cv:
             inputs = [b for bs in self._levels.values() for b in bs]
-            epoch, bound, keep = self._epoch, self._key_bound, self._retain
+            epoch, bound, keep = self._epoch, self._gc_bound, self._retain
         t0 = time.perf_counter()
         out = self._merge(inputs, bound, keep) if inputs else None
         dt = time.perf_counter() - t0
@@ -924,18 +966,28 @@ class Spine:
         return m if len(m) else None
 
     def weights_of(self, codes: CodeArray) -> np.ndarray:
-        """The total weight of each of the sorted distinct row codes (Z-set traces only)."""
+        """The total weight of each of the sorted distinct row codes (Z-set traces only), summed
+        modulo 2**64 (:meth:`weight_parts` gives the addends, to check the sum)."""
         out = np.zeros(len(codes), np.int64)
+        for p in self.weight_parts(codes):
+            out += p
+        return out
+
+    def weight_parts(self, codes: CodeArray) -> list[np.ndarray]:
+        """Per batch, the weight of each of the sorted distinct row codes (0 where absent)."""
+        parts: list[np.ndarray] = []
         if len(codes) == 0:
-            return out
+            return parts
         for b in self.batches():
             if getattr(b, "indexed", isinstance(b, OrdIndexedZSet)):
                 raise TypeError("weights_of needs a Z-set trace (OrdZSet batches)")
             rw = getattr(b, "row_weights", None)
             if rw is not None:
-                out += rw(codes)
+                parts.append(np.asarray(rw(codes), np.int64))
                 continue
+            out = np.zeros(len(codes), np.int64)
             ai, bi = K.intersect(codes, b.codes)
             if len(ai):
-                out[ai] += b.weights[bi]
-        return out
+                out[ai] = b.weights[bi]
+            parts.append(out)
+        return parts
