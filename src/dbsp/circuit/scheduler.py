@@ -150,7 +150,7 @@ class Scheduler:
         return outs
 
     #: what a driver may ask a worker between steps (``call`` of the runtime's executors)
-    CALLS = ("state_rows", "profile", "cpu_seconds")
+    CALLS = ("state_rows", "profile", "cpu_seconds", "layout")
 
     # -- checkpoints (see dbsp.circuit.operator: Stateful) ---------------------------------
     def checkpoint_state(self) -> dict:
@@ -183,6 +183,10 @@ class Scheduler:
 
     def state_rows(self) -> int:
         return sum(op.state_rows() for op in self.ops)
+
+    def layout(self) -> dict:
+        """The shard map this worker's exchanges shard by (``ShardMap.to_dict``)."""
+        return self.ctx.shards.to_dict()
 
     def cpu_seconds(self) -> float:
         """CPU seconds (user + system) of the process this worker runs in, so far (for the

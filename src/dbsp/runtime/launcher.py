@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Union
 
-from ..circuit.exchange import TransportAborted
+from ..circuit.exchange import ShardMap, TransportAborted
 from ..circuit.scheduler import Scheduler
 from ..storage import wire
 from ..storage.config import as_storage_config
@@ -214,6 +214,12 @@ class Coordinator:
             self.broken = e
             raise
 
+    def apply(self, fn: Callable, *args: Any) -> list:
+        """``fn(replica, *args)`` on every worker between steps (``fn`` a module-level function:
+        it travels by reference), results in worker order."""
+        self._send({w: ("apply", fn, args) for w in self.ctrl})
+        return self._replies()
+
     def call(self, name: str) -> list:
         if name not in Scheduler.CALLS:
             raise ValueError(f"unknown call {name!r} (known: {', '.join(Scheduler.CALLS)})")
@@ -269,8 +275,10 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
                                  timeout=max(1.0, deadline - time.monotonic()))
             storage = settings.get("storage")
             cfg = None if storage is None else as_storage_config(storage).share(W)
-            replica = Scheduler(circuit.nodes, make_worker_context(cfg, worker, W, transport),
-                                local)
+            layout = settings.get("layout")
+            shards = None if layout is None else ShardMap.from_dict(layout)
+            replica = Scheduler(circuit.nodes, make_worker_context(cfg, worker, W, transport,
+                                                                   shards=shards), local)
         except BaseException as e:
             wire.send(ctrl, ("err", wire.portable_exception(e)))
             raise
@@ -293,14 +301,17 @@ class Job:
 
     def __init__(self, pipeline: Pipeline, workers: int, listen: str, advertise: Optional[str],
                  spawn: bool, python: str, storage: Any, timeout: float,
-                 auth: Optional[MeshAuth] = None):
+                 auth: Optional[MeshAuth] = None, layout: Optional[ShardMap] = None):
         self.auth = auth or MeshAuth.new()
         build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
         self.spec = pipeline_spec(pipeline)
-        settings = {"storage": os.fspath(storage) if storage is not None else None}
+        settings = {"storage": os.fspath(storage) if storage is not None else None,
+                    "layout": None if layout is None else layout.to_dict()}
         self.coordinator = Coordinator(workers, self.auth, listen, self.spec, settings, timeout,
                                        advertise)
         self.circuit = Circuit(workers=workers, executor=self.coordinator.executor)
+        if layout is not None:  # the workers have it from the start (settings)
+            self.circuit.set_layout(layout)
         self.outputs = build_outputs(self.circuit, build)
         self.inputs = self.circuit.inputs
         self.procs: list[subprocess.Popen] = []
@@ -352,14 +363,18 @@ class Job:
 
 def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
            advertise: Optional[str] = None, spawn: bool = True, python: Optional[str] = None,
-           storage: Any = None, timeout: float = 120.0) -> Job:
+           storage: Any = None, timeout: float = 120.0,
+           layout: Optional[ShardMap] = None) -> Job:
     """Run ``pipeline`` on ``workers`` worker processes joined by the authenticated mesh.
 
     ``spawn=True`` starts them here (``python -m dbsp.cli worker``); ``spawn=False`` waits (up to
     ``timeout`` seconds, so start them from another thread or host first) for workers started
     with :meth:`Job.worker_command` on hosts that reach ``advertise`` (default: the host of
     ``listen``); the first :meth:`Job.step` waits for them. ``storage``: a directory each worker
-    spills its state under (its own ``worker-i`` part). Returns the running :class:`Job` (a context manager).
+    spills its state under (its own ``worker-i`` part). ``layout``: the
+    :class:`~dbsp.circuit.exchange.ShardMap` keys are sharded by (default: the dynamic map of
+    ``workers``), e.g. one resized from a checkpoint's. Returns the running :class:`Job` (a
+    context manager).
     """
     return Job(pipeline, workers, listen, advertise, spawn, python or sys.executable, storage,
-               timeout)
+               timeout, layout=layout)
