@@ -211,3 +211,23 @@ def test_cuts_of_timed_batches_partition_them(rows, workers):
                 total[kv] = wt
             assert (shards.worker_of(part.kcodes) == x).all()
         assert total == b.to_dict()
+
+
+def test_a_catalog_without_layouts_is_resharded_on_resume(tmp_path):
+    """Checkpoints written before layouts were recorded (their state was sharded by
+    ``hash % W``): a resume re-shards them by the current map, whatever the worker count."""
+    import zlib
+    d = str(tmp_path)
+    steps = make_steps(4, seed=5, rows=100)
+    ref = fixed_run(steps)
+    got, _ = scaled_run(d, steps[:2], [2], per=2)
+    path = os.path.join(d, "checkpoints.json")
+    cat = catalog(d)
+    for c in cat["checkpoints"]:
+        del c["layout"]
+    body = json.dumps(cat, sort_keys=True).encode()
+    with open(path, "w") as f:
+        json.dump({"catalog": cat, "crc32": zlib.crc32(body)}, f)
+    more, changes = scaled_run(d, steps[2:], [2], per=2)
+    assert changes[0]["from_workers"] == 2 and changes[0]["to_workers"] == 2
+    assert_same(ref, got + more)
