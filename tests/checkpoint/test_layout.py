@@ -4,6 +4,7 @@ step for step, the output of a run that never changed scale; the layout is recor
 checkpoint and taken back on resume; only about 1/(W+1) of the state moves from W to W+1."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -19,6 +20,15 @@ from dbsp.api.expr.aggregates import count, count_distinct, max_, min_, sum_
 from dbsp.checkpoint.reshard import cut_batch
 from dbsp.circuit.exchange import ShardMap, as_shard_map
 from dbsp.trace.timed import OrdKeyBatch, OrdValBatch
+
+@pytest.fixture(autouse=True)
+def _collect():
+    """Each test builds many circuits with storage; their batch files stay open until the
+    cyclic garbage collector frees them, and a process runtime forked later inherits the
+    descriptors (the socket transport's select() refuses descriptors >= 1024). Collect now."""
+    yield
+    gc.collect()
+
 
 A = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 B = pa.schema([("k", pa.int64()), ("w", pa.int64())])

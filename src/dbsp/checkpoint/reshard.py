@@ -100,10 +100,13 @@ def load_worker_resharded(sched: Any, root: str, name: str, old_workers: int,
     if shards.workers != sched.ctx.workers:
         raise CheckpointError(f"worker {w}: layout for {shards.workers} workers, the circuit "
                               f"has {sched.ctx.workers}")
-    states = [read_state(os.path.join(root, name, f"worker-{v}.state"), sched.ctx.storage, root)
-              for v in range(old_workers)]
     st = ReshardStats()
-    merged = _merge(list(enumerate(states)), shards, w, st, "state")
+    # one old worker at a time: its files are open only while they are cut (a batch kept
+    # whole keeps its file open, as any live batch does)
+    cut = [_pre(read_state(os.path.join(root, name, f"worker-{v}.state"), sched.ctx.storage,
+                           root), v, shards, w, st)
+           for v in range(old_workers)]
+    merged = _merge(list(enumerate(cut)), shards, w, st, "state")
     sched.restore_state(merged)
     st.seconds = time.perf_counter() - t0
     return st.as_dict()
@@ -111,14 +114,44 @@ def load_worker_resharded(sched: Any, root: str, name: str, old_workers: int,
 
 # -- merging W state trees into one worker's --------------------------------------------------
 
+class _Cut:
+    """A batch held as a value, cut: the part for the new worker (a list, maybe empty) and an
+    empty batch of its kind."""
+
+    __slots__ = ("parts", "empty")
+
+    def __init__(self, parts: list, empty: Any):
+        self.parts, self.empty = parts, empty
+
+
+def _pre(x: Any, v: int, shards: ShardMap, w: int, st: ReshardStats) -> Any:
+    """Old worker ``v``'s state tree with every batch cut to new worker ``w``'s part."""
+    if isinstance(x, SpineImage):
+        return SpineImage(tuple(p for b in x.batches for p in _cut(b, v, shards, w, st)),
+                          x.key_bound)
+    if isinstance(x, NestedState):
+        return NestedState({k: _pre(y, v, shards, w, st) for k, y in x.items()})
+    if isinstance(x, dict):
+        return {k: _pre(y, v, shards, w, st) for k, y in x.items()}
+    if isinstance(x, (list, tuple)) and not isinstance(x, str):
+        return type(x)(_pre(y, v, shards, w, st) for y in x)
+    if _is_batch(x):
+        return _Cut(_cut(x, v, shards, w, st), _empty_like(x))
+    return x
+
+
+def _empty_like(b: Any) -> Any:
+    m = b.to_memory() if is_file_batch(b) else b
+    if type(m) is ZSet:
+        return ZSet.empty(m.schema)
+    return cut_batch(m, np.zeros(len(_key_rows(m)[0]), dtype=bool))
+
+
 def _merge(vals: list, shards: ShardMap, w: int, st: ReshardStats, where: str) -> Any:
-    """``vals``: ``[(old worker, value)]`` of one place in the state trees."""
+    """``vals``: ``[(old worker, value)]`` of one place in the (cut) state trees."""
     first = vals[0][1]
     if isinstance(first, SpineImage):
-        batches: list = []
-        for v, im in vals:
-            for b in im.batches:
-                batches.extend(_cut(b, v, shards, w, st))
+        batches = [b for _, im in vals for b in im.batches]
         return SpineImage(tuple(batches), _bound([im.key_bound for _, im in vals]))
     if isinstance(first, NestedState):
         return NestedState(_merge_dict(vals, shards, w, st, where))
@@ -130,9 +163,9 @@ def _merge(vals: list, shards: ShardMap, w: int, st: ReshardStats, where: str) -
             raise CheckpointError(f"{where}: the workers' states differ in length")
         return type(first)(_merge([(v, x[i]) for v, x in vals], shards, w, st, f"{where}[{i}]")
                            for i in range(n))
-    if any(_is_batch(x) for _, x in vals):  # None: nothing held on that worker
-        parts = [p for v, b in vals if b is not None for p in _cut(b, v, shards, w, st)]
-        return _sum(next(x for _, x in vals if _is_batch(x)), parts)
+    if any(isinstance(x, _Cut) for _, x in vals):  # None: nothing held on that worker
+        parts = [p for _, c in vals if c is not None for p in c.parts]
+        return _sum(next(x for _, x in vals if isinstance(x, _Cut)).empty, parts)
     return _scalar([x for _, x in vals], where)
 
 
@@ -239,15 +272,12 @@ def _cut(b: Any, v: int, shards: ShardMap, w: int, st: ReshardStats) -> list:
 
 
 def _sum(proto: Any, parts: list) -> Any:
-    """The sum of ``parts`` (cut batches of ``proto``'s kind); an empty batch like ``proto``
-    when there are none."""
+    """The sum of ``parts`` (cut batches of ``proto``'s kind); ``proto`` (empty) when there
+    are none."""
     parts = [p.to_memory() if is_file_batch(p) else p for p in parts]
     parts = [p.consolidate() if type(p) is ZSet else p for p in parts if len(p)]
     if not parts:
-        m = proto.to_memory() if is_file_batch(proto) else proto
-        if type(m) is ZSet:
-            return ZSet.empty(m.schema)
-        return cut_batch(m, np.zeros(len(_key_rows(m)[0]), dtype=bool))
+        return proto
     if len(parts) == 1:
         return parts[0]
     return type(parts[0]).merge(parts)
