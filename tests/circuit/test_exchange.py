@@ -10,15 +10,18 @@ from hypothesis import strategies as st
 
 from dbsp.algebra import kernels as K
 from dbsp.algebra.codes import codec_for
-from dbsp.circuit.exchange import deal, shard_rows
+from dbsp.circuit.exchange import ShardMap, as_shard_map, deal, shard_rows
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(-2**40, 2**40), max_size=300), st.integers(1, 9))
-def test_shard_rows_partitions_by_key(keys, workers):
+@given(st.lists(st.integers(-2**40, 2**40), max_size=300), st.integers(1, 9),
+       st.sampled_from(["default", "fixed", "resized"]))
+def test_shard_rows_partitions_by_key(keys, workers, kind):
     schema = pa.schema([("k", pa.int64())])
     codes = codec_for(schema).encode([pa.array(keys, pa.int64())], len(keys))
-    parts = shard_rows(codes, workers)
+    shards = {"default": as_shard_map(workers), "fixed": ShardMap.fixed(workers, 64),
+              "resized": ShardMap.dynamic(1).resize(workers + 2).resize(workers)}[kind]
+    parts = shard_rows(codes, shards)
     assert len(parts) == workers
     allidx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     assert sorted(allidx.tolist()) == list(range(len(keys)))  # each row exactly once
@@ -27,7 +30,10 @@ def test_shard_rows_partitions_by_key(keys, workers):
         assert (np.diff(idx) > 0).all()  # ascending
         for i in idx:
             assert home.setdefault(keys[i], w) == w  # a key lives on one worker
-    assert (K.shard(codes, workers)[allidx] ==
+    # the worker is the owner of the shard given by the hash's top bits
+    shard = (K.hash64(codes) >> np.uint64(64 - shards.bits)) if shards.bits else \
+        np.zeros(len(keys), np.uint64)
+    assert (shards.owners[shard.astype(np.int64)][allidx] ==
             np.concatenate([np.full(len(p), w) for w, p in enumerate(parts)])).all()
 
 

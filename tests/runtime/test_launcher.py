@@ -13,6 +13,7 @@ import threading
 import pytest
 
 import dbsp
+from dbsp.circuit.exchange import as_shard_map
 from dbsp.runtime.launcher import (
     AUTH_ENV, build_outputs, launch, pipeline_spec, resolve_pipeline, serve_worker)
 from dbsp.runtime.process import WorkerDied
@@ -49,6 +50,26 @@ def test_launcher_matches_embedded(procs):
     for s, (g, w) in enumerate(zip(got, want)):
         assert g == w, f"step {s} differs"
     assert all(p.returncode == 0 for p in job.procs) or job.procs == []
+
+
+def test_launcher_shards_by_the_layout_given():
+    """A layout other than the default (a map resized from 3 workers to 2, as a resumed
+    checkpoint gives): the driver deals input by it and the workers' exchanges shard by it; if
+    either used the default map, joined keys would miss each other."""
+    steps = P.sample_steps(3)
+    want = _embedded(steps)
+    layout = as_shard_map(3).resize(2)
+    assert layout != as_shard_map(2)
+    with launch(P.join_agg_closure, workers=2, layout=layout) as job:
+        assert job.circuit.layout == layout
+        job.circuit.start()
+        assert job.circuit._executor.call("layout") == [layout.to_dict()] * 2
+        got = []
+        for st in steps:
+            P.push_step(job.inputs, st)
+            job.step()
+            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+    assert got == want
 
 
 def test_workers_started_by_hand_as_on_other_hosts(tmp_path):

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dbsp
-from dbsp.algebra import kernels as K
-from dbsp.circuit.exchange import deal
+from dbsp.circuit.exchange import as_shard_map, deal
 from dbsp.runtime.placement import plan
 from dbsp.trace.batch import OrdIndexedZSet
 
@@ -77,7 +76,7 @@ def test_deal_sends_each_row_where_the_exchange_would(rows, workers):
             # what the exchange after index_by(key) computes on the worker that got the part
             ix = OrdIndexedZSet.from_parts(part.select(key), part.select(vals),
                                            np.ones(len(idx), np.int64))
-            assert (K.shard(ix.kcodes, workers) == w).all()
+            assert (as_shard_map(workers).worker_of(ix.kcodes) == w).all()
 
 
 def _run(workers, runtime, steps):

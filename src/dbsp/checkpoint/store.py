@@ -5,7 +5,8 @@ Layout of the storage root (the circuit's ``StorageConfig.dir``)::
 
     LOCK                      the exclusive lock (pid host), dbsp.storage.lock
     checkpoints.json          the catalog: fingerprint, checkpoints oldest first, each with
-                              name, step, time, bytes and the batch files it names
+                              name, step, time, bytes, the batch files it names and its
+                              layout (shard map: shards -> workers; hosts: workers -> hosts)
     ckpt-<uuid>/              one directory per checkpoint
         worker-<w>.state      each worker's operator state (dbsp.checkpoint.state)
         driver.state          the driver's: keyed inputs, output views, step count
@@ -23,6 +24,12 @@ Goals
   the last ``keep`` >= 2) removes its directory and the files only it named.
 * A checkpoint is restored only into the circuit that wrote it: the catalog's fingerprint
   (:meth:`dbsp.runtime.circuit.Circuit.fingerprint`) must match.
+* The layout is part of every checkpoint (seed 000, "Scale in and out": the state database
+  includes the scale). A circuit resumed with the same worker count takes the checkpoint's shard
+  map (:meth:`CheckpointStore.prepare`, before its workers start); with another count, the map
+  is resized (moving the fewest shards) and every new worker loads the state of the shards it
+  now owns (:mod:`dbsp.checkpoint.reshard`): a cold layout change. The caller then commits a
+  checkpoint in the new layout before any input is processed (:mod:`dbsp.ft.durable` does).
 * The pause is short: :meth:`CheckpointStore.begin` captures the state at a step boundary;
   the writing (:meth:`PendingCheckpoint.finish`) may run while the circuit steps on.
 
@@ -46,7 +53,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..circuit.exchange import ShardMap, as_shard_map
 from ..storage.faults import fsync_dir, kill_point, write_durable
+from .reshard import load_worker_resharded, moved_fraction, old_worker_count
 from .state import CheckpointCorrupt, CheckpointError, capture_state, read_state, release
 
 __all__ = ["CheckpointStore", "CheckpointInfo", "PendingCheckpoint", "CheckpointError",
@@ -70,10 +79,17 @@ class CheckpointInfo:
     time: float
     bytes: int
     files: list = field(default_factory=list)
+    #: ``{"shards": ShardMap.to_dict(), "hosts": [host of each worker]}``; None in catalogs
+    #: written before layouts were recorded (their state is re-sharded on restore)
+    layout: Optional[dict] = None
 
     def as_dict(self) -> dict:
         return {"name": self.name, "step": self.step, "time": self.time, "bytes": self.bytes,
-                "files": self.files}
+                "files": self.files, "layout": self.layout}
+
+    @property
+    def shard_map(self) -> Optional[ShardMap]:
+        return None if self.layout is None else ShardMap.from_dict(self.layout["shards"])
 
 
 # -- functions run on each worker (module level: a worker process gets them by reference) -------
@@ -124,9 +140,10 @@ class PendingCheckpoint:
     """A checkpoint captured at a step boundary, being written (see :meth:`finish`)."""
 
     def __init__(self, store: "CheckpointStore", circuit: Any, name: str, step: int,
-                 driver: Any, paused: float):
+                 driver: Any, paused: float, layout: Optional[dict] = None):
         self.store, self.circuit, self.name, self.step = store, circuit, name, step
         self.driver = driver
+        self.layout = layout
         self.pause_seconds = paused
         self.info: Optional[CheckpointInfo] = None
 
@@ -155,6 +172,9 @@ class CheckpointStore:
         #: must not publish or retire checkpoints)
         self.before_publish = before_publish
         self.failed: Optional[BaseException] = None
+        #: the last layout change :meth:`restore` made (workers before and after, rows kept
+        #: and moved, the fraction moved, seconds), None if it made none
+        self.layout_change: Optional[dict] = None
         self._lock = threading.Lock()
         self.checkpoints: list[CheckpointInfo] = self._read_catalog()
         if not os.path.exists(self.catalog_path):
@@ -190,7 +210,7 @@ class CheckpointStore:
             raise CircuitMismatch(
                 f"storage directory {self.root} holds checkpoints of a different circuit "
                 f"(fingerprint {cat['fingerprint']}, this circuit {self.fingerprint}): the "
-                f"operators, inputs, outputs or worker count changed; use a new directory")
+                f"operators, inputs or outputs changed; use a new directory")
         return [CheckpointInfo(**c) for c in cat["checkpoints"]]
 
     def _write_catalog(self, cps: list[CheckpointInfo]) -> None:
@@ -261,7 +281,9 @@ class CheckpointStore:
         except BaseException:
             circuit.apply(save_worker_abort, self.root, name)
             raise
-        return PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0)
+        layout = circuit.layout_info() if hasattr(circuit, "layout_info") else None
+        return PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0,
+                                 layout)
 
     def _finish(self, pc: PendingCheckpoint) -> CheckpointInfo:
         circuit, name = pc.circuit, pc.name
@@ -281,7 +303,7 @@ class CheckpointStore:
                                   f"checkpoint stands") from e
         files = sorted({f for r in results for f in r["files"]})
         info = CheckpointInfo(name, pc.step, time.time(), sum(r["bytes"] for r in results),
-                              files)
+                              files, pc.layout)
         with self._lock:
             cps = self.checkpoints + [info]
             try:
@@ -322,14 +344,57 @@ class CheckpointStore:
         return self._clean()
 
     # -- restoring ---------------------------------------------------------------------------
+    def prepare(self, circuit: Any, name: Optional[str] = None) -> Optional[ShardMap]:
+        """Give ``circuit`` (built, its workers not started) the layout it resumes checkpoint
+        ``name`` (default: the latest) in: the checkpoint's shard map with the same worker
+        count, else that map resized to the circuit's workers (the fewest shards move). Returns
+        the layout set (None: no checkpoint, the circuit keeps its own)."""
+        info = self.find(name)
+        if info is None:
+            return None
+        old = info.shard_map
+        W = circuit.workers
+        if old is None:
+            new = as_shard_map(W)
+        elif old.workers == W:
+            new = old
+        else:
+            new = old.resize(W)
+        circuit.set_layout(new)
+        return new
+
     def restore(self, circuit: Any, name: Optional[str] = None) -> Optional[CheckpointInfo]:
         """Load checkpoint ``name`` (default: the latest) into ``circuit`` (freshly built, not
-        stepped). Returns it, or None when the store has no checkpoint."""
+        stepped). Returns it, or None when the store has no checkpoint.
+
+        When the checkpoint's layout is not the circuit's (another worker count, or a catalog
+        without layouts), every worker loads the part of the state its shards now own
+        (:mod:`dbsp.checkpoint.reshard`) and :attr:`layout_change` says what moved; the caller
+        should then checkpoint before it processes input (the new layout's first commit)."""
         info = self.find(name)
         if info is None:
             return None
         d = os.path.join(self.root, info.name)
-        circuit.apply(load_worker, self.root, info.name)
+        self.layout_change = None
+        layout = getattr(circuit, "layout", None)
+        same = layout is None or (info.layout is not None and
+                                  info.layout["shards"] == layout.to_dict())
+        if same:
+            circuit.apply(load_worker, self.root, info.name)
+        else:
+            t0 = time.perf_counter()
+            W0 = info.shard_map.workers if info.layout is not None else old_worker_count(d)
+            stats = circuit.apply(load_worker_resharded, self.root, info.name, W0,
+                                  layout.to_dict())
+            self.layout_change = {
+                "checkpoint": info.name, "step": info.step, "from_workers": W0,
+                "to_workers": circuit.workers,
+                "kept_rows": sum(s["kept_rows"] for s in stats),
+                "moved_rows": sum(s["moved_rows"] for s in stats),
+                "moved_fraction": moved_fraction(stats),
+                "reused_batches": sum(s["reused_batches"] for s in stats),
+                "cut_batches": sum(s["cut_batches"] for s in stats),
+                "seconds": time.perf_counter() - t0}
         driver = read_state(os.path.join(d, "driver.state"), circuit.driver_storage(), self.root)
         circuit.restore_driver_state(driver)
         if circuit.steps != info.step:

@@ -2,10 +2,13 @@
 
 One home for the concept, below the operators and the runtime:
 
-* **the sharding function** :func:`shard_rows`: a key lives on worker ``hash(code) % W``
-  (:func:`dbsp.algebra.kernels.shard` over the key's normalized code, the same in every process);
-  the exchange operator (:mod:`dbsp.operators.exchange`) and the driver's input placement
-  (:mod:`dbsp.runtime.placement`) both ask it, so they always agree;
+* **the sharding function** :func:`shard_rows`: a key lives on the worker that owns its shard in
+  the circuit's :class:`ShardMap` (its *layout*; the shard is the top bits of
+  :func:`dbsp.algebra.kernels.hash64` over the key's normalized code, the same in every
+  process); the exchange operator (:mod:`dbsp.operators.exchange`), the linear aggregate's
+  combiner and the driver's input placement (:mod:`dbsp.runtime.placement`) all ask it, so they
+  always agree. A checkpoint stores the map, and a resume with another worker count re-shards
+  the state by it (:mod:`dbsp.checkpoint.reshard`);
 * **dealing rows** :func:`deal`: the rows of a record batch for each worker, by the hash of some
   of its columns encoded as the exchange after ``index_by`` encodes them;
 * **shard maps** :class:`ShardMap`: the layout of 000 ("Scale in and out"), where a key's
@@ -32,7 +35,12 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, codec_for
 
-__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "ShardMap"]
+__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "ShardMap", "DEFAULT_K",
+           "as_shard_map"]
+
+#: the dynamic algorithm's load tolerance used unless a circuit is given another layout:
+#: ``S = next_power_of_two(W / 0.1)`` shards (16 for one worker, 32 for two or three)
+DEFAULT_K = 0.1
 
 
 class Transport(Protocol):
@@ -54,19 +62,27 @@ class TransportAborted(RuntimeError):
     """Another worker failed while this one waited in an exchange."""
 
 
-def shard_rows(codes: CodeArray, workers: int) -> list[np.ndarray]:
-    """The row indices (ascending) of ``codes`` that go to each of ``workers`` workers: the one
-    definition of "where a key lives" that exchanges and the driver's input placement share."""
-    dest = K.shard(codes, workers)
-    return [np.flatnonzero(dest == w) for w in range(workers)]
+def as_shard_map(shards: "ShardMap | int") -> "ShardMap":
+    """``shards`` itself, or the default layout (dynamic, :data:`DEFAULT_K`) of that many
+    workers."""
+    if isinstance(shards, ShardMap):
+        return shards
+    return ShardMap.dynamic(int(shards), DEFAULT_K)
 
 
-def deal(data: pa.RecordBatch, key: tuple, workers: int) -> list[np.ndarray]:
+def shard_rows(codes: CodeArray, shards: "ShardMap | int") -> list[np.ndarray]:
+    """The row indices (ascending) of ``codes`` that go to each worker of the layout ``shards``
+    (a :class:`ShardMap`, or a worker count for the default one): the one definition of "where
+    a key lives" that exchanges and the driver's input placement share."""
+    return as_shard_map(shards).rows(codes)
+
+
+def deal(data: pa.RecordBatch, key: tuple, shards: "ShardMap | int") -> list[np.ndarray]:
     """Row indices of ``data`` for each worker, by the hash of ``key`` = ``(column names, key
     schema)`` as the exchange after ``index_by(names)`` computes it."""
     names, schema = key
     cols = data.select(list(names)).columns
-    return shard_rows(codec_for(schema).encode(cols, data.num_rows), workers)
+    return shard_rows(codec_for(schema).encode(cols, data.num_rows), shards)
 
 
 def _next_pow2(x: float) -> int:
@@ -132,8 +148,15 @@ class ShardMap:
 
     def rows(self, codes: CodeArray) -> list[np.ndarray]:
         """Row indices (ascending) of ``codes`` for each worker, as :func:`shard_rows`."""
+        if self.workers == 1:
+            return [np.arange(len(codes), dtype=np.int64)]
         dest = self.worker_of(codes)
-        return [np.flatnonzero(dest == w) for w in range(self.workers)]
+        if self.workers == 2:
+            return [np.flatnonzero(dest == 0), np.flatnonzero(dest)]
+        # one stable sort instead of W scans
+        order = np.argsort(dest, kind="stable")
+        cuts = np.searchsorted(dest[order], np.arange(1, self.workers))
+        return np.split(order.astype(np.int64, copy=False), cuts)
 
     def counts(self) -> np.ndarray:
         return np.bincount(self.owners, minlength=self.workers)

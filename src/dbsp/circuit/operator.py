@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .errors import ErrorSink
+from .exchange import ShardMap, as_shard_map
 from ..trace.spine import Spine, SpineImage
 
 
@@ -35,6 +36,15 @@ class WorkerContext:
     storage: Any = None  # the worker's dbsp.trace.spill.SpineStorage, None = in memory
     stats: dict = field(default_factory=dict)
     errors: ErrorSink = field(default_factory=ErrorSink)  # error policy + rows set aside
+    #: the layout: which worker owns each shard of the key hash (:class:`ShardMap`); None =
+    #: the default layout of ``workers`` workers
+    shards: Optional[ShardMap] = None
+
+    def __post_init__(self) -> None:
+        self.shards = as_shard_map(self.workers if self.shards is None else self.shards)
+        if self.shards.workers != self.workers:
+            raise ValueError(f"worker {self.worker}: layout {self.shards!r} is for "
+                             f"{self.shards.workers} workers, the circuit has {self.workers}")
 
 
 class NestedState(dict):

@@ -156,7 +156,7 @@ class Scheduler:
         return outs
 
     #: what a driver may ask a worker between steps (``call`` of the runtime's executors)
-    CALLS = ("state_rows", "state_memory", "profile", "cpu_seconds")
+    CALLS = ("state_rows", "state_memory", "profile", "cpu_seconds", "layout")
 
     # -- checkpoints (see dbsp.circuit.operator: Stateful) ---------------------------------
     def checkpoint_state(self) -> dict:
@@ -193,6 +193,10 @@ class Scheduler:
     def state_memory(self) -> list[dict]:
         """Each operator's :meth:`~dbsp.circuit.operator.Operator.state_memory`, by node id."""
         return [op.state_memory() for op in self.ops]
+
+    def layout(self) -> dict:
+        """The shard map this worker's exchanges shard by (``ShardMap.to_dict``)."""
+        return self.ctx.shards.to_dict()
 
     def cpu_seconds(self) -> float:
         """CPU seconds (user + system) of the process this worker runs in, so far (for the

@@ -16,6 +16,13 @@ what it already holds. Then each :meth:`DurableCircuit.step`
    while the circuit steps on; once published, the input log is trimmed below the oldest
    checkpoint kept.
 
+Resuming with another number of workers is a cold layout change (seed 000, "Layout changes"): the
+store re-shards the checkpoint's state for the new workers (each loads the shards it now owns,
+see :mod:`dbsp.checkpoint.reshard`), and :meth:`DurableCircuit.open` commits a checkpoint in the
+new layout at once, before it replays or processes any input (a crash in between redoes the
+change from the old checkpoint). Replay needs no particular layout: the input log holds each
+step's whole input, and an output is the same Z-set whatever the number of workers.
+
 Graceful shutdown is the case with nothing to replay: :meth:`close` takes a last checkpoint
 (``checkpoint_on_close``) and waits for the one being written.
 
@@ -50,6 +57,9 @@ class StateStore(Protocol):
     def begin(self, circuit: Any, step: int) -> Any: ...
 
     def close(self) -> Any: ...
+
+    # optional: ``prepare(circuit, name)`` gives the circuit the checkpoint's layout before its
+    # workers start; ``layout_change`` (set by ``restore``) says the layout changed
 
 
 class DurableCircuit:
@@ -94,6 +104,8 @@ class DurableCircuit:
         self._writer: Optional[threading.Thread] = None
         self._writer_error: Optional[BaseException] = None
         self.on_replay: Optional[Callable[[int, dict], None]] = None
+        #: the layout change :meth:`open` made (see the module doc), else None
+        self.layout_change: Optional[dict] = None
 
     # -- recovery ----------------------------------------------------------------------------
     def open(self, checkpoint: Any = None) -> "DurableCircuit":
@@ -105,10 +117,17 @@ class DurableCircuit:
         c = self.circuit
         if self.store is None:
             self.store = self._store_factory(c)
+        prepare = getattr(self.store, "prepare", None)
+        if prepare is not None and not c.running:
+            prepare(c, checkpoint)
         c.start()
         info = self.store.restore(c, checkpoint)
         start = info.step if info is not None else 0
         self.last_checkpoint = info
+        self.layout_change = getattr(self.store, "layout_change", None)
+        if self.layout_change is not None:  # the new layout's first commit, before any input
+            self.step_no = start
+            info = self._publish(self.store.begin(c, start))
         log = self.input_log
         if log.end == log.first:  # empty: continue at the checkpoint
             log.start_at(max(start, log.end))
@@ -260,5 +279,6 @@ class DurableCircuit:
                 "input_log": {"first": self.input_log.first, "end": self.input_log.end},
                 "output_log": {"first": self.output_log.first, "end": self.output_log.end,
                                "discarded": self.output_log.discarded},
-                "max_pause_seconds": max(self.pauses) if self.pauses else 0.0}
+                "max_pause_seconds": max(self.pauses) if self.pauses else 0.0,
+                "layout_change": self.layout_change}
 

@@ -782,7 +782,7 @@ class LinearAggregateOperator(Operator):
                 d = bad_groups(self, d, flags)
                 local = P.of_delta(d)
         if len(d):
-            for w, idx in enumerate(shard_rows(d.kcodes, W)):
+            for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
                 if len(idx):
                     parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
@@ -1132,12 +1132,12 @@ def aggregate(stream, aggs: dict, positive: bool = False):
     out = output_schema(stream.key_schema, specs)
     linear = all(isinstance(x.kind, str) and x.kind in LINEAR for x in specs)
     if linear:  # partial sums cross the exchange, not rows (see LinearAggregateOperator)
-        pre = stream.circuit.workers > 1
-        s = stream if pre else sharded(stream)
+        # the combiner is on whatever the worker count (the operator skips it with one worker):
+        # the graph does not depend on the number of workers, so a checkpoint resumes on another
         return stream.circuit.add_node(
             LinearAggregateOperator.name,
-            lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=pre,
-                                                positive=positive), [s],
+            lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=True,
+                                                positive=positive), [stream],
             ZSetType(out))
     if any(isinstance(x.kind, Aggregator) for x in specs):
         return stream.circuit.add_node(

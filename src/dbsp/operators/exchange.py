@@ -2,8 +2,9 @@
 
 The operator side of :mod:`dbsp.circuit.exchange` (the sharding function and the transport
 interface). Each worker splits its batch into one part per worker by
-:func:`~dbsp.circuit.exchange.shard_rows` (the same function in every process, and the one the
-driver's input placement uses), and swaps parts through the circuit's transport. Received parts are sorted runs, so they are combined by one k-way merge.
+:func:`~dbsp.circuit.exchange.shard_rows` over the worker context's layout (``ctx.shards``, a
+:class:`~dbsp.circuit.exchange.ShardMap`: the same in every process, and the one the driver's
+input placement uses), and swaps parts through the circuit's transport. Received parts are sorted runs, so they are combined by one k-way merge.
 With one worker, or when its input arrives already sharded by the same hash (an input the
 driver dealt by this key, :mod:`dbsp.runtime.placement`), the operator passes its input through.
 """
@@ -33,9 +34,9 @@ class ExchangeOperator(Operator):
         if W == 1 or self.local:
             return value if isinstance(self.type, IndexedType) else value.consolidate()
         if isinstance(self.type, IndexedType):
-            parts = _split_indexed(value, W)
+            parts = _split_indexed(value, self.ctx.shards)
         else:
-            parts = _split_zset(value.consolidate(), W)
+            parts = _split_zset(value.consolidate(), self.ctx.shards)
         got = self.ctx.transport.exchange(self.ctx.worker, parts)
         got = [g for g in got if g is not None and len(g)]
         if not got:
@@ -46,17 +47,17 @@ class ExchangeOperator(Operator):
                 else OrdZSet.merge(got))
 
 
-def _split_indexed(ix: OrdIndexedZSet, W: int) -> list:
+def _split_indexed(ix: OrdIndexedZSet, shards) -> list:
     if ix.num_keys == 0:
-        return [None] * W
-    return [ix.select_keys(idx) for idx in shard_rows(ix.kcodes, W)]
+        return [None] * shards.workers
+    return [ix.select_keys(idx) for idx in shard_rows(ix.kcodes, shards)]
 
 
-def _split_zset(z: OrdZSet, W: int) -> list:
+def _split_zset(z: OrdZSet, shards) -> list:
     if len(z) == 0:
-        return [None] * W
+        return [None] * shards.workers
     out = []
-    for idx in shard_rows(z.codes, W):
+    for idx in shard_rows(z.codes, shards):
         out.append(OrdZSet(take(z.data, idx), z.weights[idx], K.take(z.codes, idx), z.codec)
                    if len(idx) else None)
     return out

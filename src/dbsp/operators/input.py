@@ -22,7 +22,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from ..algebra.schema import WEIGHT, InputError, concat_batches, conform, empty_batch, take
 from ..circuit.errors import check_policy
-from ..circuit.exchange import deal
+from ..circuit.exchange import as_shard_map, deal
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import ZSet
@@ -168,10 +168,13 @@ class InputStream(Stream):
         self._pending.append((batch, weights))
         self._pending_rows += batch.num_rows
 
-    def _split(self, workers: int, key: Optional[tuple] = None) -> list:
-        """Take the pending rows: one part per worker (None where empty), dealt by the hash of
-        ``key`` (column names, key schema) when the circuit's placement gives one
+    def _split(self, shards: Any, key: Optional[tuple] = None) -> list:
+        """Take the pending rows: one part per worker of the layout ``shards`` (a
+        :class:`~dbsp.circuit.exchange.ShardMap` or a worker count; None where empty), dealt by
+        the hash of ``key`` (column names, key schema) when the circuit's placement gives one
         (:mod:`dbsp.runtime.placement`), else contiguous slices."""
+        shards = as_shard_map(shards)
+        workers = shards.workers
         parts, self._pending, self._pending_rows = self._pending, [], 0
         self._pending_mass = 0.0
         self._keyed_taken, self._keyed = self._keyed, []
@@ -181,7 +184,7 @@ class InputStream(Stream):
         w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
         if key is not None:
             return [ZSet(take(data, idx), w[idx]) if len(idx) else None
-                    for idx in deal(data, key, workers)]
+                    for idx in deal(data, key, shards)]
         bounds = np.linspace(0, data.num_rows, workers + 1).astype(np.int64)
         out = []
         for i in range(workers):

@@ -34,12 +34,20 @@ checkpoint layer above it offers, between steps: :meth:`Circuit.apply` (a functi
 worker, in the worker's own process), :meth:`Circuit.driver_state` / :meth:`restore_driver_state`
 (the state this process keeps besides the workers': keyed inputs, output views, the step count)
 and :meth:`Circuit.fingerprint` (what a checkpoint must match to be restored into this circuit).
+
+*Layout.* Where a key lives is the circuit's :attr:`Circuit.layout`, a
+:class:`~dbsp.circuit.exchange.ShardMap` (by default the dynamic map of ``workers`` workers):
+every worker's exchanges and the driver's input placement shard by it. A checkpoint records it
+(:meth:`Circuit.layout_info`, with the host of each worker); a circuit resumed from a checkpoint
+takes the checkpoint's map (:meth:`Circuit.set_layout`, before the workers start), resized when
+the worker count changed (:mod:`dbsp.checkpoint.reshard` then moves the state).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+import socket
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -48,6 +56,7 @@ import pyarrow as pa
 from ..algebra.schema import WEIGHT, as_schema
 from ..circuit.errors import (DEFAULT_ERROR_CAP, ErrorLog, ErrorSink, RowError, check_policy,
                               node_policies)
+from ..circuit.exchange import ShardMap, as_shard_map
 from ..circuit.graph import CircuitError, ClosedError, Graph
 from ..circuit.operator import WorkerContext, sum_memory
 from ..circuit.scheduler import ERRORS, Scheduler
@@ -67,14 +76,27 @@ from .threads import InProcTransport, ThreadPool
 
 def make_worker_context(storage_config: Any, w: int, workers: int,
                         transport: Any, storage: Any = None,
-                        errors: str = "raise") -> WorkerContext:
+                        errors: str = "raise", shards: Optional[ShardMap] = None
+                        ) -> WorkerContext:
     """A worker's context, with its own :class:`~dbsp.trace.spill.SpineStorage` when the
     circuit has storage (``storage`` when the circuit built it already; else built here, where
-    the worker runs: in a process runtime, after the fork)."""
+    the worker runs: in a process runtime, after the fork). ``shards``: the layout (default:
+    the dynamic map of ``workers`` workers)."""
     if storage is None and storage_config is not None:
         storage = SpineStorage(storage_config, w)
         start_helper(storage_config, w)
-    return WorkerContext(w, workers, transport, storage, errors=ErrorSink(errors))
+    return WorkerContext(w, workers, transport, storage, errors=ErrorSink(errors),
+                         shards=shards)
+
+
+def set_worker_layout(sched: Scheduler, layout: dict) -> None:
+    """Give a worker (in its own process: run through ``apply``) the layout ``layout``
+    (:meth:`ShardMap.to_dict`), before its first step."""
+    shards = ShardMap.from_dict(layout)
+    if shards.workers != sched.ctx.workers:
+        raise ValueError(f"worker {sched.ctx.worker}: layout for {shards.workers} workers, the "
+                         f"circuit has {sched.ctx.workers}")
+    sched.ctx.shards = shards
 
 
 def _per_row(m: dict) -> dict:
@@ -117,6 +139,8 @@ class Circuit(Graph):
         if runtime not in ("threads", "processes"):
             raise ValueError(f"runtime must be 'threads' or 'processes', got {runtime!r}")
         self.runtime = runtime
+        #: where each key lives (see the module doc); fixed once the workers start
+        self.layout: ShardMap = as_shard_map(workers)
         self.storage = as_storage_config(storage)
         self._worker_storage: dict = {}
         self._lock: Optional[DirectoryLock] = None
@@ -189,6 +213,30 @@ class Circuit(Graph):
         for n in self.nodes:
             n.info["errors"] = pols[n.id]
 
+    def set_layout(self, shards: ShardMap) -> None:
+        """Shard keys by ``shards`` (a :class:`ShardMap` for this circuit's worker count), e.g.
+        the layout a checkpoint recorded. Only before the workers start."""
+        if not isinstance(shards, ShardMap):
+            raise TypeError(f"layout must be a ShardMap, got {type(shards).__name__}")
+        if shards.workers != self.workers:
+            raise ValueError(f"circuit '{self.name}' has {self.workers} workers, the layout "
+                             f"{shards!r} is for {shards.workers}")
+        if self._executor is not None and shards != self.layout:
+            raise CircuitError(f"circuit '{self.name}' is running: its layout cannot change "
+                               f"(change it at a restart, from a checkpoint)")
+        self.layout = shards
+
+    def worker_hosts(self) -> list[str]:
+        """The host each worker runs on (the embedded runtimes: this one)."""
+        info = getattr(self._executor, "info", None)
+        if isinstance(info, dict) and len(info) == self.workers:
+            return [str(info[w].get("host", "?")) for w in range(self.workers)]
+        return [socket.gethostname()] * self.workers
+
+    def layout_info(self) -> dict:
+        """The layout as a checkpoint records it: the shard map and each worker's host."""
+        return {"shards": self.layout.to_dict(), "hosts": self.worker_hosts()}
+
     def _start(self) -> None:
         tune_malloc()
         self.mark_policies()
@@ -196,19 +244,23 @@ class Circuit(Graph):
         local = self._placement.local_exchanges
         if self._executor_factory is not None:
             self._executor = self._executor_factory(self.nodes, self.workers, local)
+            if self.layout != as_shard_map(self.workers):  # remote workers start with the default
+                self._executor.apply(set_worker_layout, self.layout.to_dict())
             return
         if self._worker_processes:
             # each worker process has its own accountant: it gets an equal share of the budget
             cfg = None if self.storage is None else self.storage.share(self.workers)
             self._executor = ProcessPool(self.nodes, self.workers,
                                          functools.partial(make_worker_context, cfg,
-                                                           errors=self.errors), local)
+                                                           errors=self.errors,
+                                                           shards=self.layout), local)
             return
         transport = self._transport or InProcTransport(self.workers)
         self._replicas = [Scheduler(self.nodes,
                                     make_worker_context(self.storage, w, self.workers, transport,
                                                         self._worker_storage.get(w),
-                                                        self.errors), local, atomic=True)
+                                                        self.errors, self.layout),
+                                    local, atomic=True)
                           for w in range(self.workers)]
         self._executor = ThreadPool(self._replicas, transport)
 
@@ -227,7 +279,7 @@ class Circuit(Graph):
         keys = self._placement.input_keys
         taken: dict[str, list] = {}
         for inp in self.inputs.values():
-            for w, part in enumerate(inp._split(W, keys.get(inp.node))):
+            for w, part in enumerate(inp._split(self.layout, keys.get(inp.node))):
                 if part is not None:
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
@@ -326,10 +378,10 @@ class Circuit(Graph):
 
     def fingerprint(self) -> str:
         """A digest of the circuit's shape (nodes, their kinds, inputs and types, nested
-        circuits by name) and worker count: a checkpoint is restored only into a circuit with
-        the same fingerprint."""
+        circuits by name): a checkpoint is restored only into a circuit with the same
+        fingerprint. The worker count is not part of it: it is the layout's business (a
+        checkpoint of another worker count is re-sharded, :mod:`dbsp.checkpoint.reshard`)."""
         h = hashlib.sha256()
-        h.update(f"workers={self.workers}\n".encode())
         for n in self.nodes:
             h.update(f"{n.id}|{n.name}|{n.kind}|{n.strict}|{n.inputs}|{n.type!r}\n".encode())
         for name, s in sorted(self.inputs.items()):

@@ -42,7 +42,7 @@ import time
 from typing import Any, Callable, Optional, Union
 
 from ..circuit.errors import check_policy
-from ..circuit.exchange import TransportAborted
+from ..circuit.exchange import ShardMap, TransportAborted
 from ..circuit.scheduler import Scheduler
 from ..storage import wire
 from ..storage.config import as_storage_config
@@ -301,9 +301,11 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
                                  timeout=max(1.0, deadline - time.monotonic()))
             storage = settings.get("storage")
             cfg = None if storage is None else as_storage_config(storage).share(W)
+            layout = settings.get("layout")
+            shards = None if layout is None else ShardMap.from_dict(layout)
             replica = Scheduler(circuit.nodes,
                                 make_worker_context(cfg, worker, W, transport,
-                                                    errors=circuit.errors),
+                                                    errors=circuit.errors, shards=shards),
                                 local, atomic=True)
         except BaseException as e:
             wire.send(ctrl, ("err", wire.portable_exception(e)))
@@ -359,16 +361,20 @@ class Job:
 
     def __init__(self, pipeline: Pipeline, workers: int, listen: str, advertise: Optional[str],
                  spawn: bool, python: str, storage: Any, timeout: float,
-                 auth: Optional[MeshAuth] = None, errors: str = "raise"):
+                 auth: Optional[MeshAuth] = None, errors: str = "raise",
+                 layout: Optional[ShardMap] = None):
         self.auth = auth or MeshAuth.new()
         build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
         self.spec = pipeline_spec(pipeline)
         settings = {"storage": os.fspath(storage) if storage is not None else None,
-                    "errors": check_policy(errors)}
+                    "errors": check_policy(errors),
+                    "layout": None if layout is None else layout.to_dict()}
         self.coordinator = Coordinator(workers, self.auth, listen, self.spec, settings, timeout,
                                        advertise)
         self.circuit = Circuit(workers=workers, executor=self.coordinator.executor,
                                errors=errors)
+        if layout is not None:  # the workers have it from the start (settings)
+            self.circuit.set_layout(layout)
         self.outputs = build_outputs(self.circuit, build)
         self.inputs = self.circuit.inputs
         self.procs: list[subprocess.Popen] = []
@@ -411,7 +417,8 @@ class Job:
 
 def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
            advertise: Optional[str] = None, spawn: bool = True, python: Optional[str] = None,
-           storage: Any = None, timeout: float = 120.0, errors: str = "raise") -> Job:
+           storage: Any = None, timeout: float = 120.0, errors: str = "raise",
+           layout: Optional[ShardMap] = None) -> Job:
     """Run ``pipeline`` on ``workers`` worker processes joined by the authenticated mesh.
 
     ``spawn=True`` starts them here (``python -m dbsp.cli worker``); ``spawn=False`` waits (up to
@@ -419,7 +426,9 @@ def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
     with :meth:`Job.worker_command` on hosts that reach ``advertise`` (default: the host of
     ``listen``); the first :meth:`Job.step` waits for them. ``storage``: a directory each worker
     spills its state under (its own ``worker-i`` part). ``errors``: the pipeline's error policy
-    (:mod:`dbsp.circuit.errors`). Returns the running :class:`Job` (a context manager).
+    (:mod:`dbsp.circuit.errors`). ``layout``: the :class:`~dbsp.circuit.exchange.ShardMap` keys
+    are sharded by (default: the dynamic map of ``workers``), e.g. one resized from a
+    checkpoint's. Returns the running :class:`Job` (a context manager).
     """
     return Job(pipeline, workers, listen, advertise, spawn, python or sys.executable, storage,
-               timeout, errors=errors)
+               timeout, errors=errors, layout=layout)
