@@ -1,0 +1,329 @@
+"""nested: the stateful operators of a recursive body, incremental in outer *and* inner time.
+
+A recursive body (:mod:`dbsp.operators.recursive`) runs, at every outer step ``t``, an inner loop
+of iterations ``i = 0, 1, ...``. Every stream ``s`` of the body is then a function of two times,
+and what flows on it is its two-dimensional change ``s(t, i)`` (DBSP Sec. 6, differential
+dataflow's product timestamps): the value of the stream at ``(t, i)`` is the sum of the changes
+at every time ``(t', i') <= (t, i)``. Linear operators (map, filter, flat_map, plus, minus, neg,
+index_by, flatten, exchange) commute with that sum, so they need no change. This module gives
+the non-linear ones their two-dimensional incremental form, so that the inner state survives
+from one outer step to the next and an outer change (an inserted or a *deleted* edge) derives
+only what it changes.
+
+State: the trace of every input, indexed by ``(outer, inner)`` time. The outer time is totally
+ordered and already consolidated: after step ``t`` the changes of step ``t`` are added into an
+``old`` :class:`~dbsp.trace.timed.TimedTrace` that keeps only the inner time. During step ``t``
+the operator also holds this step's changes ``n[j]`` for the iterations ``j <= i`` seen so far,
+summed in ``N(<=i)``. Writing ``o[j]`` for the old changes at inner time ``j`` and ``O(<=i)`` for
+their sum (the accumulated value of the input at ``(t-1, i)``)::
+
+    A(t, i) = O(<=i) + N(<=i)          A(t-1, i) = O(<=i)
+
+Join (bilinear). The change of ``A ⋈ B`` at ``(t, i)`` is
+``Δ_t Δ_i (A ⋈ B) = A(t,i)⋈B(t,i) - A(t,i-1)⋈B(t,i-1) - A(t-1,i)⋈B(t-1,i) + A(t-1,i-1)⋈B(t-1,i-1)``;
+expanding ``A = O + N`` and cancelling leaves six products, each with at least one factor of
+this step's changes::
+
+    n_a[i] ⋈ O_b(<=i)   +  n_a[i] ⋈ N_b(<=i)   +  o_a[i] ⋈ N_b(<=i)
+    N_a(<=i-1) ⋈ o_b[i] +  N_a(<=i-1) ⋈ n_b[i] +  O_a(<=i-1) ⋈ n_b[i]
+
+The old traces are probed only with the keys of this step's changes (``n`` and ``N``), so the
+work follows the change. Semijoin and antijoin are a join with ``distinct(keys(b))``.
+
+Distinct (and the key set of semi / anti joins). With ``D(w) = 1 if w > 0 else 0`` per row::
+
+    Δ_t Δ_i distinct(A)[r] = D(O(<=i) + N(<=i)) - D(O(<=i-1) + N(<=i-1)) - D(O(<=i)) + D(O(<=i-1))
+
+which is zero unless ``r`` changed in this step, at ``i`` (``n[i][r] != 0``) or earlier
+(``N(<=i-1)[r] != 0``) *and* the old trace changed at ``i`` (``o[i][r] != 0``): the rows to look
+at are those this step touched, never the history. A deleted edge thus retracts a path at the
+iteration where it was derived, and the retraction spreads iteration by iteration; a fact kept
+only by a cycle of facts (``a`` derived from ``b`` derived from ``a``) is retracted because its
+support is counted per iteration: the cycle's later derivations never made it positive at the
+earlier iteration where it first appeared.
+
+Termination. At iteration ``i`` an operator can still produce output while this step touched it
+(``N`` is not empty) and its old trace has times after ``i`` (:meth:`pending`). The loop ends
+when the fed-back change is empty and no operator is pending, on every worker.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..algebra import kernels as K
+from ..algebra.codes import CodeArray, codec_for
+from ..algebra.schema import take
+from ..circuit.operator import Operator
+from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.timed import TimedTrace, at_times, times_of
+from .distinct import DistinctOperator
+from .join import (EMPTY_SCHEMA, JoinOperator, KeySetOperator, drop_null_keys, join_pairs,
+                   zero_column_batch)
+
+__all__ = ["NestedOperator", "NestedJoin", "NestedDistinct", "NestedKeySet", "nest",
+           "LINEAR_NAMES"]
+
+#: names (or name prefixes) of the operators that are linear in both times: a recursive body
+#: built only from these and the operators :func:`nest` knows runs as a nested incremental circuit
+LINEAR_NAMES = ("import", "feedback", "map", "filter", "flat_map", "plus", "minus", "neg",
+                "index_by", "flatten", "exchange", "consolidate", "recode_keys", "pad_nulls",
+                "join_fn", "left_join_fn")
+
+
+def _union_keys(*codes: CodeArray) -> CodeArray:
+    """The sorted distinct union of sorted distinct code arrays."""
+    codes = [c for c in codes if c is not None and len(c)]
+    if len(codes) == 1:
+        return codes[0]
+    cat = K.concat(codes)
+    perm, _ = K.sort_consolidate(cat, None, np.ones(len(cat), np.int64))
+    return K.take(cat, perm)
+
+
+def _merge(a, b):
+    """``a + b`` for consolidated batches of one kind; None when empty."""
+    parts = [x for x in (a, b) if x is not None and len(x)]
+    if not parts:
+        return None
+    m = parts[0] if len(parts) == 1 else type(parts[0]).merge(parts)
+    return m if len(m) else None
+
+
+class NestedOperator(Operator):
+    """An operator of a recursive body with timed state (see the module doc).
+
+    The recursive operator calls :meth:`begin` before the inner loop of an outer step, sets
+    :attr:`time` before each iteration, asks :meth:`pending` after it, and calls :meth:`end`
+    after the loop (this step's changes join the old trace)."""
+
+    time = 0
+
+    def begin(self) -> None:
+        self.time = 0
+
+    def end(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def pending(self, i: int) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class NestedJoin(NestedOperator):
+    """The two-dimensional incremental join (the six products of the module doc); the rows it
+    outputs are built by the join it replaces (pairs, semijoin or a join function)."""
+
+    state_attrs = ("old_a", "old_b")
+
+    def __init__(self, ctx, inner: JoinOperator):
+        super().__init__(ctx)
+        self.inner = inner
+        self.name = inner.name
+        self.old_a = TimedTrace(inner.key_schema, inner.lval, "nested_join.left")
+        self.old_b = TimedTrace(inner.key_schema, inner.rval, "nested_join.right")
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cum_a: Optional[OrdIndexedZSet] = None
+        self.cum_b: Optional[OrdIndexedZSet] = None
+        self.parts_a: list = []
+        self.parts_b: list = []
+
+    def begin(self) -> None:
+        super().begin()
+        self._reset()
+
+    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
+        da, db = drop_null_keys(da), drop_null_keys(db)
+        i = self.time
+        ca, cb = self.cum_a, self.cum_b
+        cb2 = _merge(cb, db)
+        pieces = []
+
+        def add(x, y):
+            if x is not None and y is not None and len(x) and len(y):
+                p = join_pairs(x, y)
+                if p is not None:
+                    pieces.append((x, y, p))
+
+        if len(da) or ca is not None:
+            ob = self.old_b.probe(_union_keys(da.kcodes, ca.kcodes if ca is not None else None))
+            if ob is not None:
+                t = times_of(ob)
+                if len(da):
+                    add(da, at_times(ob, t <= i))            # n_a[i] ⋈ O_b(<=i)
+                if ca is not None:
+                    add(ca, at_times(ob, t == i))            # N_a(<=i-1) ⋈ o_b[i]
+        if len(db) or cb is not None:
+            oa = self.old_a.probe(_union_keys(db.kcodes, cb.kcodes if cb is not None else None))
+            if oa is not None:
+                t = times_of(oa)
+                add(at_times(oa, t == i), cb2)               # o_a[i] ⋈ N_b(<=i)
+                if len(db):
+                    add(at_times(oa, t < i), db)             # O_a(<=i-1) ⋈ n_b[i]
+        add(da, cb2)                                         # n_a[i] ⋈ N_b(<=i)
+        add(ca, db)                                          # N_a(<=i-1) ⋈ n_b[i]
+        if len(da):
+            self.cum_a = _merge(ca, da)
+            self.parts_a.append((i, da))
+        self.cum_b = cb2
+        if len(db):
+            self.parts_b.append((i, db))
+        return self.inner._build(pieces)
+
+    def pending(self, i: int) -> bool:
+        return ((self.cum_a is not None and self.old_b.max_time > i)
+                or (self.cum_b is not None and self.old_a.max_time > i))
+
+    def end(self) -> None:
+        self.old_a.insert(self.parts_a)
+        self.old_b.insert(self.parts_b)
+        self._reset()
+
+    def clock_start(self) -> None:
+        self.old_a.clear()
+        self.old_b.clear()
+        self._reset()
+
+    def savepoint(self):
+        return self.old_a.max_time, self.old_b.max_time
+
+    def restore(self, saved) -> None:
+        self.old_a.max_time, self.old_b.max_time = saved
+        self._reset()
+
+    def state_rows(self) -> int:
+        return len(self.old_a) + len(self.old_b)
+
+
+class _NestedSet(NestedOperator):
+    """The two-dimensional incremental ``distinct`` of a Z-set of rows (module doc)."""
+
+    state_attrs = ("old",)
+
+    def __init__(self, ctx, schema: pa.Schema, name: str):
+        super().__init__(ctx)
+        self.name = name
+        self.old = TimedTrace(schema, EMPTY_SCHEMA, f"nested_{name}")
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cum: Optional[OrdZSet] = None
+        self.parts: list = []
+
+    def begin(self) -> None:
+        super().begin()
+        self._reset()
+
+    def step_rows(self, d: OrdZSet) -> Optional[OrdZSet]:
+        """The change of ``distinct`` at this ``(t, i)`` for the change ``d`` of its input."""
+        i, c = self.time, self.cum
+        if len(d) == 0 and c is None:
+            return None
+        ones = [OrdZSet(x.data, np.ones(len(x), np.int64), x.codes, x.codec)
+                for x in (c, d) if x is not None and len(x)]
+        u = ones[0] if len(ones) == 1 else OrdZSet.merge(ones)  # every row touched this step
+        nw = d.row_weights(u.codes) if len(d) else np.zeros(len(u), np.int64)
+        cw = c.row_weights(u.codes) if c is not None else np.zeros(len(u), np.int64)
+        o_i = np.zeros(len(u), np.int64)    # O(<=i)
+        o_i1 = np.zeros(len(u), np.int64)   # O(<=i-1)
+        ob = self.old.probe(u.codes)
+        if ob is not None:
+            ai, bi = K.intersect(u.codes, ob.kcodes)
+            pos = np.empty(ob.num_keys, np.int64)
+            pos[bi] = ai
+            row = pos[ob.key_index()]
+            t = times_of(ob)
+            np.add.at(o_i, row, np.where(t <= i, ob.weights, 0))
+            np.add.at(o_i1, row, np.where(t < i, ob.weights, 0))
+        delta = ((o_i + cw + nw > 0).astype(np.int64) - (o_i1 + cw > 0)
+                 - (o_i > 0) + (o_i1 > 0))
+        if len(d):
+            self.cum = _merge(c, d)
+            self.parts.append((i, d))
+        keep = np.flatnonzero(delta)
+        if len(keep) == 0:
+            return None
+        return OrdZSet(take(u.data, keep), delta[keep], K.take(u.codes, keep), u.codec)
+
+    def pending(self, i: int) -> bool:
+        return self.cum is not None and self.old.max_time > i
+
+    def end(self) -> None:
+        self.old.insert(self.parts)
+        self._reset()
+
+    def clock_start(self) -> None:
+        self.old.clear()
+        self._reset()
+
+    def savepoint(self):
+        return self.old.max_time
+
+    def restore(self, saved) -> None:
+        self.old.max_time = saved
+        self._reset()
+
+    def state_rows(self) -> int:
+        return len(self.old)
+
+
+class NestedDistinct(_NestedSet):
+    """``distinct`` in a recursive body (rows sharded by row hash, as the operator it replaces)."""
+
+    def __init__(self, ctx, inner: DistinctOperator):
+        super().__init__(ctx, inner.schema, "distinct")
+        self.schema = inner.schema
+
+    def eval(self, z: ZSet) -> ZSet:
+        out = self.step_rows(z.consolidate())
+        return out if out is not None else ZSet.empty(self.schema)
+
+
+class NestedKeySet(_NestedSet):
+    """``distinct(keys(b))`` in a recursive body: the right side of semi / anti joins."""
+
+    def __init__(self, ctx, inner: KeySetOperator):
+        super().__init__(ctx, inner.key_schema, "distinct_keys")
+        self.key_schema = inner.key_schema
+
+    def eval(self, db: OrdIndexedZSet) -> OrdIndexedZSet:
+        db = drop_null_keys(db)
+        d = None
+        if len(db):
+            kw = np.add.reduceat(db.weights, db.offsets[:-1])
+            nz = np.flatnonzero(kw)
+            if len(nz):
+                d = OrdZSet(take(db.keys, nz), kw[nz], K.take(db.kcodes, nz), db.kcodec)
+        out = self.step_rows(d if d is not None else OrdZSet.empty(self.key_schema))
+        if out is None:
+            return OrdIndexedZSet.empty(self.key_schema, EMPTY_SCHEMA)
+        n = len(out)
+        return OrdIndexedZSet(out.data, out.codes, np.arange(n + 1, dtype=np.int64),
+                              zero_column_batch(n), np.zeros(n, np.uint64), out.weights,
+                              out.codec, codec_for(EMPTY_SCHEMA))
+
+
+_NESTED = {"join": NestedJoin, "distinct": NestedDistinct, "distinct_keys": NestedKeySet}
+
+
+def _kind(name: str) -> Optional[str]:
+    if name.startswith("join("):
+        return "join"
+    return name if name in _NESTED else None
+
+
+def nestable(name: str) -> bool:
+    """Whether an operator of this node name can run in a nested incremental body."""
+    return _kind(name) is not None or name.startswith(LINEAR_NAMES)
+
+
+def nest(name: str, factory):
+    """The factory of the nested form of a node's operator (the same factory for a linear one)."""
+    kind = _kind(name)
+    if kind is None:
+        return factory
+    cls = _NESTED[kind]
+    return lambda ctx: cls(ctx, factory(ctx))
