@@ -92,6 +92,48 @@ def _merge(a, b):
     return m if len(m) else None
 
 
+class _Probed:
+    """The old trace's rows of every key probed during this outer step.
+
+    The old trace does not change during a step, so each key is looked up once and its timed
+    rows are kept here for the later iterations; :attr:`horizon` is the latest time among them
+    (after it, nothing old can meet this step's changes)."""
+
+    __slots__ = ("trace", "keys", "rows", "times", "horizon")
+
+    def __init__(self, trace: TimedTrace):
+        self.trace = trace
+        self.keys: Optional[CodeArray] = None
+        self.rows: Optional[OrdIndexedZSet] = None
+        self.times = None
+        self.horizon = -1
+
+    def of(self, codes: CodeArray) -> Optional[OrdIndexedZSet]:
+        """The cached rows, after looking up those of ``codes`` not looked up yet (the result
+        may hold other keys too: callers intersect)."""
+        if self.trace.max_time < 0 or len(codes) == 0:
+            return self.rows
+        if self.keys is not None:
+            ai, _ = K.intersect(codes, self.keys)
+            if len(ai):
+                keep = np.ones(len(codes), bool)
+                keep[ai] = False
+                codes = K.take(codes, np.flatnonzero(keep))
+        if len(codes) == 0:
+            return self.rows
+        self.keys = _union_keys(self.keys, codes)
+        got = self.trace.probe(codes)
+        if got is not None and len(got):
+            t = times_of(got)
+            self.horizon = max(self.horizon, int(t.max()))
+            if self.rows is None:
+                self.rows, self.times = got, t
+            else:
+                self.rows = OrdIndexedZSet.merge([self.rows, got])
+                self.times = times_of(self.rows)
+        return self.rows
+
+
 class NestedOperator(Operator):
     """An operator of a recursive body with timed state (see the module doc).
 
@@ -130,6 +172,8 @@ class NestedJoin(NestedOperator):
         self.cum_b: Optional[OrdIndexedZSet] = None
         self.parts_a: list = []
         self.parts_b: list = []
+        self.seen_a = _Probed(self.old_a)
+        self.seen_b = _Probed(self.old_b)
 
     def begin(self) -> None:
         super().begin()
@@ -149,17 +193,17 @@ class NestedJoin(NestedOperator):
                     pieces.append((x, y, p))
 
         if len(da) or ca is not None:
-            ob = self.old_b.probe(_union_keys(da.kcodes, ca.kcodes if ca is not None else None))
+            ob = self.seen_b.of(da.kcodes)   # the keys of ca were looked up when they came
             if ob is not None:
-                t = times_of(ob)
+                t = self.seen_b.times
                 if len(da):
                     add(da, at_times(ob, t <= i))            # n_a[i] ⋈ O_b(<=i)
                 if ca is not None:
                     add(ca, at_times(ob, t == i))            # N_a(<=i-1) ⋈ o_b[i]
         if len(db) or cb is not None:
-            oa = self.old_a.probe(_union_keys(db.kcodes, cb.kcodes if cb is not None else None))
+            oa = self.seen_a.of(db.kcodes)
             if oa is not None:
-                t = times_of(oa)
+                t = self.seen_a.times
                 add(at_times(oa, t == i), cb2)               # o_a[i] ⋈ N_b(<=i)
                 if len(db):
                     add(at_times(oa, t < i), db)             # O_a(<=i-1) ⋈ n_b[i]
@@ -174,8 +218,8 @@ class NestedJoin(NestedOperator):
         return self.inner._build(pieces)
 
     def pending(self, i: int) -> bool:
-        return ((self.cum_a is not None and self.old_b.max_time > i)
-                or (self.cum_b is not None and self.old_a.max_time > i))
+        return ((self.cum_a is not None and self.seen_b.horizon > i)
+                or (self.cum_b is not None and self.seen_a.horizon > i))
 
     def end(self) -> None:
         self.old_a.insert(self.parts_a)
@@ -212,6 +256,7 @@ class _NestedSet(NestedOperator):
     def _reset(self) -> None:
         self.cum: Optional[OrdZSet] = None
         self.parts: list = []
+        self.seen = _Probed(self.old)
 
     def begin(self) -> None:
         super().begin()
@@ -229,15 +274,16 @@ class _NestedSet(NestedOperator):
         cw = c.row_weights(u.codes) if c is not None else np.zeros(len(u), np.int64)
         o_i = np.zeros(len(u), np.int64)    # O(<=i)
         o_i1 = np.zeros(len(u), np.int64)   # O(<=i-1)
-        ob = self.old.probe(u.codes)
+        ob = self.seen.of(d.codes) if len(d) else self.seen.rows
         if ob is not None:
             ai, bi = K.intersect(u.codes, ob.kcodes)
-            pos = np.empty(ob.num_keys, np.int64)
+            pos = np.full(ob.num_keys, -1, np.int64)
             pos[bi] = ai
             row = pos[ob.key_index()]
-            t = times_of(ob)
-            np.add.at(o_i, row, np.where(t <= i, ob.weights, 0))
-            np.add.at(o_i1, row, np.where(t < i, ob.weights, 0))
+            t, w = self.seen.times, ob.weights
+            hit = row >= 0
+            np.add.at(o_i, row[hit], np.where(t <= i, w, 0)[hit])
+            np.add.at(o_i1, row[hit], np.where(t < i, w, 0)[hit])
         delta = ((o_i + cw + nw > 0).astype(np.int64) - (o_i1 + cw > 0)
                  - (o_i > 0) + (o_i1 > 0))
         if len(d):
@@ -249,7 +295,7 @@ class _NestedSet(NestedOperator):
         return OrdZSet(take(u.data, keep), delta[keep], K.take(u.codes, keep), u.codec)
 
     def pending(self, i: int) -> bool:
-        return self.cum is not None and self.old.max_time > i
+        return self.cum is not None and self.seen.horizon > i
 
     def end(self) -> None:
         self.old.insert(self.parts)
