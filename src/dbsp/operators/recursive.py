@@ -12,22 +12,40 @@ back through ``z^-1``::
 Because ``fn^Δ`` sees the change ``o_{n-1}`` of ``x``, the inner loop is exactly *semi-naive*
 evaluation: step ``n`` only derives what is new since step ``n-1``.
 
-Between outer steps (outer time) two modes are used, chosen each step and agreed by all workers:
+Between outer steps (outer time) the body runs in one of two ways, fixed when it is built:
 
-* **seeded (incremental)**: when every input delta only inserts (all weights positive) and the
-  body is monotone (no ``neg`` / ``minus`` / antijoin / left join / aggregate / topk), the inner
-  operators keep their state from the previous fixed point ``x*`` and the body is fed the input
-  *deltas*: the iteration continues from ``x*`` (a pre-fixed point below the new least fixed
-  point), deriving only the consequences of the new rows. Cost: proportional to what changes.
-* **recompute**: otherwise (retractions, or a non-monotone body) every inner operator is reset
-  (``clock_start``) and the fixed point is computed again from the integrated inputs; the output is
-  ``x*_t - x*_{t-1}``. Retractions in set semantics (``distinct`` in the body) need this: a
-  deleted edge can leave cycles of facts that support each other, which only a recomputation from
-  the inputs removes.
+* **nested incremental** (the default whenever the body allows it): the DBSP paper's nested
+  incremental circuit. Every stream of the body carries changes indexed by ``(outer step, inner
+  iteration)``; the stateful operators (join, semijoin, antijoin, left join, distinct) are
+  replaced by their two-dimensional incremental forms (:mod:`dbsp.operators.nested`, where the
+  maths is), whose traces keep every change with its inner iteration, the outer steps summed
+  (:class:`~dbsp.trace.timed.TimedTrace`). At each outer step the input *deltas* enter at inner
+  time 0 and the loop derives the change of every iteration of the previous fixed point: an
+  inserted edge adds its paths, a deleted edge retracts the paths derived through it (at the
+  iteration where each was derived) and nothing else, cycles of facts that support each other
+  included. The output is ``Σ_n o_n``, the change of ``x*``. The loop ends when the fed-back
+  change is empty and no operator still holds old changes at later iterations for the rows this
+  step touched (:meth:`~dbsp.operators.nested.NestedOperator.pending`), on every worker.
+  Linear operators (map, filter, flat_map, plus, minus, neg, index_by, flatten, exchange) need
+  no change.
+* **fallback** for bodies with an operator that has no nested form (aggregate, topk, delay,
+  integrate, differentiate, a recursion nested in the body: :func:`not_nestable` names them), or
+  ``incremental=False``, chosen each step and agreed by all workers:
 
-``monotone=True/False`` overrides the detection. With W workers the inner circuit runs on every
-worker (its exchanges use the same transport), the body's result is sharded by row (or key) hash,
-and an inner step is the last only when it produced nothing on *all* workers (``all_gather``).
+  - *seeded*: when every input delta only inserts (all weights positive) and the body is
+    monotone (no ``neg`` / ``minus`` / antijoin / left join / aggregate / topk), the inner
+    operators keep their state from the previous fixed point ``x*`` and the body is fed the
+    input deltas: the iteration continues from ``x*`` (a pre-fixed point below the new least
+    fixed point), deriving only the consequences of the new rows;
+  - *recompute*: otherwise every inner operator is reset (``clock_start``) and the fixed point is
+    computed again from the integrated inputs; the output is ``x*_t - x*_{t-1}``. Cost:
+    proportional to the whole fixed point, whatever the change.
+
+  ``monotone=True/False`` overrides the detection of monotone bodies (it matters only here).
+
+With W workers the inner circuit runs on every worker (its exchanges use the same transport),
+the body's result is sharded by row (or key) hash, and an inner step is the last only when it
+produced nothing on *all* workers (``all_gather``).
 
 >>> import pyarrow as pa, dbsp
 >>> c = dbsp.Circuit()
@@ -40,10 +58,13 @@ and an inner step is the last only when it produced nothing on *all* workers (``
 >>> tc = c.recursive(closure, edges).output()
 >>> _ = edges.insert([(1, 2), (2, 3)]); c.step(); sorted(tc.view_dict())
 [(1, 2), (1, 3), (2, 3)]
->>> _ = edges.insert([(3, 4)]); c.step(); sorted(tc.to_dict())       # seeded: only new paths
+>>> _ = edges.insert([(3, 4)]); c.step(); sorted(tc.to_dict())       # only the new paths
 [(1, 4), (2, 4), (3, 4)]
->>> _ = edges.delete([(2, 3)]); c.step(); sorted(tc.view_dict())     # recomputed
-[(1, 2), (3, 4)]
+>>> _ = edges.delete([(2, 3)]); c.step(); sorted(tc.to_dict().items())  # only the lost ones
+[((1, 3), -1), ((1, 4), -1), ((2, 3), -1), ((2, 4), -1)]
+>>> _recursive_op = next(op for op in c._replicas[0].ops if op.name == "recursive")
+>>> _recursive_op.nested, _recursive_op.recomputes
+(True, 0)
 """
 from __future__ import annotations
 
