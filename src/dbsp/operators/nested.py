@@ -57,7 +57,7 @@ from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, codec_for
 from ..algebra.schema import take
 from ..circuit.operator import Operator
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, ranges
 from ..trace.timed import TimedTrace, at_times, times_of
 from .distinct import DistinctOperator
 from .join import (EMPTY_SCHEMA, JoinOperator, KeySetOperator, drop_null_keys, join_pairs,
@@ -83,13 +83,37 @@ def _union_keys(*codes: CodeArray) -> CodeArray:
     return K.take(cat, perm)
 
 
-def _merge(a, b):
-    """``a + b`` for consolidated batches of one kind; None when empty."""
-    parts = [x for x in (a, b) if x is not None and len(x)]
-    if not parts:
-        return None
-    m = parts[0] if len(parts) == 1 else type(parts[0]).merge(parts)
-    return m if len(m) else None
+class _Sum:
+    """This step's changes so far, ``N(<=i)``: a few consolidated batches whose sizes at least
+    double from the newest to the oldest (adding a batch merges the newer ones while they are
+    as large as their elder: amortised O(log n) merges a row, never a merge of everything at
+    every iteration)."""
+
+    __slots__ = ("batches",)
+
+    def __init__(self):
+        self.batches: list = []
+
+    def __bool__(self) -> bool:
+        return bool(self.batches)
+
+    def add(self, b) -> None:
+        if b is None or len(b) == 0:
+            return
+        bs = self.batches
+        bs.append(b)
+        while len(bs) > 1 and len(bs[-2]) <= 2 * len(bs[-1]):
+            top = bs.pop()
+            m = type(top).merge([bs.pop(), top])
+            if len(m):
+                bs.append(m)
+
+    def weights_of(self, codes: CodeArray) -> np.ndarray:
+        """The summed weight of each sorted distinct row code (Z-set batches)."""
+        out = np.zeros(len(codes), np.int64)
+        for b in self.batches:
+            out += b.row_weights(codes)
+        return out
 
 
 class _Probed:
@@ -168,8 +192,8 @@ class NestedJoin(NestedOperator):
         self._reset()
 
     def _reset(self) -> None:
-        self.cum_a: Optional[OrdIndexedZSet] = None
-        self.cum_b: Optional[OrdIndexedZSet] = None
+        self.cum_a = _Sum()
+        self.cum_b = _Sum()
         self.parts_a: list = []
         self.parts_b: list = []
         self.seen_a = _Probed(self.old_a)
@@ -182,44 +206,50 @@ class NestedJoin(NestedOperator):
     def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
         da, db = drop_null_keys(da), drop_null_keys(db)
         i = self.time
-        ca, cb = self.cum_a, self.cum_b
-        cb2 = _merge(cb, db)
+        ca = self.cum_a.batches             # N_a(<=i-1)
+        cb2 = self.cum_b.batches + [db]     # N_b(<=i)
         pieces = []
 
-        def add(x, y):
-            if x is not None and y is not None and len(x) and len(y):
-                p = join_pairs(x, y)
-                if p is not None:
-                    pieces.append((x, y, p))
+        def add(x, ys):
+            if x is None or len(x) == 0:
+                return
+            for y in ys:
+                if y is not None and len(y):
+                    p = join_pairs(x, y)
+                    if p is not None:
+                        pieces.append((x, y, p))
 
-        if len(da) or ca is not None:
+        if len(da) or ca:
             ob = self.seen_b.of(da.kcodes)   # the keys of ca were looked up when they came
             if ob is not None:
                 t = self.seen_b.times
                 if len(da):
-                    add(da, at_times(ob, t <= i))            # n_a[i] ⋈ O_b(<=i)
-                if ca is not None:
-                    add(ca, at_times(ob, t == i))            # N_a(<=i-1) ⋈ o_b[i]
-        if len(db) or cb is not None:
+                    add(da, [at_times(ob, t <= i)])          # n_a[i] ⋈ O_b(<=i)
+                if ca:
+                    ob_i = at_times(ob, t == i)
+                    for x in ca:
+                        add(x, [ob_i])                       # N_a(<=i-1) ⋈ o_b[i]
+        if len(db) or self.cum_b:
             oa = self.seen_a.of(db.kcodes)
             if oa is not None:
                 t = self.seen_a.times
                 add(at_times(oa, t == i), cb2)               # o_a[i] ⋈ N_b(<=i)
                 if len(db):
-                    add(at_times(oa, t < i), db)             # O_a(<=i-1) ⋈ n_b[i]
+                    add(at_times(oa, t < i), [db])           # O_a(<=i-1) ⋈ n_b[i]
         add(da, cb2)                                         # n_a[i] ⋈ N_b(<=i)
-        add(ca, db)                                          # N_a(<=i-1) ⋈ n_b[i]
+        for x in ca:
+            add(x, [db])                                     # N_a(<=i-1) ⋈ n_b[i]
         if len(da):
-            self.cum_a = _merge(ca, da)
+            self.cum_a.add(da)
             self.parts_a.append((i, da))
-        self.cum_b = cb2
         if len(db):
+            self.cum_b.add(db)
             self.parts_b.append((i, db))
         return self.inner._build(pieces)
 
     def pending(self, i: int) -> bool:
-        return ((self.cum_a is not None and self.seen_b.horizon > i)
-                or (self.cum_b is not None and self.seen_a.horizon > i))
+        return ((bool(self.cum_a) and self.seen_b.horizon > i)
+                or (bool(self.cum_b) and self.seen_a.horizon > i))
 
     def end(self) -> None:
         self.old_a.insert(self.parts_a)
@@ -254,7 +284,7 @@ class _NestedSet(NestedOperator):
         self._reset()
 
     def _reset(self) -> None:
-        self.cum: Optional[OrdZSet] = None
+        self.cum = _Sum()
         self.parts: list = []
         self.seen = _Probed(self.old)
 
@@ -263,31 +293,42 @@ class _NestedSet(NestedOperator):
         self._reset()
 
     def step_rows(self, d: OrdZSet) -> Optional[OrdZSet]:
-        """The change of ``distinct`` at this ``(t, i)`` for the change ``d`` of its input."""
-        i, c = self.time, self.cum
-        if len(d) == 0 and c is None:
+        """The change of ``distinct`` at this ``(t, i)`` for the change ``d`` of its input.
+
+        The rows to look at: those of ``d``, and those this step touched before (``N(<=i-1)``)
+        whose old trace changed at ``i`` (the cached old rows at time ``i``: any other row of
+        ``N`` has a zero change here)."""
+        i = self.time
+        if len(d):
+            self.seen.of(d.codes)
+        ob, t = self.seen.rows, self.seen.times
+        cands = [OrdZSet(d.data, np.ones(len(d), np.int64), d.codes, d.codec)] if len(d) else []
+        if ob is not None and self.cum:
+            at_i = np.flatnonzero(t == i)
+            if len(at_i):
+                kidx = np.unique(ob.key_index()[at_i])
+                cands.append(OrdZSet(take(ob.keys, kidx), np.ones(len(kidx), np.int64),
+                                     K.take(ob.kcodes, kidx), ob.kcodec))
+        if not cands:
             return None
-        ones = [OrdZSet(x.data, np.ones(len(x), np.int64), x.codes, x.codec)
-                for x in (c, d) if x is not None and len(x)]
-        u = ones[0] if len(ones) == 1 else OrdZSet.merge(ones)  # every row touched this step
+        u = cands[0] if len(cands) == 1 else OrdZSet.merge(cands)  # the rows to look at
         nw = d.row_weights(u.codes) if len(d) else np.zeros(len(u), np.int64)
-        cw = c.row_weights(u.codes) if c is not None else np.zeros(len(u), np.int64)
+        cw = self.cum.weights_of(u.codes)
         o_i = np.zeros(len(u), np.int64)    # O(<=i)
         o_i1 = np.zeros(len(u), np.int64)   # O(<=i-1)
-        ob = self.seen.of(d.codes) if len(d) else self.seen.rows
         if ob is not None:
             ai, bi = K.intersect(u.codes, ob.kcodes)
-            pos = np.full(ob.num_keys, -1, np.int64)
-            pos[bi] = ai
-            row = pos[ob.key_index()]
-            t, w = self.seen.times, ob.weights
-            hit = row >= 0
-            np.add.at(o_i, row[hit], np.where(t <= i, w, 0)[hit])
-            np.add.at(o_i1, row[hit], np.where(t < i, w, 0)[hit])
+            if len(ai):
+                lo, hi = ob.offsets[bi], ob.offsets[bi + 1]
+                rows = ranges(lo, hi - lo)
+                owner = np.repeat(ai, hi - lo)
+                tr, wr = t[rows], ob.weights[rows]
+                np.add.at(o_i, owner, np.where(tr <= i, wr, 0))
+                np.add.at(o_i1, owner, np.where(tr < i, wr, 0))
         delta = ((o_i + cw + nw > 0).astype(np.int64) - (o_i1 + cw > 0)
                  - (o_i > 0) + (o_i1 > 0))
         if len(d):
-            self.cum = _merge(c, d)
+            self.cum.add(d)
             self.parts.append((i, d))
         keep = np.flatnonzero(delta)
         if len(keep) == 0:
@@ -295,7 +336,7 @@ class _NestedSet(NestedOperator):
         return OrdZSet(take(u.data, keep), delta[keep], K.take(u.codes, keep), u.codec)
 
     def pending(self, i: int) -> bool:
-        return self.cum is not None and self.seen.horizon > i
+        return bool(self.cum) and self.seen.horizon > i
 
     def end(self) -> None:
         self.old.insert(self.parts)
