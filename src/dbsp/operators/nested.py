@@ -43,8 +43,14 @@ support is counted per iteration: the cycle's later derivations never made it po
 earlier iteration where it first appeared.
 
 Termination. At iteration ``i`` an operator can still produce output while this step touched it
-(``N`` is not empty) and its old trace has times after ``i`` (:meth:`pending`). The loop ends
-when the fed-back change is empty and no operator is pending, on every worker.
+(``N`` is not empty) and the old trace holds changes after ``i`` for the keys it touched (the
+old rows of every touched key are looked up once per step and kept, so their latest time is
+known: :meth:`NestedOperator.pending`). The loop ends when the fed-back change is empty and no
+operator is pending, on every worker.
+
+Cost of an outer step: the rows this step touches, times the iterations at which they have
+old changes, plus one lookup in the old traces per touched key; never the size of the fixed
+point. Each inner iteration also pays the fixed cost of evaluating the body's operators.
 """
 from __future__ import annotations
 
