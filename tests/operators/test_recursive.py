@@ -75,16 +75,15 @@ def test_nested_keeps_its_state_through_deletes():
 
 
 def test_incremental_true_needs_nestable_operators():
-    """An aggregate has no nested form: ``incremental=True`` is refused, the default falls back
-    to seeded / recompute (and is still right)."""
+    """Top-k has no nested form: ``incremental=True`` is refused, the default falls back to
+    seeded / recompute (and is still right)."""
     def body(x, e):
-        top = x.index_by(["src"]).aggregate({"dst": ("max", "dst")})
-        return e.plus(top.map(lambda b: {"src": b["src"], "dst": pc.fill_null(b["dst"], 0)},
-                              E)).distinct()
+        top = x.index_by(["src"]).topk(1, ["dst"], descending=True)
+        return e.plus(top).distinct()
 
     c = dbsp.Circuit()
     e = c.add_input("e", E)
-    with pytest.raises(TypeError, match=r"incremental=True.*aggregate"):
+    with pytest.raises(TypeError, match=r"incremental=True.*topk"):
         c.recursive(body, e, incremental=True)
     with dbsp.Circuit() as c:
         e = c.add_input("e", E)
@@ -447,3 +446,55 @@ def test_nested_state_checkpoint_and_restore(tmp_path):
         edges = ref.add(edges, s["e"])
         assert out.to_dict() == ref.sub(ref.transitive_closure(edges), prev), f"step {t}"
     c.close()
+
+
+# -- an aggregate in the body: shortest distances from the roots (min over paths) --------------
+
+W3 = pa.schema([pa.field("src", pa.int64(), nullable=False),
+                pa.field("dst", pa.int64(), nullable=False),
+                pa.field("w", pa.int64(), nullable=False)])
+D = pa.schema([pa.field("n", pa.int64(), nullable=False), pa.field("d", pa.int64(), nullable=False)])
+
+
+def distances_body(x, roots, edges):
+    """``x(n, d)`` = the least distance of ``n`` from a root with at most ``i`` hops at
+    iteration ``i`` (Bellman-Ford): ``min`` over the roots (distance 0) and ``x ⋈ edges``."""
+    start = roots.map(lambda b: {"n": b["n"], "d": pa.array([0] * b.num_rows, pa.int64())}, D)
+    step = x.index_by(["n"]).join(edges.index_by(["src"]),
+                                  lambda k, l, r: {"n": r["dst"], "d": pc.add(l["d"], r["w"])}, D)
+    best = start.plus(step).index_by(["n"]).aggregate({"d": ("min", "d")})
+    return best.map(lambda b: {"n": b["n"], "d": pc.fill_null(b["d"], 0)}, D)
+
+
+def distances_reference(roots, edges):
+    rs = {r[0] for r, w in roots.items() if w > 0}
+    es = [r for r, w in edges.items() for _ in range(w) if w > 0]
+
+    def f(x):
+        best: dict = {n: 0 for n in rs}
+        for (n, d), w in x.items():
+            for (s, t, c) in es:
+                if s == n:
+                    best[t] = min(best.get(t, d + c), d + c)
+        return {(n, d): 1 for n, d in best.items()}
+    return ref.fixpoint(f)
+
+
+@st.composite
+def distance_steps(draw):
+    n = draw(st.integers(1, 5))
+    es = draw(_deltas(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(1, 3)), n))
+    rs = draw(_deltas(st.tuples(st.integers(0, 1)), n))
+    return [{"r": r, "e": e} for r, e in zip(rs, es)]
+
+
+@settings(max_examples=30)
+@given(steps=distance_steps())
+@example(steps=[{"r": {(0,): 1}, "e": {(0, 1, 1): 1, (1, 2, 1): 1, (0, 2, 3): 1, (2, 0, 1): 1}},
+                {"r": {}, "e": {(1, 2, 1): -1}},
+                {"r": {(0,): -1, (1,): 1}, "e": {(0, 1, 1): -1}}])
+def test_shortest_distances_with_an_aggregate_random(workers, steps):
+    check_steps(workers, {"r": N, "e": W3},
+                lambda r, e: r.circuit.recursive(distances_body, r, e, schema=D,
+                                                 incremental=True),
+                distances_reference, steps)

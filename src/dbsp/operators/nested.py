@@ -65,12 +65,13 @@ from ..algebra.schema import take
 from ..circuit.operator import Operator
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, ranges
 from ..trace.timed import TimedTrace, at_times, times_of
+from .aggregate import compute_groups
 from .distinct import DistinctOperator
 from .join import (EMPTY_SCHEMA, JoinOperator, KeySetOperator, drop_null_keys, join_pairs,
                    zero_column_batch)
 
-__all__ = ["NestedOperator", "NestedJoin", "NestedDistinct", "NestedKeySet", "nest",
-           "LINEAR_NAMES"]
+__all__ = ["NestedOperator", "NestedJoin", "NestedDistinct", "NestedKeySet", "NestedAggregate",
+           "nest", "nestable", "LINEAR_NAMES"]
 
 #: names (or name prefixes) of the operators that are linear in both times: a recursive body
 #: built only from these and the operators :func:`nest` knows runs as a nested incremental circuit
@@ -399,24 +400,138 @@ class NestedKeySet(_NestedSet):
                               out.codec, codec_for(EMPTY_SCHEMA))
 
 
-_NESTED = {"join": NestedJoin, "distinct": NestedDistinct, "distinct_keys": NestedKeySet}
+class NestedAggregate(NestedOperator):
+    """``aggregate`` in a recursive body: per touched key, the group's aggregate at the four
+    corners ``(t, i), (t, i-1), (t-1, i), (t-1, i-1)`` (module doc), from the old timed rows of
+    the key and this step's changes. Cost: the size of the touched groups (whole groups are
+    read, as a user aggregate reads them), for any mix of built-in and user aggregates."""
+
+    state_attrs = ("old",)
+
+    def __init__(self, ctx, inner, val_schema: pa.Schema):
+        super().__init__(ctx)
+        self.name = inner.name
+        self.specs, self.out_schema = inner.specs, inner.out_schema
+        nk = len(self.out_schema) - len(self.specs)
+        self.key_schema = pa.schema(list(self.out_schema)[:nk])
+        self.val_schema = val_schema
+        self.old = TimedTrace(self.key_schema, val_schema, "nested_aggregate")
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cum = _Sum()
+        self.parts: list = []
+        self.seen = _Probed(self.old)
+
+    def begin(self) -> None:
+        super().begin()
+        self._reset()
+
+    def eval(self, d: OrdIndexedZSet) -> ZSet:
+        i = self.time
+        if len(d):
+            self.seen.of(d.kcodes)
+        ob, t = self.seen.rows, self.seen.times
+        keys = [d.kcodes] if len(d) else []
+        if ob is not None and self.cum:
+            at_i = np.flatnonzero(t == i)
+            if len(at_i):
+                keys.append(K.take(ob.kcodes, np.unique(ob.key_index()[at_i])))
+        if not keys:
+            return ZSet.empty(self.out_schema)
+        probe = _union_keys(*keys)                      # the groups to look at
+        new_before = [b.select_keys(b.probe_keys(probe)[1]) for b in self.cum.batches]
+        old_le, old_lt = [], []
+        if ob is not None:
+            sub = ob.select_keys(K.intersect(probe, ob.kcodes)[1])
+            ts = times_of(sub)
+            old_le = [self._untimed(at_times(sub, ts <= i))]
+            old_lt = [self._untimed(at_times(sub, ts < i))]
+        if len(d):
+            self.cum.add(d)
+            self.parts.append((i, d))
+        corners = [(old_le + new_before + [d], 1), (old_lt + new_before, -1),
+                   (old_le, -1), (old_lt, 1)]
+        outs = [self._groups(parts, sign) for parts, sign in corners]
+        outs = [o for o in outs if o is not None]
+        if not outs:
+            return ZSet.empty(self.out_schema)
+        z = OrdZSet.merge(outs) if len(outs) > 1 else outs[0]
+        return z if len(z) else ZSet.empty(self.out_schema)
+
+    def _untimed(self, ix: Optional[OrdIndexedZSet]) -> Optional[OrdIndexedZSet]:
+        """A loose timed selection summed over its times (a consolidated batch)."""
+        if ix is None:
+            return None
+        vals = pa.RecordBatch.from_arrays(ix.vals.columns, schema=self.val_schema)
+        return OrdIndexedZSet.from_parts(ix.key_rows(), vals, ix.weights)
+
+    def _groups(self, parts: list, sign: int) -> Optional[OrdZSet]:
+        """``sign`` times the aggregate rows of the groups of the sum of ``parts``."""
+        parts = [p for p in parts if p is not None and len(p)]
+        if not parts:
+            return None
+        g = parts[0] if len(parts) == 1 else OrdIndexedZSet.merge(parts)
+        if len(g) == 0:
+            return None
+        rows, cols = compute_groups(self.specs, g.vals, g.weights, g.offsets)
+        keep = np.flatnonzero(rows != 0)
+        if len(keep) == 0:
+            return None
+        idx = pa.array(keep)
+        data = pa.RecordBatch.from_arrays(
+            list(g.keys.take(idx).columns) + [c.take(idx) for c in cols], schema=self.out_schema)
+        return OrdZSet.from_loose(ZSet(data, np.full(len(keep), sign, np.int64)))
+
+    def pending(self, i: int) -> bool:
+        return bool(self.cum) and self.seen.horizon > i
+
+    def end(self) -> None:
+        self.old.insert(self.parts)
+        self._reset()
+
+    def clock_start(self) -> None:
+        self.old.clear()
+        self._reset()
+
+    def savepoint(self):
+        return self.old.max_time
+
+    def restore(self, saved) -> None:
+        self.old.max_time = saved
+        self._reset()
+
+    def state_rows(self) -> int:
+        return len(self.old)
 
 
-def _kind(name: str) -> Optional[str]:
+def _kind(node, nodes) -> Optional[str]:
+    name = node.name
     if name.startswith("join("):
         return "join"
-    return name if name in _NESTED else None
+    if name in ("distinct", "distinct_keys"):
+        return name
+    if name.startswith("aggregate(") and nodes[node.inputs[0]].info.get("exchange"):
+        return "aggregate"  # (an aggregate that pre-aggregates before its exchange is not)
+    return None
 
 
-def nestable(name: str) -> bool:
-    """Whether an operator of this node name can run in a nested incremental body."""
-    return _kind(name) is not None or name.startswith(LINEAR_NAMES)
+def nestable(node, nodes) -> bool:
+    """Whether the operator of ``node`` (in the body's node list ``nodes``) can run in a nested
+    incremental body."""
+    return _kind(node, nodes) is not None or node.name.startswith(LINEAR_NAMES)
 
 
-def nest(name: str, factory):
-    """The factory of the nested form of a node's operator (the same factory for a linear one)."""
-    kind = _kind(name)
-    if kind is None:
-        return factory
-    cls = _NESTED[kind]
-    return lambda ctx: cls(ctx, factory(ctx))
+def nest(node, nodes):
+    """The factory of the nested form of ``node``'s operator (its own for a linear one)."""
+    kind, factory = _kind(node, nodes), node.factory
+    if kind == "join":
+        return lambda ctx: NestedJoin(ctx, factory(ctx))
+    if kind == "distinct":
+        return lambda ctx: NestedDistinct(ctx, factory(ctx))
+    if kind == "distinct_keys":
+        return lambda ctx: NestedKeySet(ctx, factory(ctx))
+    if kind == "aggregate":
+        vals = nodes[node.inputs[0]].type.val
+        return lambda ctx: NestedAggregate(ctx, factory(ctx), vals)
+    return factory

@@ -18,7 +18,7 @@ Between outer steps (outer time) the body runs in one of two ways, fixed when it
   incremental circuit. Every stream of the body carries changes indexed by ``(outer step, inner
   iteration)``; the stateful operators (join, semijoin, antijoin, left join, distinct) are
   replaced by their two-dimensional incremental forms (:mod:`dbsp.operators.nested`, where the
-  maths is), whose traces keep every change with its inner iteration, the outer steps summed
+  maths is; aggregates too, read per touched group), whose traces keep every change with its inner iteration, the outer steps summed
   (:class:`~dbsp.trace.timed.TimedTrace`). At each outer step the input *deltas* enter at inner
   time 0 and the loop derives the change of every iteration of the previous fixed point: an
   inserted edge adds its paths, a deleted edge retracts the paths derived through it (at the
@@ -28,9 +28,10 @@ Between outer steps (outer time) the body runs in one of two ways, fixed when it
   step touched (:meth:`~dbsp.operators.nested.NestedOperator.pending`), on every worker.
   Linear operators (map, filter, flat_map, plus, minus, neg, index_by, flatten, exchange) need
   no change.
-* **fallback** for bodies with an operator that has no nested form (aggregate, topk, delay,
-  integrate, differentiate, a recursion nested in the body: :func:`not_nestable` names them), or
-  ``incremental=False``, chosen each step and agreed by all workers:
+* **fallback** for bodies with an operator that has no nested form (topk, delay, integrate,
+  differentiate, a recursion nested in the body, a linear aggregate that pre-aggregates before
+  its exchange with W > 1: :func:`not_nestable` names them), or ``incremental=False``, chosen
+  each step and agreed by all workers:
 
   - *seeded*: when every input delta only inserts (all weights positive) and the body is
     monotone (no ``neg`` / ``minus`` / antijoin / left join / aggregate / topk), the inner
@@ -278,7 +279,7 @@ def is_monotone(circuit: Graph) -> bool:
 def not_nestable(circuit: Graph) -> list[str]:
     """The operators of a body that have no nested incremental form (empty: the body runs as a
     nested incremental circuit)."""
-    return sorted({n.name for n in circuit.nodes if not nestable(n.name)})
+    return sorted({n.name for n in circuit.nodes if not nestable(n, circuit.nodes)})
 
 
 def recursive(circuit: Graph, fn: Callable, *streams, schema: Any = None,
@@ -321,11 +322,11 @@ def recursive(circuit: Graph, fn: Callable, *streams, schema: Any = None,
     if incremental and blocking:
         raise TypeError(f"recursive(incremental=True): the body's operators {blocking} have no "
                         f"nested incremental form (supported: join, semijoin, antijoin, "
-                        f"left_join, distinct and the linear operators)")
+                        f"left_join, distinct, aggregate and the linear operators)")
     nested = not blocking if incremental is None else bool(incremental)
     if nested:
         for n in child.nodes:
-            n.factory = nest(n.name, n.factory)
+            n.factory = nest(n, child.nodes)
     nodes = child.nodes
     import_ids = [s.node for s in imports]
     in_types = [s.type for s in streams]
