@@ -498,3 +498,21 @@ def test_shortest_distances_with_an_aggregate_random(workers, steps):
                 lambda r, e: r.circuit.recursive(distances_body, r, e, schema=D,
                                                  incremental=True),
                 distances_reference, steps)
+
+
+def closure_squared(paths, edges):
+    """Non-linear recursion: ``paths ∪ paths∘paths`` (both sides of the join change at every
+    inner iteration, so every product of the nested join is exercised)."""
+    sq = paths.index_by(["dst"]).join(
+        paths.index_by(["src"]), lambda k, l, r: {"src": l["src"], "dst": r["dst"]}, E)
+    return edges.plus(sq).distinct()
+
+
+@settings(max_examples=40)
+@given(steps=graph_steps())
+@example(steps=[{"e": {(0, 1): 1, (1, 2): 1, (2, 3): 1, (3, 4): 1}}, {"e": {(2, 3): -1}},
+                {"e": {(2, 3): 1, (4, 0): 1}}, {"e": {(1, 2): -1}}])
+def test_closure_by_squaring_random(workers, steps):
+    check_steps(workers, {"e": E},
+                lambda e: e.circuit.recursive(closure_squared, e, incremental=True),
+                ref.transitive_closure, steps)
