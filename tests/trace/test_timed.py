@@ -184,3 +184,44 @@ def test_pack_codes_orders_like_tuples():
     pairs = list(zip(strs, times.tolist()))
     assert sorted(range(5), key=lambda i: packed[i]) == sorted(range(5), key=lambda i: pairs[i])
     assert DOMAINS and code  # shared helpers stay importable
+
+
+# -- TimedTrace: the timed state of nested operators --------------------------------------------
+
+def test_timed_trace_insert_probe_and_times():
+    import numpy as np
+
+    from dbsp.trace.batch import OrdIndexedZSet
+    from dbsp.trace.timed import TimedTrace, at_times, times_of
+    K_ = pa.schema([pa.field("k", pa.int64(), False)])
+    V_ = pa.schema([pa.field("v", pa.string())])
+
+    def ix(rows):
+        return OrdIndexedZSet.from_parts(pa.record_batch([pa.array([r[0] for r in rows])], K_),
+                                         pa.record_batch([pa.array([r[1] for r in rows])], V_),
+                                         np.array([r[2] for r in rows], np.int64))
+
+    tr = TimedTrace(K_, V_)
+    assert tr.probe(np.array([1], np.uint64)) is None and tr.max_time == -1
+    tr.insert([(0, ix([(1, "a", 1), (2, "b", 1)])), (2, ix([(1, "a", -1), (1, "c", 2)]))])
+    tr.insert([(1, ix([(1, "a", 1)])), (3, ix([]))])       # a later outer step: times add up
+    assert tr.max_time == 2
+    model = {((1,), ("a",), 0): 1, ((2,), ("b",), 0): 1, ((1,), ("a",), 2): -1,
+             ((1,), ("c",), 2): 2, ((1,), ("a",), 1): 1}
+    assert tr.to_val_batch().to_dict() == model
+    key1 = ix([(1, "x", 1)]).kcodes
+    got = tr.probe(key1)
+    t = times_of(got)
+    assert sorted(zip(got.vals.column(0).to_pylist(), t.tolist(), got.weights.tolist())) == [
+        ("a", 0, 1), ("a", 1, 1), ("a", 2, -1), ("c", 2, 2)]
+    upto1 = at_times(got, t <= 1)
+    assert upto1.vals.schema == V_ and upto1.num_keys == 1
+    assert sorted(zip(upto1.vals.column(0).to_pylist(), upto1.weights.tolist())) == [("a", 1),
+                                                                                      ("a", 1)]
+    assert at_times(got, t > 5) is None
+    saved = tr.checkpoint_state()
+    other = TimedTrace(K_, V_)
+    other.restore_state(saved)
+    assert other.max_time == 2 and other.to_val_batch().to_dict() == model
+    tr.clear()
+    assert len(tr) == 0 and tr.max_time == -1

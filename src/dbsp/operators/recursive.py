@@ -12,22 +12,41 @@ back through ``z^-1``::
 Because ``fn^Δ`` sees the change ``o_{n-1}`` of ``x``, the inner loop is exactly *semi-naive*
 evaluation: step ``n`` only derives what is new since step ``n-1``.
 
-Between outer steps (outer time) two modes are used, chosen each step and agreed by all workers:
+Between outer steps (outer time) the body runs in one of two ways, fixed when it is built:
 
-* **seeded (incremental)**: when every input delta only inserts (all weights positive) and the
-  body is monotone (no ``neg`` / ``minus`` / antijoin / left join / aggregate / topk), the inner
-  operators keep their state from the previous fixed point ``x*`` and the body is fed the input
-  *deltas*: the iteration continues from ``x*`` (a pre-fixed point below the new least fixed
-  point), deriving only the consequences of the new rows. Cost: proportional to what changes.
-* **recompute**: otherwise (retractions, or a non-monotone body) every inner operator is reset
-  (``clock_start``) and the fixed point is computed again from the integrated inputs; the output is
-  ``x*_t - x*_{t-1}``. Retractions in set semantics (``distinct`` in the body) need this: a
-  deleted edge can leave cycles of facts that support each other, which only a recomputation from
-  the inputs removes.
+* **nested incremental** (the default whenever the body allows it): the DBSP paper's nested
+  incremental circuit. Every stream of the body carries changes indexed by ``(outer step, inner
+  iteration)``; the stateful operators (join, semijoin, antijoin, left join, distinct) are
+  replaced by their two-dimensional incremental forms (:mod:`dbsp.operators.nested`, where the
+  maths is; aggregates too, read per touched group), whose traces keep every change with its inner iteration, the outer steps summed
+  (:class:`~dbsp.trace.timed.TimedTrace`). At each outer step the input *deltas* enter at inner
+  time 0 and the loop derives the change of every iteration of the previous fixed point: an
+  inserted edge adds its paths, a deleted edge retracts the paths derived through it (at the
+  iteration where each was derived) and nothing else, cycles of facts that support each other
+  included. The output is ``Σ_n o_n``, the change of ``x*``. The loop ends when the fed-back
+  change is empty and no operator still holds old changes at later iterations for the rows this
+  step touched (:meth:`~dbsp.operators.nested.NestedOperator.pending`), on every worker.
+  Linear operators (map, filter, flat_map, plus, minus, neg, index_by, flatten, exchange) need
+  no change.
+* **fallback** for bodies with an operator that has no nested form (topk, delay, integrate,
+  differentiate, a recursion nested in the body, a linear aggregate that pre-aggregates before
+  its exchange with W > 1: :func:`not_nestable` names them), or ``incremental=False``, chosen
+  each step and agreed by all workers:
 
-``monotone=True/False`` overrides the detection. With W workers the inner circuit runs on every
-worker (its exchanges use the same transport), the body's result is sharded by row (or key) hash,
-and an inner step is the last only when it produced nothing on *all* workers (``all_gather``).
+  - *seeded*: when every input delta only inserts (all weights positive) and the body is
+    monotone (no ``neg`` / ``minus`` / antijoin / left join / aggregate / topk), the inner
+    operators keep their state from the previous fixed point ``x*`` and the body is fed the
+    input deltas: the iteration continues from ``x*`` (a pre-fixed point below the new least
+    fixed point), deriving only the consequences of the new rows;
+  - *recompute*: otherwise every inner operator is reset (``clock_start``) and the fixed point is
+    computed again from the integrated inputs; the output is ``x*_t - x*_{t-1}``. Cost:
+    proportional to the whole fixed point, whatever the change.
+
+  ``monotone=True/False`` overrides the detection of monotone bodies (it matters only here).
+
+With W workers the inner circuit runs on every worker (its exchanges use the same transport),
+the body's result is sharded by row (or key) hash, and an inner step is the last only when it
+produced nothing on *all* workers (``all_gather``).
 
 >>> import pyarrow as pa, dbsp
 >>> c = dbsp.Circuit()
@@ -40,10 +59,13 @@ and an inner step is the last only when it produced nothing on *all* workers (``
 >>> tc = c.recursive(closure, edges).output()
 >>> _ = edges.insert([(1, 2), (2, 3)]); c.step(); sorted(tc.view_dict())
 [(1, 2), (1, 3), (2, 3)]
->>> _ = edges.insert([(3, 4)]); c.step(); sorted(tc.to_dict())       # seeded: only new paths
+>>> _ = edges.insert([(3, 4)]); c.step(); sorted(tc.to_dict())       # only the new paths
 [(1, 4), (2, 4), (3, 4)]
->>> _ = edges.delete([(2, 3)]); c.step(); sorted(tc.view_dict())     # recomputed
-[(1, 2), (3, 4)]
+>>> _ = edges.delete([(2, 3)]); c.step(); sorted(tc.to_dict().items())  # only the lost ones
+[((1, 3), -1), ((1, 4), -1), ((2, 3), -1), ((2, 4), -1)]
+>>> _recursive_op = next(op for op in c._replicas[0].ops if op.name == "recursive")
+>>> _recursive_op.nested, _recursive_op.recomputes
+(True, 0)
 """
 from __future__ import annotations
 
@@ -60,6 +82,7 @@ from ..trace.spine import Spine
 from ._values import empty_of
 from .delay import feedback
 from .exchange import sharded
+from .nested import NestedOperator, nest, nestable
 from .stream import make_stream
 
 NON_MONOTONE = ("neg", "minus", "differentiate", "aggregate", "topk", "delay", "recursive",
@@ -124,9 +147,12 @@ class RecursiveOperator(Operator):
     name = "recursive"
 
     def __init__(self, ctx, nodes, import_ids: list[int], in_types: list, fb_id: int, x_type,
-                 monotone: bool, max_iterations: int):
+                 monotone: bool, max_iterations: int, nested: bool = False):
         super().__init__(ctx)
         self.child = Scheduler(nodes, ctx)
+        #: nested incremental mode: the body's state is timed and kept across outer steps
+        self.nested = nested
+        self._timed = [op for op in self.child.ops if isinstance(op, NestedOperator)]
         self.import_ids, self.in_types, self.fb_id = import_ids, in_types, fb_id
         self.x_type, self.monotone, self.max_iterations = x_type, monotone, max_iterations
         self.inputs = [Spine(name="recursive.input") for _ in import_ids]
@@ -142,6 +168,10 @@ class RecursiveOperator(Operator):
     def eval(self, *deltas):
         ds = [_consolidated(t, d) for t, d in zip(self.in_types, deltas)]
         changed = any(len(d) for d in ds)
+        if self.nested:
+            if not any(self._agree(changed)):
+                return empty_of(self.x_type)
+            return self._nested_step(ds)
         inserts_only = all(len(d) == 0 or bool((d.weights > 0).all()) for d in ds)
         for sp, d in zip(self.inputs, ds):
             if len(d):
@@ -174,19 +204,36 @@ class RecursiveOperator(Operator):
             self.result.insert(new)
         return delta
 
+    def _nested_step(self, ds: list):
+        """One outer step of the nested incremental circuit: the input deltas enter at inner
+        time 0; the timed operators continue from their traces (see :mod:`.nested`)."""
+        ops = self.child.ops
+        ops[self.fb_id].clock_start()  # z^-1 in inner time: nothing fed back at iteration 0
+        for op in self._timed:
+            op.begin()
+        parts = self._iterate(ds)
+        for op in self._timed:
+            op.end()
+        return _sum(self.x_type, parts)
+
     def _iterate(self, feed: list) -> list:
         parts = []
         n = 0
         ops = self.child.ops
+        timed = self._timed if self.nested else ()
         while True:
             if n == 0:
                 for i, v in zip(self.import_ids, feed):
                     ops[i].value = v
+            for op in timed:
+                op.time = n
             self.child.step()
             o = ops[self.fb_id].value  # this inner step's change of x (consolidated, sharded)
             busy = o is not None and len(o) > 0
             if busy:
                 parts.append(o)
+            elif timed:
+                busy = any(op.pending(n) for op in timed)
             n += 1
             self.iterations += 1
             if not any(self._agree(busy)):
@@ -229,13 +276,25 @@ def is_monotone(circuit: Graph) -> bool:
     return not any(n.name.startswith(NON_MONOTONE) for n in circuit.nodes)
 
 
+def not_nestable(circuit: Graph) -> list[str]:
+    """The operators of a body that have no nested incremental form (empty: the body runs as a
+    nested incremental circuit)."""
+    return sorted({n.name for n in circuit.nodes if not nestable(n, circuit.nodes)})
+
+
 def recursive(circuit: Graph, fn: Callable, *streams, schema: Any = None,
-              monotone: Optional[bool] = None, max_iterations: int = 100_000):
+              monotone: Optional[bool] = None, incremental: Optional[bool] = None,
+              max_iterations: int = 100_000):
     """The stream of least fixed points ``x = fn(x, *streams)`` (see the module doc).
 
     ``fn(x, *inputs)`` receives streams of a nested circuit (``x`` first, of type ``schema``,
     default: the type of the first input) and returns a stream of the same type, built with the
     ordinary stream operators. Returns the stream of changes of the fixed point.
+
+    ``incremental``: None (default) runs the body as a nested incremental circuit when every
+    operator in it has a nested form, else falls back to seeded / recompute; True insists on
+    the nested circuit (an error names the operators that prevent it); False always uses the
+    fallback (``monotone`` then chooses between seeding and recomputing).
     """
     for s in streams:
         if s.circuit is not circuit:
@@ -259,6 +318,15 @@ def recursive(circuit: Graph, fn: Callable, *streams, schema: Any = None,
         raise TypeError("recursive: the body cannot have outputs; output the result instead")
     fb.connect(sharded(y))
     mono = is_monotone(child) if monotone is None else bool(monotone)
+    blocking = not_nestable(child)
+    if incremental and blocking:
+        raise TypeError(f"recursive(incremental=True): the body's operators {blocking} have no "
+                        f"nested incremental form (supported: join, semijoin, antijoin, "
+                        f"left_join, distinct, aggregate and the linear operators)")
+    nested = not blocking if incremental is None else bool(incremental)
+    if nested:
+        for n in child.nodes:
+            n.factory = nest(n, child.nodes)
     nodes = child.nodes
     import_ids = [s.node for s in imports]
     in_types = [s.type for s in streams]
@@ -266,8 +334,8 @@ def recursive(circuit: Graph, fn: Callable, *streams, schema: Any = None,
     return circuit.add_node(
         "recursive",
         lambda ctx: RecursiveOperator(ctx, nodes, import_ids, in_types, fb_id, x_type, mono,
-                                      max_iterations),
+                                      max_iterations, nested),
         list(streams), x_type)
 
 
-__all__ = ["recursive", "RecursiveOperator", "ChildCircuit", "is_monotone"]
+__all__ = ["recursive", "RecursiveOperator", "ChildCircuit", "is_monotone", "not_nestable"]

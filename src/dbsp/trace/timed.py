@@ -19,6 +19,17 @@ compaction for a totally ordered time: every time below the frontier becomes the
 batch can no longer tell those times apart, and need not, since no reader asks about times before
 the frontier), then equal ``(key, value, time)`` rows are summed; :meth:`to_untimed` sums over
 times. Like the other batches these are immutable: every operation returns a new batch.
+
+:class:`TimedTrace` is the *trace* of timed rows a nested incremental operator keeps
+(:mod:`dbsp.operators.nested`): every change it has seen, indexed by ``(outer step, inner
+iteration)`` with the outer steps already summed (consolidated) and the inner iteration kept.
+It stores the ``K -> V -> T`` layout of :class:`OrdValBatch` flattened into the value layer of an
+ordinary :class:`~dbsp.trace.spine.Spine` of :class:`OrdIndexedZSet` (the value row is
+``value ++ (time,)``, so rows sort by ``(key, value, time)`` exactly as in an ``OrdValBatch``).
+Keeping it in a spine gives the timed state everything the untimed state has: LSM merges in the
+background, spilling to layer files, the step journal (rollback) and checkpoints.
+:meth:`TimedTrace.probe` returns a key's timed rows; :func:`at_times` keeps the rows whose time
+passes a test and drops the time column (a loose indexed batch, what a join needs).
 """
 from __future__ import annotations
 
@@ -32,8 +43,10 @@ from ..algebra.codes import CodeArray, Codes, KeyCodec, VarCodes, codec_for
 from ..algebra.schema import concat_batches, empty_batch, take
 from .batch import EMPTY_I64, OrdIndexedZSet, OrdZSet, ZSet, ranges
 from .cursor import OrdKeyBatchCursor, OrdValBatchCursor
+from .spine import Spine
 
-__all__ = ["OrdKeyBatch", "OrdValBatch", "time_codes", "pack_codes"]
+__all__ = ["OrdKeyBatch", "OrdValBatch", "TimedTrace", "at_times", "time_codes", "pack_codes",
+           "TIME"]
 
 _SIGN = np.uint64(1 << 63)
 
@@ -418,3 +431,111 @@ class OrdValBatch:
             k = int(vk[v])
             out[(tuple(c[k] for c in kcols), tuple(c[v] for c in vcols), t)] = w
         return out
+
+
+# --- TimedTrace -------------------------------------------------------------------------------
+
+#: the name of the time column a :class:`TimedTrace` appends to the values
+TIME = "__time"
+
+
+def timed_schema(val_schema: pa.Schema) -> pa.Schema:
+    """``val_schema ++ (TIME: int64 not null)``."""
+    if TIME in val_schema.names:
+        raise ValueError(f"a value column is named {TIME!r}, the name of the time column")
+    return pa.schema(list(val_schema) + [pa.field(TIME, pa.int64(), nullable=False)])
+
+
+def times_of(ix: OrdIndexedZSet) -> np.ndarray:
+    """The time of every value row of a batch probed from a :class:`TimedTrace`."""
+    col = ix.vals.column(ix.vals.num_columns - 1)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def at_times(ix: Optional[OrdIndexedZSet], mask: np.ndarray) -> Optional[OrdIndexedZSet]:
+    """The value rows of timed ``ix`` where ``mask`` is true, without the time column.
+
+    The result groups rows by key (keys ascending, ``offsets`` valid) but a value may appear
+    once per time, so it is *loose* within a key: fit for joins (which read keys, offsets,
+    values and weights), not for merging. None when no row passes."""
+    if ix is None or not mask.any():
+        return None
+    sub = ix.filter_rows(mask)
+    if len(sub) == 0:
+        return None
+    vals = sub.vals.select(list(range(sub.vals.num_columns - 1)))
+    return OrdIndexedZSet(sub.keys, sub.kcodes, sub.offsets, vals, sub.vcodes, sub.weights,
+                          sub.kcodec, sub.vcodec)
+
+
+class TimedTrace:
+    """Changes indexed by ``(key, value, inner time)``, outer time consolidated (module doc).
+
+    ``insert(parts)`` adds one outer step's changes: ``parts`` are ``(time, OrdIndexedZSet)``
+    (or ``(time, OrdZSet)`` for a trace of rows: the row is the key and the value is empty).
+    """
+
+    def __init__(self, key_schema: pa.Schema, val_schema: pa.Schema, name: str = "timed"):
+        self.key_schema, self.val_schema = key_schema, val_schema
+        self.schema = timed_schema(val_schema)
+        self.spine = Spine(name=name)
+        #: the largest inner time stored (-1: none); every reader stops asking after it
+        self.max_time = -1
+
+    def __len__(self) -> int:
+        return len(self.spine)
+
+    def insert(self, parts: Sequence[tuple[int, ZSet | OrdIndexedZSet]]) -> None:
+        parts = [(t, p) for t, p in parts if p is not None and len(p)]
+        if not parts:
+            return
+        keys, vals, ws = [], [], []
+        for t, p in parts:
+            if isinstance(p, OrdIndexedZSet):
+                keys.append(p.key_rows())
+                cols = list(p.vals.columns)
+            else:
+                keys.append(p.data)
+                cols = []
+            n = len(p)
+            vals.append(pa.RecordBatch.from_arrays(cols + [pa.array(np.full(n, t, np.int64))],
+                                                   schema=self.schema))
+            ws.append(p.weights)
+        kb = concat_batches(self.key_schema, [pa.RecordBatch.from_arrays(k.columns,
+                                                                          schema=self.key_schema)
+                                              for k in keys])
+        batch = OrdIndexedZSet.from_parts(kb, concat_batches(self.schema, vals),
+                                          np.concatenate(ws))
+        if len(batch):
+            self.spine.insert(batch)
+            self.max_time = max(self.max_time, max(t for t, _ in parts))
+
+    def probe(self, codes: CodeArray) -> Optional[OrdIndexedZSet]:
+        """The timed rows (values ``++ (time,)``) of the sorted distinct key ``codes``."""
+        if len(codes) == 0 or self.max_time < 0:
+            return None
+        return self.spine.lookup(codes)
+
+    def to_val_batch(self) -> OrdValBatch:
+        """The whole trace as one :class:`OrdValBatch` (for tests and the REPL)."""
+        ix = self.spine.consolidated()
+        if ix is None or len(ix) == 0:
+            return OrdValBatch.empty(self.key_schema, self.val_schema)
+        vals = ix.vals.select(list(range(ix.vals.num_columns - 1)))
+        vals = pa.RecordBatch.from_arrays(vals.columns, schema=self.val_schema)
+        return OrdValBatch.from_parts(ix.key_rows(), vals, times_of(ix), ix.weights)
+
+    def clear(self) -> None:
+        self.spine.clear()
+        self.max_time = -1
+
+    # -- checkpoints (duck-typed like dbsp.circuit.operator.Stateful) -------------------------
+    def spines(self) -> list:
+        return [self.spine]
+
+    def checkpoint_state(self) -> dict:
+        return {"spine": self.spine.image(), "max_time": self.max_time}
+
+    def restore_state(self, state: dict) -> None:
+        self.spine.restore(state["spine"])
+        self.max_time = int(state["max_time"])
