@@ -131,6 +131,9 @@ class Operator(Stateful):
 
     strict = False
     name = "operator"
+    #: ``eval`` on inputs that are all empty returns an empty value and changes no state (linear
+    #: operators, joins, aggregates): the scheduler then reuses that value and skips the call
+    passes_empty = False
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx

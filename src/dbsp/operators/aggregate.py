@@ -719,6 +719,8 @@ class LinearAggregateOperator(Operator):
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.key_schema = pa.schema(list(out_schema)[:nk])
         self.preaggregate = preaggregate and ctx.workers > 1
+        # an empty delta changes nothing, unless the partials must cross the exchange
+        self.passes_empty = not self.preaggregate
 
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         P = self.partials
@@ -897,6 +899,7 @@ class GeneralAggregateOperator(Operator):
     state_attrs = ('state', 'values')
 
     name = "aggregate(general)"
+    passes_empty = True
 
     def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema, positive: bool = False):
         super().__init__(ctx)

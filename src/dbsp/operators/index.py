@@ -12,6 +12,7 @@ from ..trace.batch import OrdIndexedZSet
 
 class IndexOperator(Operator):
     name = "index_by"
+    passes_empty = True
 
     def __init__(self, ctx, key: list[str], type_: IndexedType):
         super().__init__(ctx)
@@ -25,6 +26,7 @@ class IndexOperator(Operator):
 
 class FlattenOperator(Operator):
     name = "flatten"
+    passes_empty = True
 
     def eval(self, ix: OrdIndexedZSet):
         return ix.flatten()

@@ -218,6 +218,7 @@ class JoinOperator(Operator):
     state_attrs = ('left', 'right')
 
     name = "join"
+    passes_empty = True  # two empty deltas: nothing joined, nothing inserted
 
     def __init__(self, ctx, out_schema: pa.Schema, mode: str, fn: Optional[Callable] = None,
                  key_schema: Optional[pa.Schema] = None, lval: Optional[pa.Schema] = None,

@@ -42,6 +42,12 @@ from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, tak
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 
 EMPTY_I64 = np.zeros(0, dtype=np.int64)
+_EMPTY_CODES = {True: Codes.empty(True), False: Codes.empty(False)}
+
+
+def _empty_codes(u64: bool) -> CodeArray:
+    """Codes of no rows (shared: an empty array cannot be written)."""
+    return _EMPTY_CODES[u64]
 
 
 class BatchReader(Protocol):
@@ -147,7 +153,7 @@ class OrdZSet(ZSet):
     @classmethod
     def empty(cls, schema: pa.Schema) -> "OrdZSet":
         codec = codec_for(schema, schema.names)
-        return cls(empty_batch(schema), EMPTY_I64, Codes.empty(codec.u64), codec)
+        return cls(empty_batch(schema), EMPTY_I64, _empty_codes(codec.u64), codec)
 
     @classmethod
     def from_loose(cls, z: ZSet, codec: Optional[KeyCodec] = None) -> "OrdZSet":
@@ -155,7 +161,7 @@ class OrdZSet(ZSet):
             return z
         codec = codec or codec_for(z.schema, z.schema.names)
         if len(z) == 0:
-            return cls(z.data, EMPTY_I64, Codes.empty(codec.u64), codec)
+            return cls(z.data, EMPTY_I64, _empty_codes(codec.u64), codec)
         codes = codec.encode(z.data.columns, len(z))
         perm, w = K.sort_consolidate(codes, None, z.weights)
         return cls(take(z.data, perm), w, K.take(codes, perm), codec)
@@ -309,8 +315,15 @@ class OrdIndexedZSet:
     def empty(cls, key_schema: pa.Schema, val_schema: pa.Schema) -> "OrdIndexedZSet":
         kc = codec_for(key_schema, key_schema.names)
         vc = codec_for(val_schema, val_schema.names)
-        return cls(empty_batch(key_schema), Codes.empty(kc.u64), np.zeros(1, np.int64),
-                   empty_batch(val_schema), Codes.empty(vc.u64), EMPTY_I64, kc, vc)
+        return cls(empty_batch(key_schema), _empty_codes(kc.u64), np.zeros(1, np.int64),
+                   empty_batch(val_schema), _empty_codes(vc.u64), EMPTY_I64, kc, vc)
+
+    @classmethod
+    def empty_like(cls, b: Any) -> "OrdIndexedZSet":
+        """No rows, with the schemas and codecs of ``b`` (an indexed batch, maybe in a file)."""
+        kc, vc = b.kcodec, b.vcodec
+        return cls(empty_batch(b.key_schema), _empty_codes(kc.u64), np.zeros(1, np.int64),
+                   empty_batch(b.val_schema), _empty_codes(vc.u64), EMPTY_I64, kc, vc)
 
     @classmethod
     def from_parts(cls, keys: pa.RecordBatch, vals: pa.RecordBatch, weights: np.ndarray,
@@ -477,7 +490,7 @@ class OrdIndexedZSet:
         n = len(self)
         r0, r1 = max(0, min(r0, n)), max(0, min(r1, n))
         if r0 >= r1:
-            return OrdIndexedZSet.empty(self.key_schema, self.val_schema)._with_codecs(self)
+            return OrdIndexedZSet.empty_like(self)
         if r0 == 0 and r1 == n:
             return self
         off = self.offsets
@@ -488,10 +501,6 @@ class OrdIndexedZSet:
                               offsets, self.vals.slice(r0, r1 - r0),
                               Codes.slice(self.vcodes, r0, r1), self.weights[r0:r1],
                               self.kcodec, self.vcodec)
-
-    def _with_codecs(self, other: "OrdIndexedZSet") -> "OrdIndexedZSet":
-        self.kcodec, self.vcodec = other.kcodec, other.vcodec
-        return self
 
     def iter_pieces(self, rows: int) -> Iterator["OrdIndexedZSet"]:
         """Consecutive pieces of at most ``rows`` value rows (see :meth:`row_slice`)."""
