@@ -127,12 +127,16 @@ class ZSet:
     def to_dict(self) -> dict[tuple, int]:
         """``{row tuple: weight}`` summed over duplicates, zero weights dropped (for tests/REPL);
         nested values as tuples (:func:`~dbsp.algebra.schema.py_values`)."""
+        rows, ws = self._py_rows(), self.weights.tolist()
         out: dict[tuple, int] = {}
-        cols = [py_values(c) for c in self.data.columns]
-        for i, w in enumerate(self.weights.tolist()):
-            row = tuple(c[i] for c in cols)
+        for row, w in zip(rows, ws):
             out[row] = out.get(row, 0) + w
         return {r: w for r, w in out.items() if w != 0}
+
+    def _py_rows(self):
+        """The rows as Python tuples (an iterator; columns converted whole by Arrow)."""
+        cols = [py_values(c) for c in self.data.columns]
+        return zip(*cols) if cols else iter([()] * len(self))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} rows, {self.schema.names})"
@@ -173,6 +177,12 @@ class OrdZSet(ZSet):
 
     def consolidate(self) -> "OrdZSet":
         return self
+
+    def to_dict(self) -> dict[tuple, int]:
+        """``{row tuple: weight}``: rows are distinct and weights non-zero already, so the dict
+        is built in one C-level pass (the summing path of :meth:`ZSet.to_dict` only when two
+        rows meet as Python values, e.g. ``0.0`` and ``-0.0``)."""
+        return _distinct_rows_dict(self)
 
     def neg(self) -> "OrdZSet":
         return OrdZSet(self.data, -self.weights, self.codes, self.codec)
@@ -423,7 +433,7 @@ class OrdIndexedZSet:
         return self.flatten().to_arrow()
 
     def to_dict(self) -> dict[tuple, int]:
-        return self.flatten().to_dict()
+        return _distinct_rows_dict(self.flatten())  # (key, value) rows are distinct
 
     def select_keys(self, key_idx: np.ndarray) -> "OrdIndexedZSet":
         """The sub-batch of the given keys (ascending distinct key indices)."""
@@ -535,6 +545,12 @@ class OrdIndexedZSet:
         return OrdIndexedZSet(take(self.keys, kidx), K.take(self.kcodes, kidx), offsets,
                               take(self.vals, rows), K.take(self.vcodes, rows), self.weights[rows],
                               self.kcodec, self.vcodec)
+
+
+def _distinct_rows_dict(z: ZSet) -> dict[tuple, int]:
+    """``{row tuple: weight}`` of a Z-set whose rows are distinct with non-zero weights."""
+    out = dict(zip(z._py_rows(), z.weights.tolist()))
+    return out if len(out) == len(z) else ZSet.to_dict(z)
 
 
 def match_batches(batches: Sequence[Any], codes: CodeArray) -> Iterator[tuple]:
