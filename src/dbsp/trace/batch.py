@@ -361,13 +361,18 @@ class OrdIndexedZSet:
                    take(vals, perm), K.take(vcodes, perm), w, kcodec, vcodec)
 
     @classmethod
-    def from_loose(cls, z: ZSet, key: Sequence[str]) -> "OrdIndexedZSet":
-        key = list(key)
-        missing = [k for k in key if k not in z.schema.names]
-        if missing:
-            raise KeyError(f"no column {missing[0]!r} to index by (columns: {z.schema.names})")
-        vnames = [n for n in z.schema.names if n not in key]
-        return cls.from_parts(z.data.select(key), z.data.select(vnames), z.weights)
+    def from_loose(cls, z: ZSet, key: Sequence[str], vnames: Optional[Sequence[str]] = None,
+                   kcodec: Optional[KeyCodec] = None, vcodec: Optional[KeyCodec] = None
+                   ) -> "OrdIndexedZSet":
+        """Index the rows of ``z`` by the ``key`` columns. An operator indexing every step
+        passes the value columns ``vnames`` and both codecs, worked out once."""
+        if vnames is None:
+            key = list(key)
+            missing = [k for k in key if k not in z.schema.names]
+            if missing:
+                raise KeyError(f"no column {missing[0]!r} to index by (columns: {z.schema.names})")
+            vnames = [n for n in z.schema.names if n not in key]
+        return cls.from_parts(z.data.select(key), z.data.select(vnames), z.weights, kcodec, vcodec)
 
     @staticmethod
     def merge(batches: Sequence["OrdIndexedZSet"]) -> "OrdIndexedZSet":
