@@ -131,7 +131,12 @@ class Scheduler:
                 continue
             args = [values[j] for j in n.inputs]
             eo = empty_out[i]
-            idle = eo is not None and not any(a is not None and len(a) for a in args)
+            idle = eo is not None
+            if idle:  # a plain loop: no generator frame per operator and step
+                for a in args:
+                    if a is not None and len(a):
+                        idle = False
+                        break
             if idle and eo is not False:
                 values[i] = eo
                 continue
