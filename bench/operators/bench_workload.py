@@ -17,6 +17,10 @@ and no driver work they are at most ``T(1 worker, full steps) / T(1 worker, step
 faster. Both are measured interleaved (untimed, before each round), so the report separates the
 cost of the fixed per-step work every worker repeats (the ceiling) from the cost of exchanging
 (the gap between the ceiling and ``speedup_vs_1_worker``). On a 2-vCPU VM: ceiling 1.22-1.44x.
+
+``cpu_ratio_vs_1_worker``: CPU seconds (rusage of this process and of its reaped children: every
+thread and worker process) of the W-worker run over those of the interleaved 1-worker run on the
+same work; target <= 1.25 at these steps of 11K events (what parallelism costs in total work).
 """
 from __future__ import annotations
 
@@ -51,6 +55,8 @@ def test_bids_auctions_workload(benchmark, data, small_steps, workers, runtime):
     base: list = []
     cores: list = []
     part: list = []
+    cpu_w: list = []
+    cpu_1: list = []
 
     def one_worker_run():  # untimed, before each round: the interleaved 1-worker reference
         if workers > 1:
@@ -59,12 +65,15 @@ def test_bids_auctions_workload(benchmark, data, small_steps, workers, runtime):
             r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
             cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
             cores.append(cpu / (t1 - t0))  # the whole call: build, steps, close
+            cpu_1.append(cpu)
             if workers == 2:
                 part.append(run_workload(small_steps, 1))
         return (), {}
 
     def run():
+        c0 = _cpu_seconds()
         times.append(run_workload(data, workers, runtime))
+        cpu_w.append(_cpu_seconds() - c0)
 
     benchmark.pedantic(run, setup=one_worker_run, rounds=ROUNDS, iterations=1, warmup_rounds=0)
     info = {"workers": workers, "runtime": runtime, "events": EVENTS,
@@ -75,6 +84,15 @@ def test_bids_auctions_workload(benchmark, data, small_steps, workers, runtime):
         info["one_worker_cores"] = statistics.median(cores)
         ncpu = len(os.sched_getaffinity(0))
         info["speedup_bound"] = min(workers, ncpu) / info["one_worker_cores"]
+    if cpu_1:
+        info["cpu_ratio_vs_1_worker"] = statistics.median(cpu_w) / statistics.median(cpu_1)
     if part:
         info["speedup_ceiling"] = statistics.median(base) / statistics.median(part)
     benchmark.extra_info.update(info)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process (all its threads) and of its reaped child processes."""
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime

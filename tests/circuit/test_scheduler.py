@@ -142,3 +142,38 @@ def test_a_running_graph_is_frozen_and_streams_stay_in_their_graph():
         r.add_node("x", lambda ctx: Source(ctx), [], None)
     with pytest.raises(ValueError, match="workers"):
         Graph(lambda g, n, t: None, workers=0)
+
+
+class Linear(Rec):
+    """Declares that empty inputs give an empty value and change nothing."""
+
+    passes_empty = True
+
+
+def _idle_graph(fn):
+    from dbsp.circuit.types import ZSetType
+    log: list = []
+    g = _graph()
+    src = g.add_node("src", lambda ctx: Source(ctx), [], ZSetType(None), kind="input")
+    lin = g.add_node("lin", lambda ctx: Linear(ctx, log, "lin", fn), [src], ZSetType(None))
+    g.add_node("out", lambda ctx: Sink(ctx), [lin], ZSetType(None), kind="output")
+    return g, src, lin, log
+
+
+def test_an_operator_passing_empty_inputs_is_called_once_while_idle():
+    g, src, lin, log = _idle_graph(lambda v: v[:1])
+    sch = Scheduler(g.nodes, WorkerContext())
+    for x in ([], [], [1, 2], [], []):
+        sch.feed({src.node: x})
+        sch.step()
+        assert sch.take_outputs()[2] == x[:1]
+    # called on the first empty step (its value cached), on the non-empty one, not again
+    assert [e[1] for e in log] == [([],), ([1, 2],)]
+
+
+def test_an_operator_passing_empty_inputs_must_return_an_empty_value():
+    g, src, lin, log = _idle_graph(lambda v: ["made up"])
+    sch = Scheduler(g.nodes, WorkerContext())
+    sch.feed({src.node: []})
+    with pytest.raises(RuntimeError, match="passes_empty"):
+        sch.step()

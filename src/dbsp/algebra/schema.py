@@ -367,7 +367,19 @@ def py_values(arr: Any) -> list:
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+    """A record batch of ``schema`` with no rows. Cached per schema: batches never change, and
+    building one costs an Arrow call per column (the empty steps of a circuit ask for many)."""
+    b = _EMPTY.get(schema)
+    if b is None:
+        b = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+        if len(_EMPTY) >= 4096:
+            _EMPTY.clear()
+        _EMPTY[schema] = b
+    return b
+
+
+#: ``schema -> empty record batch`` (see :func:`empty_batch`)
+_EMPTY: dict = {}
 
 
 def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:

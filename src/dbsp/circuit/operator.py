@@ -158,6 +158,9 @@ class Operator(Stateful):
     #: inputs its rows come from (set by the scheduler from ``Node.info["errors"]``; see
     #: :mod:`dbsp.circuit.errors`)
     policy: Optional[str] = None
+    #: ``eval`` on inputs that are all empty returns an empty value and changes no state (linear
+    #: operators, joins, aggregates): the scheduler then reuses that value and skips the call
+    passes_empty = False
 
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx

@@ -8,7 +8,10 @@ worker's storage) and runs a step in three phases:
 1. every strict operator (``z^-1`` and what is built on it) produces its output from the state
    it had at the start of the step;
 2. every other operator is evaluated once, in construction order (a valid topological order),
-   on the current values of its inputs;
+   on the current values of its inputs; an operator that declares
+   :attr:`~dbsp.circuit.operator.Operator.passes_empty` and whose inputs are all empty is not
+   called: its value is the empty value it returned the first time its inputs were empty
+   (values are immutable), so an idle part of a circuit costs a length check per operator;
 3. every strict operator consumes its input, closing the step.
 
 An error is annotated with the operator and the worker once (``add_note``) and re-raised.
@@ -33,12 +36,15 @@ from ..trace.journal import StepJournal, use_journal
 from ..trace.spill import use_storage
 from .graph import Node
 from .operator import Operator, WorkerContext, spines_of
+from .types import IndexedType, ZSetType
 
 __all__ = ["Scheduler", "ERRORS"]
 
 #: the key of a worker's outputs under which it hands over the rows it set aside
 #: (:class:`~dbsp.circuit.errors.BadRows`)
 ERRORS = "__errors__"
+
+_ZSET_TYPES = (ZSetType, IndexedType)
 
 
 class Scheduler:
@@ -67,6 +73,14 @@ class Scheduler:
         self._saving = [op for op in self.ops if type(op).savepoint is not Operator.savepoint]
         self._journal: StepJournal | None = None
         self._saved: list[Any] | None = None
+        #: per node: None when it must always run, else its cached empty value (False until the
+        #: first step whose inputs were all empty)
+        by_id = {n.id: n for n in nodes}
+        self._empty_out: list[Any] = [
+            False if (not n.strict and n.inputs and op.passes_empty
+                      and all(isinstance(getattr(by_id.get(j), "type", None), _ZSET_TYPES)
+                              for j in n.inputs)) else None
+            for n, op in zip(nodes, self.ops)]
 
     def step(self) -> None:
         if not self.atomic:
@@ -117,12 +131,24 @@ class Scheduler:
         for i, n in enumerate(nodes):
             if n.strict:
                 values[i] = ops[i].output()
+        empty_out = self._empty_out
         for i, n in enumerate(nodes):
             if n.strict:
                 continue
+            args = [values[j] for j in n.inputs]
+            eo = empty_out[i]
+            idle = eo is not None
+            if idle:  # a plain loop: no generator frame per operator and step
+                for a in args:
+                    if a is not None and len(a):
+                        idle = False
+                        break
+            if idle and eo is not False:
+                values[i] = eo
+                continue
             t0 = time.perf_counter()
             try:
-                values[i] = ops[i].eval(*[values[j] for j in n.inputs])
+                values[i] = v = ops[i].eval(*args)
             except Exception as e:
                 if getattr(e, "_dbsp_located", False):
                     raise
@@ -130,6 +156,11 @@ class Scheduler:
                 e.add_note(f"in operator #{n.id} '{n.name}' on worker {self.ctx.worker}")
                 raise
             self.timing[i] += time.perf_counter() - t0
+            if idle:
+                if len(v):
+                    raise RuntimeError(f"operator #{n.id} '{n.name}' declares passes_empty "
+                                       f"but returned {len(v)} rows for empty inputs")
+                empty_out[i] = v
         for i, n in enumerate(nodes):
             if n.strict:
                 ops[i].consume(values[n.inputs[0]])

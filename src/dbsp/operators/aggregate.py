@@ -416,9 +416,54 @@ class VersionedRows(Stateful):
         ``(key, version)`` pairs and takes the value columns of the live row of each key."""
         has = np.zeros(G, dtype=bool)
         ver = np.zeros(G, dtype=np.uint64)
+        found = self._live(kcodes, G)
+        if found is None:
+            return has, self._nulls(G), ver
+        parts, p, v, bq, rq = found
+        has[p] = True
+        ver[p] = v
+        pieces, where = [], np.full(G, -1, dtype=np.int64)
+        base = 0
+        for bno in np.unique(bq).tolist():
+            sel = np.flatnonzero(bq == bno)
+            pieces.append(take(parts[bno][0].vals, rq[sel]))
+            where[p[sel]] = base + np.arange(len(sel))
+            base += len(sel)
+        got = pa.concat_batches(pieces) if len(pieces) > 1 else pieces[0]
+        vals = got.take(pa.array(where, mask=where < 0))
+        return has, vals, ver
+
+    def get_numpy(self, kcodes, G: int, dtypes: list):
+        """:meth:`get` for fixed-width columns read as numpy: ``(has, [one array of dtype
+        dtypes[j] per column j, 0 where a key has no row or a null], version)``. No Arrow call
+        per step beyond a zero-copy view of each matched batch's columns."""
+        has = np.zeros(G, dtype=bool)
+        ver = np.zeros(G, dtype=np.uint64)
+        cols = [np.zeros(G, dtype=dt) for dt in dtypes]
+        found = self._live(kcodes, G)
+        if found is None:
+            return has, cols, ver
+        parts, p, v, bq, rq = found
+        has[p] = True
+        ver[p] = v
+        one = len(parts) == 1 or bool((bq == bq[0]).all())
+        for bno in ([int(bq[0])] if one else np.unique(bq).tolist()):
+            sel = None if one else np.flatnonzero(bq == bno)
+            at, rows = (p, rq) if sel is None else (p[sel], rq[sel])
+            vals = parts[bno][0].vals
+            for j, out in enumerate(cols):
+                col = vals.column(j)
+                if col.null_count:
+                    col = col.fill_null(0)
+                out[at] = col.to_numpy(zero_copy_only=False)[rows]
+        return has, cols, ver
+
+    def _live(self, kcodes, G: int):
+        """The live row of each of the sorted distinct keys ``kcodes`` that has one: None, or
+        ``(matched parts, key position, version, part number, row in the part's values)``."""
         parts = list(match_batches(self.trace.batches(), kcodes)) if G else []
         if not parts:
-            return has, self._nulls(G), ver
+            return None
         ps, vs, ws, bs, rs = [], [], [], [], []
         for bno, (b, pi, ki) in enumerate(parts):
             lo, hi = b.offsets[ki], b.offsets[ki + 1]
@@ -435,20 +480,8 @@ class VersionedRows(Stateful):
             p, v, bq, rq = p[perm], v[perm], bq[perm], rq[perm]
         live = np.flatnonzero(w > 0)  # at most one live version per key
         if len(live) == 0:
-            return has, self._nulls(G), ver
-        p, v, bq, rq = p[live], v[live], bq[live], rq[live]
-        has[p] = True
-        ver[p] = v
-        pieces, where = [], np.full(G, -1, dtype=np.int64)
-        base = 0
-        for bno in np.unique(bq).tolist():
-            sel = np.flatnonzero(bq == bno)
-            pieces.append(take(parts[bno][0].vals, rq[sel]))
-            where[p[sel]] = base + np.arange(len(sel))
-            base += len(sel)
-        got = pa.concat_batches(pieces) if len(pieces) > 1 else pieces[0]
-        vals = got.take(pa.array(where, mask=where < 0))
-        return has, vals, ver
+            return None
+        return parts, p[live], v[live], bq[live], rq[live]
 
     def _nulls(self, G: int) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays([pa.nulls(G, f.type) for f in self.val_schema],
@@ -457,7 +490,8 @@ class VersionedRows(Stateful):
     def put(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec, has_old: np.ndarray,
             old_vals: pa.RecordBatch, old_ver: np.ndarray, keep_new: np.ndarray,
             new_vals: pa.RecordBatch, changed: np.ndarray) -> None:
-        """Retract the old row and insert the new one for every ``changed`` key."""
+        """Retract the old row and insert the new one for every ``changed`` key. ``old_vals`` /
+        ``new_vals``: record batches, or lists of numpy columns (:meth:`get_numpy`)."""
         rm = has_old & changed
         add = keep_new & changed
         counts = rm.astype(np.int64) + add.astype(np.int64)
@@ -475,12 +509,17 @@ class VersionedRows(Stateful):
         new_ver = np.zeros(len(kk), dtype=np.uint64)
         new_ver[add[kk]] = self._versions(int(add.sum()))
         vcodes = np.where(is_old, old_ver[g], new_ver[np.repeat(np.arange(len(kk)), c)])
-        G = old_vals.num_rows
-        both = pa.concat_batches([pa.RecordBatch.from_arrays(old_vals.columns,
-                                                             schema=self.val_schema),
-                                  pa.RecordBatch.from_arrays(new_vals.columns,
-                                                             schema=self.val_schema)])
-        vals = take(both, np.where(is_old, g, g + G))  # old rows from the first half
+        if isinstance(old_vals, list):  # numpy columns: pick old / new rows, one Arrow batch
+            vals = pa.RecordBatch.from_arrays(
+                [pa.array(np.where(is_old, o[g], n[g]), f.type)
+                 for o, n, f in zip(old_vals, new_vals, self.val_schema)], schema=self.val_schema)
+        else:
+            G = old_vals.num_rows
+            both = pa.concat_batches([pa.RecordBatch.from_arrays(old_vals.columns,
+                                                                 schema=self.val_schema),
+                                      pa.RecordBatch.from_arrays(new_vals.columns,
+                                                                 schema=self.val_schema)])
+            vals = take(both, np.where(is_old, g, g + G))  # old rows from the first half
         self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
                                          vcodes, w, kcodec, self.vcodec))
 
@@ -529,6 +568,9 @@ class _Partials:
                 fields.append(pa.field(f"s{i}", t))
             self.plan.append((ci, si, nk))
         self.schema = pa.schema(fields)
+        #: numpy dtype of every partial column, or None when one is a decimal (Arrow-only)
+        self.dtypes = None if any(pa.types.is_decimal(f.type) for f in fields) else \
+            [np.float64 if pa.types.is_floating(f.type) else np.int64 for f in fields]
 
     def of_delta(self, d: OrdIndexedZSet, flags: Optional[list] = None) -> list:
         """Partials of a consolidated delta, one entry per key (numpy or decimal Arrow);
@@ -719,6 +761,8 @@ class LinearAggregateOperator(Operator):
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.key_schema = pa.schema(list(out_schema)[:nk])
         self.preaggregate = preaggregate and ctx.workers > 1
+        # an empty delta changes nothing, unless the partials must cross the exchange
+        self.passes_empty = not self.preaggregate
 
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         P = self.partials
@@ -739,8 +783,12 @@ class LinearAggregateOperator(Operator):
                 delta = P.of_delta(d)
             keys, kcodes, kcodec = d.keys, d.kcodes, d.kcodec
         G = keys.num_rows
-        has_old, old_batch, old_ver = self.state.get(kcodes, G)
-        old = P.from_arrow(old_batch, has_old)
+        if P.dtypes is not None:  # numeric partials: read, added and written back as numpy
+            has_old, old, old_ver = self.state.get_numpy(kcodes, G, P.dtypes)
+            old_batch = None
+        else:
+            has_old, old_batch, old_ver = self.state.get(kcodes, G)
+            old = P.from_arrow(old_batch, has_old)
         flags = []
         new = P.add(old, delta, flags)
         if self.positive:
@@ -752,12 +800,15 @@ class LinearAggregateOperator(Operator):
                                          kcodes, flags, delta[0]))
             keys, kcodes = take(keys, ok), K.take(kcodes, ok)
             delta, has_old, old_ver = _take_cols(delta, ok), has_old[ok], old_ver[ok]
-            old_batch, old, new = take(old_batch, ok), _take_cols(old, ok), _take_cols(new, ok)
-        new_batch = P.to_arrow(new)
+            old, new = _take_cols(old, ok), _take_cols(new, ok)
+            old_batch = None if old_batch is None else take(old_batch, ok)
         changed = ~has_old | ~P.equal(old, new)
         keep = ~P.all_zero(new)
-        self.state.put(keys, kcodes, kcodec, has_old, old_batch, old_ver, keep, new_batch,
-                       changed)
+        if old_batch is None:
+            self.state.put(keys, kcodes, kcodec, has_old, old, old_ver, keep, new, changed)
+        else:
+            self.state.put(keys, kcodes, kcodec, has_old, old_batch, old_ver, keep,
+                           P.to_arrow(new), changed)
         old_present = has_old & (old[0] != 0)
         new_present = new[0] != 0
         old_out = pa.RecordBatch.from_arrays(P.finish(old), schema=self.agg_schema)
@@ -897,6 +948,7 @@ class GeneralAggregateOperator(Operator):
     state_attrs = ('state', 'values')
 
     name = "aggregate(general)"
+    passes_empty = True
 
     def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema, positive: bool = False):
         super().__init__(ctx)

@@ -29,6 +29,12 @@ class ExchangeOperator(Operator):
         #: (an input dealt by key at the driver, :mod:`dbsp.runtime.placement`)
         self.local = False
 
+    @property
+    def passes_empty(self) -> bool:  # type: ignore[override]
+        """A pass-through (one worker, or input already sharded); with W > 1 every worker
+        takes part in every exchange, empty or not."""
+        return self.ctx.workers == 1 or self.local
+
     def eval(self, value):
         W = self.ctx.workers
         if W == 1 or self.local:

@@ -30,6 +30,7 @@ def _mask(value, n: int) -> np.ndarray:
 
 
 class FilterOperator(Operator):
+    passes_empty = True
     name = "filter"
 
     def __init__(self, ctx, pred: Callable):

@@ -19,6 +19,7 @@ from ._util import to_record_batch
 
 
 class FlatMapOperator(Operator):
+    passes_empty = True
     name = "flat_map"
 
     def __init__(self, ctx, fn: Callable, schema: pa.Schema):

@@ -5,6 +5,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
+from ..algebra.codes import codec_for
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet
@@ -12,19 +13,32 @@ from ..trace.batch import OrdIndexedZSet
 
 class IndexOperator(Operator):
     name = "index_by"
+    passes_empty = True
 
     def __init__(self, ctx, key: list[str], type_: IndexedType):
         super().__init__(ctx)
         self.key, self.type = key, type_
+        self._schema = None  # the input schema the codecs below were worked out for
+        self._plan: tuple = ()
 
     def eval(self, z):
         if len(z) == 0:
             return OrdIndexedZSet.empty(self.type.key, self.type.val)
-        return OrdIndexedZSet.from_loose(z, self.key)
+        s = z.schema
+        if s != self._schema:  # once per input schema, not per step (a lookup hashes it)
+            vnames = [n for n in s.names if n not in self.key]
+            if len(vnames) + len(self.key) != len(s.names) or any(k not in s.names
+                                                                 for k in self.key):
+                return OrdIndexedZSet.from_loose(z, self.key)  # raises naming the column
+            self._schema = s
+            self._plan = (vnames, codec_for(s, self.key), codec_for(s, vnames))
+        vnames, kc, vc = self._plan
+        return OrdIndexedZSet.from_loose(z, self.key, vnames, kc, vc)
 
 
 class FlattenOperator(Operator):
     name = "flatten"
+    passes_empty = True
 
     def eval(self, ix: OrdIndexedZSet):
         return ix.flatten()

@@ -218,6 +218,7 @@ class JoinOperator(Operator):
     state_attrs = ('left', 'right')
 
     name = "join"
+    passes_empty = True  # two empty deltas: nothing joined, nothing inserted
 
     def __init__(self, ctx, out_schema: pa.Schema, mode: str, fn: Optional[Callable] = None,
                  key_schema: Optional[pa.Schema] = None, lval: Optional[pa.Schema] = None,
@@ -246,13 +247,12 @@ class JoinOperator(Operator):
     def _build(self, pieces) -> ZSet:
         if not pieces:
             return ZSet.empty(self.out_schema)
-        ks, ls, rs, ws = [], [], [], []
-        for x, y, (kidx, xs, ys, w) in pieces:
-            ks.append(take(x.keys, kidx))
-            ls.append(take(x.vals, xs))
-            if self.mode != "left":
-                rs.append(take(y.vals, ys))
-            ws.append(w)
+        # the delta side is one batch for every stored batch it met: one take over the
+        # concatenated indices instead of a take per piece and a concat
+        ks = _take_runs([(x.keys, p[0]) for x, _, p in pieces])
+        ls = _take_runs([(x.vals, p[1]) for x, _, p in pieces])
+        rs = _take_runs([(y.vals, p[2]) for _, y, p in pieces]) if self.mode != "left" else []
+        ws = [p[3] for _, _, p in pieces]
         w = ws[0] if len(ws) == 1 else np.concatenate(ws)
         keys = concat_batches(ks[0].schema, ks)
         lvals = concat_batches(ls[0].schema, ls) if ls[0].num_columns else zero_column_batch(len(w))
@@ -277,6 +277,20 @@ class JoinOperator(Operator):
 
     def state_rows(self) -> int:
         return len(self.left) + len(self.right)
+
+
+def _take_runs(parts: list) -> list:
+    """``take(batch, idx)`` for ``(batch, idx)`` pairs, one take per run of pairs on the same
+    batch (their indices concatenated, so the rows keep their order)."""
+    out, i, n = [], 0, len(parts)
+    while i < n:
+        b, j = parts[i][0], i + 1
+        while j < n and parts[j][0] is b:
+            j += 1
+        idx = parts[i][1] if j == i + 1 else np.concatenate([p[1] for p in parts[i:j]])
+        out.append(take(b, idx))
+        i = j
+    return out
 
 
 def _rename(batch: pa.RecordBatch, schema: Optional[pa.Schema]) -> pa.RecordBatch:

@@ -25,6 +25,7 @@ from ._util import infer_schema, to_record_batch
 
 
 class MapOperator(Operator):
+    passes_empty = True
     name = "map"
 
     def __init__(self, ctx, fn: Callable, schema: pa.Schema):

@@ -5,6 +5,7 @@ from ..circuit.operator import Operator
 
 
 class NegOperator(Operator):
+    passes_empty = True
     name = "neg"
 
     def eval(self, value):

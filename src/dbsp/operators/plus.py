@@ -17,6 +17,7 @@ def _check_same(streams) -> None:
 
 
 class PlusOperator(Operator):
+    passes_empty = True
     name = "plus"
 
     def __init__(self, ctx, type_, signs):

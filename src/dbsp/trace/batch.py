@@ -43,6 +43,12 @@ from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, tak
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 
 EMPTY_I64 = np.zeros(0, dtype=np.int64)
+_EMPTY_CODES = {True: Codes.empty(True), False: Codes.empty(False)}
+
+
+def _empty_codes(u64: bool) -> CodeArray:
+    """Codes of no rows (shared: an empty array cannot be written)."""
+    return _EMPTY_CODES[u64]
 
 
 class BatchReader(Protocol):
@@ -122,12 +128,16 @@ class ZSet:
     def to_dict(self) -> dict[tuple, int]:
         """``{row tuple: weight}`` summed over duplicates, zero weights dropped (for tests/REPL);
         nested values as tuples (:func:`~dbsp.algebra.schema.py_values`)."""
+        rows, ws = self._py_rows(), self.weights.tolist()
         out: dict[tuple, int] = {}
-        cols = [py_values(c) for c in self.data.columns]
-        for i, w in enumerate(self.weights.tolist()):
-            row = tuple(c[i] for c in cols)
+        for row, w in zip(rows, ws):
             out[row] = out.get(row, 0) + w
         return {r: w for r, w in out.items() if w != 0}
+
+    def _py_rows(self):
+        """The rows as Python tuples (an iterator; columns converted whole by Arrow)."""
+        cols = [py_values(c) for c in self.data.columns]
+        return zip(*cols) if cols else iter([()] * len(self))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} rows, {self.schema.names})"
@@ -148,7 +158,7 @@ class OrdZSet(ZSet):
     @classmethod
     def empty(cls, schema: pa.Schema) -> "OrdZSet":
         codec = codec_for(schema, schema.names)
-        return cls(empty_batch(schema), EMPTY_I64, Codes.empty(codec.u64), codec)
+        return cls(empty_batch(schema), EMPTY_I64, _empty_codes(codec.u64), codec)
 
     @classmethod
     def from_loose(cls, z: ZSet, codec: Optional[KeyCodec] = None) -> "OrdZSet":
@@ -156,7 +166,7 @@ class OrdZSet(ZSet):
             return z
         codec = codec or codec_for(z.schema, z.schema.names)
         if len(z) == 0:
-            return cls(z.data, EMPTY_I64, Codes.empty(codec.u64), codec)
+            return cls(z.data, EMPTY_I64, _empty_codes(codec.u64), codec)
         codes = codec.encode(z.data.columns, len(z))
         try:
             perm, w = K.sort_consolidate(codes, None, z.weights)
@@ -171,6 +181,12 @@ class OrdZSet(ZSet):
 
     def consolidate(self) -> "OrdZSet":
         return self
+
+    def to_dict(self) -> dict[tuple, int]:
+        """``{row tuple: weight}``: rows are distinct and weights non-zero already, so the dict
+        is built in one C-level pass (the summing path of :meth:`ZSet.to_dict` only when two
+        rows meet as Python values, e.g. ``0.0`` and ``-0.0``)."""
+        return _distinct_rows_dict(self)
 
     def neg(self) -> "OrdZSet":
         return OrdZSet(self.data, -self.weights, self.codes, self.codec)
@@ -316,8 +332,15 @@ class OrdIndexedZSet:
     def empty(cls, key_schema: pa.Schema, val_schema: pa.Schema) -> "OrdIndexedZSet":
         kc = codec_for(key_schema, key_schema.names)
         vc = codec_for(val_schema, val_schema.names)
-        return cls(empty_batch(key_schema), Codes.empty(kc.u64), np.zeros(1, np.int64),
-                   empty_batch(val_schema), Codes.empty(vc.u64), EMPTY_I64, kc, vc)
+        return cls(empty_batch(key_schema), _empty_codes(kc.u64), np.zeros(1, np.int64),
+                   empty_batch(val_schema), _empty_codes(vc.u64), EMPTY_I64, kc, vc)
+
+    @classmethod
+    def empty_like(cls, b: Any) -> "OrdIndexedZSet":
+        """No rows, with the schemas and codecs of ``b`` (an indexed batch, maybe in a file)."""
+        kc, vc = b.kcodec, b.vcodec
+        return cls(empty_batch(b.key_schema), _empty_codes(kc.u64), np.zeros(1, np.int64),
+                   empty_batch(b.val_schema), _empty_codes(vc.u64), EMPTY_I64, kc, vc)
 
     @classmethod
     def from_parts(cls, keys: pa.RecordBatch, vals: pa.RecordBatch, weights: np.ndarray,
@@ -348,13 +371,18 @@ class OrdIndexedZSet:
                    take(vals, perm), K.take(vcodes, perm), w, kcodec, vcodec)
 
     @classmethod
-    def from_loose(cls, z: ZSet, key: Sequence[str]) -> "OrdIndexedZSet":
-        key = list(key)
-        missing = [k for k in key if k not in z.schema.names]
-        if missing:
-            raise KeyError(f"no column {missing[0]!r} to index by (columns: {z.schema.names})")
-        vnames = [n for n in z.schema.names if n not in key]
-        return cls.from_parts(z.data.select(key), z.data.select(vnames), z.weights)
+    def from_loose(cls, z: ZSet, key: Sequence[str], vnames: Optional[Sequence[str]] = None,
+                   kcodec: Optional[KeyCodec] = None, vcodec: Optional[KeyCodec] = None
+                   ) -> "OrdIndexedZSet":
+        """Index the rows of ``z`` by the ``key`` columns. An operator indexing every step
+        passes the value columns ``vnames`` and both codecs, worked out once."""
+        if vnames is None:
+            key = list(key)
+            missing = [k for k in key if k not in z.schema.names]
+            if missing:
+                raise KeyError(f"no column {missing[0]!r} to index by (columns: {z.schema.names})")
+            vnames = [n for n in z.schema.names if n not in key]
+        return cls.from_parts(z.data.select(key), z.data.select(vnames), z.weights, kcodec, vcodec)
 
     @staticmethod
     def merge(batches: Sequence["OrdIndexedZSet"]) -> "OrdIndexedZSet":
@@ -427,7 +455,7 @@ class OrdIndexedZSet:
         return self.flatten().to_arrow()
 
     def to_dict(self) -> dict[tuple, int]:
-        return self.flatten().to_dict()
+        return _distinct_rows_dict(self.flatten())  # (key, value) rows are distinct
 
     def select_keys(self, key_idx: np.ndarray) -> "OrdIndexedZSet":
         """The sub-batch of the given keys (ascending distinct key indices)."""
@@ -494,7 +522,7 @@ class OrdIndexedZSet:
         n = len(self)
         r0, r1 = max(0, min(r0, n)), max(0, min(r1, n))
         if r0 >= r1:
-            return OrdIndexedZSet.empty(self.key_schema, self.val_schema)._with_codecs(self)
+            return OrdIndexedZSet.empty_like(self)
         if r0 == 0 and r1 == n:
             return self
         off = self.offsets
@@ -505,10 +533,6 @@ class OrdIndexedZSet:
                               offsets, self.vals.slice(r0, r1 - r0),
                               Codes.slice(self.vcodes, r0, r1), self.weights[r0:r1],
                               self.kcodec, self.vcodec)
-
-    def _with_codecs(self, other: "OrdIndexedZSet") -> "OrdIndexedZSet":
-        self.kcodec, self.vcodec = other.kcodec, other.vcodec
-        return self
 
     def iter_pieces(self, rows: int) -> Iterator["OrdIndexedZSet"]:
         """Consecutive pieces of at most ``rows`` value rows (see :meth:`row_slice`)."""
@@ -543,6 +567,12 @@ class OrdIndexedZSet:
         return OrdIndexedZSet(take(self.keys, kidx), K.take(self.kcodes, kidx), offsets,
                               take(self.vals, rows), K.take(self.vcodes, rows), self.weights[rows],
                               self.kcodec, self.vcodec)
+
+
+def _distinct_rows_dict(z: ZSet) -> dict[tuple, int]:
+    """``{row tuple: weight}`` of a Z-set whose rows are distinct with non-zero weights."""
+    out = dict(zip(z._py_rows(), z.weights.tolist()))
+    return out if len(out) == len(z) else ZSet.to_dict(z)
 
 
 def match_batches(batches: Sequence[Any], codes: CodeArray) -> Iterator[tuple]:

@@ -504,7 +504,7 @@ class FileOrdIndexedZSet(_FileBatch):
         return self.r1 - self.r0
 
     def _empty(self) -> OrdIndexedZSet:
-        return OrdIndexedZSet.empty(self.key_schema, self.val_schema)._with_codecs(self)
+        return OrdIndexedZSet.empty_like(self)
 
     def _build(self, k: tuple, v: tuple, offsets: np.ndarray) -> OrdIndexedZSet:
         kc, kcols = k
