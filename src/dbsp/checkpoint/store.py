@@ -82,13 +82,12 @@ _pending: dict[tuple, Any] = {}
 _pending_lock = threading.Lock()
 
 
-def save_worker_begin(sched: Any, root: str, name: str) -> int:
-    """Capture this worker's state now (the pause); the write is left for
-    :func:`save_worker_finish`. Returns the in-memory batches left to write."""
+def save_worker_begin(sched: Any, root: str, name: str) -> None:
+    """Capture this worker's state now (the pause: references only); the write is left for
+    :func:`save_worker_finish`."""
     ps = capture_state(sched.checkpoint_state(), sched.ctx.storage, root)
     with _pending_lock:
         _pending[(root, name, sched.ctx.worker)] = ps
-    return ps.memory_batches
 
 
 def save_worker_finish(sched: Any, root: str, name: str) -> dict:
@@ -136,6 +135,11 @@ class PendingCheckpoint:
         if self.info is not None:
             return self.info
         return self.store._finish(self)
+
+    def abort(self) -> None:
+        """Drop the captured state without writing it (the previous checkpoint stands)."""
+        if self.info is None:
+            self.circuit.apply(save_worker_abort, self.store.root, self.name)
 
 
 class CheckpointStore:
