@@ -141,6 +141,7 @@ class Circuit(Graph):
         self._broken: Optional[BaseException] = None
         # small state of the layers above (name -> (get, set)), saved with the driver's state
         self._state_hooks: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
+        self._initial: Optional[dict] = None  # driver_state() before the first step
 
     # -- construction ---------------------------------------------------------------------
     def add_input(self, name: str, schema: Any, key: Optional[Sequence[str]] = None):
@@ -202,6 +203,10 @@ class Circuit(Graph):
                           for w in range(self.workers)]
         self._executor = ThreadPool(self._replicas, transport)
 
+    def _started(self) -> None:
+        if self._initial is None and self.steps == 0:
+            self._initial = self.driver_state()  # what restart() goes back to
+
     def step(self) -> None:
         """Run one step: feed pending input, update all state, fill the output handles.
 
@@ -212,6 +217,7 @@ class Circuit(Graph):
                                f"continue: {self._broken}") from self._broken
         if self._executor is None:
             self._start()
+            self._started()
         W = self.workers
         per_worker: list[dict] = [{} for _ in range(W)]
         keys = self._placement.input_keys
@@ -254,11 +260,30 @@ class Circuit(Graph):
         """The error of a failed step (the circuit cannot step any more), else None."""
         return self._broken
 
+    def restart(self) -> None:
+        """Replace every worker after a worker process died (:attr:`failed`): the others are
+        stopped and new workers built from the graph, with empty state; the step count, output
+        views and keyed inputs go back to their state before the first step and pending input
+        is dropped. The layer above then restores a checkpoint into the new workers and replays
+        its input log (:mod:`dbsp.ft`)."""
+        self.check_open("restart")
+        ex, self._executor, self._replicas = self._executor, None, None
+        if ex is not None:
+            try:
+                ex.close()
+            except Exception:  # the broken workers' own errors are not news
+                pass
+        self._broken = None
+        self._start()
+        if self._initial is not None:
+            self.restore_driver_state(self._initial)
+
     # -- for the checkpoint layer ---------------------------------------------------------
     def start(self) -> None:
         """Freeze the graph and build the workers now (else the first step does it)."""
         if self._executor is None:
             self._start()
+            self._started()
 
     def apply(self, fn: Callable, *args: Any) -> list:
         """``fn(scheduler, *args)`` on every worker between steps, in its own process (``fn``
