@@ -24,7 +24,9 @@ Goals
 * A checkpoint is restored only into the circuit that wrote it: the catalog's fingerprint
   (:meth:`dbsp.runtime.circuit.Circuit.fingerprint`) must match.
 * The pause is short: :meth:`CheckpointStore.begin` captures the state at a step boundary;
-  the writing (:meth:`PendingCheckpoint.finish`) may run while the circuit steps on.
+  the writing (:meth:`PendingCheckpoint.finish`) may run while the circuit steps on. Worker
+  processes write their own state on a thread of their own, started by :meth:`begin`
+  (:meth:`dbsp.runtime.circuit.Circuit.apply_background`), beside their next steps.
 
 Invariants
 ----------
@@ -128,6 +130,7 @@ class PendingCheckpoint:
         self.driver = driver
         self.pause_seconds = paused
         self.info: Optional[CheckpointInfo] = None
+        self.writes: Any = None  # the workers' writes (Circuit.apply_background)
 
     def finish(self) -> CheckpointInfo:
         """Write every worker's state and the driver's, fsync, publish in the catalog, retire
@@ -139,7 +142,12 @@ class PendingCheckpoint:
     def abort(self) -> None:
         """Drop the captured state without writing it (the previous checkpoint stands)."""
         if self.info is None:
+            try:
+                self.writes.result()  # (worker processes may be writing: let them finish)
+            except BaseException:
+                pass
             self.circuit.apply(save_worker_abort, self.store.root, self.name)
+            shutil.rmtree(os.path.join(self.store.root, self.name), ignore_errors=True)
 
 
 class CheckpointStore:
@@ -259,20 +267,26 @@ class CheckpointStore:
                                   f"last checkpoint") from self.failed
         t0 = time.perf_counter()
         name = f"ckpt-{uuid.uuid4().hex}"
+        d = os.path.join(self.root, name)
         try:
             circuit.apply(save_worker_begin, self.root, name)
             driver = capture_state(circuit.driver_state(), circuit.driver_storage(), self.root)
+            os.makedirs(d, exist_ok=False)
+            # worker processes write their state on threads of their own from now on
+            writes = circuit.apply_background(save_worker_finish, self.root, name)
         except BaseException:
             circuit.apply(save_worker_abort, self.root, name)
+            shutil.rmtree(d, ignore_errors=True)
             raise
-        return PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0)
+        pc = PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0)
+        pc.writes = writes
+        return pc
 
     def _finish(self, pc: PendingCheckpoint) -> CheckpointInfo:
         circuit, name = pc.circuit, pc.name
         d = os.path.join(self.root, name)
         try:
-            os.makedirs(d, exist_ok=False)
-            results = circuit.apply(save_worker_finish, self.root, name)
+            results = list(pc.writes.result())
             kill_point("checkpoint-mid-workers")  # every worker's state written, not the driver's
             results.append(pc.driver.write(os.path.join(d, "driver.state")))
             fsync_dir(d)

@@ -14,8 +14,8 @@ what it already holds. Then each :meth:`DurableCircuit.step`
    log as step ``n`` (fsynced in bulk before the next checkpoint is published: output after the
    last checkpoint is re-produced by replay);
 4. every ``checkpoint_every`` steps (or ``checkpoint_seconds``), takes a checkpoint: the state is
-   captured at this step boundary and written (in the threads runtime) on a background thread
-   while the circuit steps on; once published, the input log is trimmed below the oldest
+   captured at this step boundary and written on a background thread (in worker processes, on
+   a thread of each worker) while the circuit steps on; once published, the input log is trimmed below the oldest
    checkpoint kept.
 
 *A worker process that dies* (:class:`~dbsp.runtime.process.WorkerDied`, e.g. ``kill -9``) in a
@@ -89,11 +89,10 @@ class DurableCircuit:
         self.checkpoint_on_close = checkpoint_on_close
         self.input_log = InputLog(os.path.join(root, "input"))
         self.output_log = OutputLog(os.path.join(root, "output"), check=check_output)
-        # writing a checkpoint beside running steps needs workers reachable between steps
-        # from another thread: the threads runtime (not remote replicas: one control socket)
+        # checkpoints are written beside the next steps (worker processes write their own
+        # state on a thread of their own); not with remote replicas (one control socket)
         remote = getattr(circuit, "remote", False)
-        self.background = (not remote and (circuit.runtime == "threads" or circuit.workers == 1)) \
-            if background is None else background
+        self.background = (not remote) if background is None else background
         #: ``fence(what)`` raises when this circuit may no longer write its logs (a replica
         #: of an old generation, :mod:`dbsp.ft.remote`); called before every append
         self.fence = fence

@@ -292,6 +292,16 @@ class Circuit(Graph):
         self.start()
         return self._executor.apply(fn, *args)
 
+    def apply_background(self, fn: Callable, *args: Any) -> Any:
+        """Like :meth:`apply`, but in worker processes ``fn`` runs on a thread of each worker
+        beside the next steps; returns a handle whose ``result()`` waits for the results (in
+        the threads runtime ``fn`` runs when ``result()`` is called, on the caller's thread).
+        ``fn`` must be safe to run beside a step (a checkpoint's write is)."""
+        self.start()
+        if hasattr(self._executor, "apply_background"):
+            return self._executor.apply_background(fn, *args)
+        return _Deferred(lambda: self._executor.apply(fn, *args))
+
     def add_state_hook(self, name: str, get: Callable[[], Any],
                        set_: Callable[[Any], None]) -> None:
         """Save ``get()`` (small, picklable) with every checkpoint and hand it to ``set_`` on
@@ -427,6 +437,16 @@ class Circuit(Graph):
             self.close()
         except Exception:
             pass
+
+
+class _Deferred:
+    """A call made when its result is asked for (:meth:`Circuit.apply_background`)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    def result(self) -> Any:
+        return self.fn()
 
 
 def _as_table(parts: list) -> pa.Table:
