@@ -268,7 +268,8 @@ def _run_repeated(name: str, workers: int, args: argparse.Namespace, out_dir: st
     returned); with ``args.compare_checkpoints`` each repetition is a pair of runs, without and
     with checkpoints, in alternating order (the machine's load drifts), and the result is the
     run with checkpoints, carrying the median rate without them and the ratio of the medians.
-    Every run gets a fresh storage directory (a durable pipeline would resume from the last)."""
+    With several runs each gets a fresh storage directory, removed after it (a durable
+    pipeline would resume from the last)."""
     modes = [None, args.checkpoint_seconds] if args.compare_checkpoints else \
         [args.checkpoint_seconds]
     runs: dict = {m: [] for m in modes}
@@ -276,9 +277,10 @@ def _run_repeated(name: str, workers: int, args: argparse.Namespace, out_dir: st
         for m in (modes if r % 2 == 0 else modes[::-1]):
             a = argparse.Namespace(**vars(args))
             a.checkpoint_seconds = m
-            a.storage_tag = f"-r{r}-{'ckpt' if m is not None else 'plain'}"
+            several = len(modes) * args.repeat > 1  # (a single run leaves its state to see)
+            a.storage_tag = f"-r{r}-{'ckpt' if m is not None else 'plain'}" if several else ""
             res = run_one(name, workers, a, out_dir)
-            if a.storage:
+            if a.storage and several:
                 shutil.rmtree(os.path.join(a.storage, f"{name}-w{workers}{a.storage_tag}"),
                               ignore_errors=True)
             if "error" in res:
