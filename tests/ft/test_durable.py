@@ -241,3 +241,49 @@ def test_a_rolled_back_step_is_not_logged(tmp_path):
     ctx.close()
     steps = [s_ for s_, _ in read_outputs(os.path.join(d, "ft", "output"))]
     assert steps == [0, 1]
+
+
+def test_unchanged_integrate_is_not_rewritten_by_the_next_checkpoint(tmp_path):
+    """integrate keeps its integral as one batch: a checkpoint writes it once; a checkpoint
+    after steps that did not change it references the same file (only the state file is new)."""
+    ctx = StreamContext(storage=str(tmp_path), durable=True)
+    s = ctx.stream(pa.schema([("k", pa.int64())]), name="s")
+    s.integrate().collect(name="i", view=False)
+    s.push([(i,) for i in range(50_000)])
+    ctx.step()
+    first = ctx.checkpoint()
+    assert first.bytes > 400_000  # 50K keys and weights
+    ctx.step()
+    again = ctx.checkpoint()
+    assert again.bytes < 10_000 and set(again.files) == set(first.files)
+    s.push([(-1,)])
+    ctx.step()
+    assert ctx.checkpoint().bytes > 400_000  # changed: the new integral is written
+    ctx.close()
+
+
+def test_pause_does_not_pickle_large_values(tmp_path):
+    """The pause only references the operators' state: a large non-spine value (differentiate's
+    previous value) is pickled by the writer, not at the step boundary."""
+    from dbsp.checkpoint import state as cs
+    ctx = StreamContext(storage=str(tmp_path), durable=True)
+    s = ctx.stream(pa.schema([("k", pa.int64())]), name="s")
+    s.integrate().differentiate().collect(name="d", view=False)
+    s.push([(i,) for i in range(200_000)])
+    ctx.step()
+    calls = []
+    dump = cs._Pickler.dump
+
+    def spy(self, obj):
+        calls.append(obj)
+        return dump(self, obj)
+    cs._Pickler.dump = spy
+    try:
+        d = ctx.durable
+        pc = d.store.begin(ctx.circuit, d.step_no)  # the pause
+        assert calls == []  # nothing serialised at the step boundary
+        pc.finish()  # the writer
+        assert calls
+    finally:
+        cs._Pickler.dump = dump
+    ctx.close()

@@ -58,3 +58,42 @@ def test_input_log_roundtrip_positions_trim_and_corruption(tmp_path):
     open(p + ".mut", "wb").close()  # a record a crash left half written
     fresh = InputLog(str(tmp_path))
     assert fresh.end == fresh.first and not os.path.exists(p + ".mut")
+
+
+def test_output_log_sync_and_repair_of_torn_records(tmp_path):
+    """Output records are fsynced per checkpoint (sync); after a power loss a record after the
+    checkpoint may be torn: repair drops it and every later one (the replay writes them)."""
+    from dbsp.storage import faults
+    log = OutputLog(str(tmp_path))
+    for s in range(5):
+        log.write(s, {"o": _t([s])})
+    faults.fail_fsync_at(None)
+    assert log.sync(3) == 3 and log.synced == 3 and faults.fsync_calls() == 4  # 3 + the dir
+    with open(log.path(3), "r+b") as f:
+        f.truncate(10)
+    again = OutputLog(str(tmp_path))
+    assert again.repair(3) == 2 and (again.first, again.end) == (0, 3)
+    assert not os.path.exists(log.path(4))
+    assert again.write(3, {"o": _t([3])})  # the replay appends it again
+
+
+def test_input_log_group_commit_waits_before_output(tmp_path):
+    """append(wait=False) returns at once; wait(step) raises the write's error, and the log
+    refuses further appends (a failed fsync is never retried over)."""
+    from dbsp.storage import faults
+    log = InputLog(str(tmp_path))
+    b = pa.RecordBatch.from_pydict({"x": [1]}, schema=S)
+    log.append(0, {"t": (b, np.array([1]))}, {"t": 1}, wait=False)
+    log.wait(0)
+    assert log.position("t") == 1
+    faults.fail_fsync_at(1)
+    try:
+        log.append(1, {"t": (b, np.array([1]))}, {"t": 2}, wait=False)
+        with pytest.raises(OSError):
+            log.wait(1)
+        assert log.position("t") == 1  # not recorded durably
+        with pytest.raises(LogCorrupt, match="earlier write"):
+            log.append(2, {}, {})
+    finally:
+        faults.fail_fsync_at(None)
+        log.close()

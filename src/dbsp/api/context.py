@@ -400,6 +400,9 @@ class StreamContext:
                                 if hasattr(s, "position")}}
             positions, self._positions = self._positions, {}
             self.durable.step(positions, meta)
+            # (a worker process that died was replaced and the log replayed: the replay
+            # counted its steps again)
+            self.steps = self.durable.step_no - 1
         else:
             try:
                 self.circuit.step()

@@ -4,10 +4,11 @@ after, read back.
 Goals
 -----
 * The pause a checkpoint costs the circuit does not grow with the state: at the step boundary
-  only the *small* state is serialised and each spine's batch list recorded (batches are
-  immutable, so holding the list is a consistent snapshot: 001's barrier snapshot made trivial);
-  batches that live only in memory are written to layer files afterwards, while the circuit
-  steps on (:class:`PendingState`).
+  the operators' state values are only *referenced* (they are immutable between steps) and each
+  spine's batch list recorded (batches are immutable, so holding the list is a consistent
+  snapshot: 001's barrier snapshot made trivial); pickling the small state and writing the
+  batches that live only in memory happen afterwards, while the circuit steps on
+  (:class:`PendingState`).
 * Batch files are shared: a batch already in a file is referenced, not copied; a batch written
   for a checkpoint replaces its in-memory twin in the spine, so the next checkpoint references
   that file too.
@@ -125,29 +126,33 @@ class _Pickler(pickle.Pickler):
 
 
 class PendingState:
-    """A state captured at a step boundary whose in-memory batches are still to be written.
+    """A state captured at a step boundary, still to be serialised and written.
 
-    :meth:`write` (on any thread, while the circuit steps on) writes those batches to layer
-    files, fsyncs every file the state names and writes the state file; it returns
-    ``{"files": [relative paths], "bytes": state file bytes + new batch bytes}``.
+    Capturing (:func:`capture_state`) only walks the operators: it holds references to their
+    state values (immutable between steps: a step replaces them, never mutates them) and each
+    spine's batch list, so the pause does not grow with the state, large non-spine values
+    included. :meth:`write` (on any thread, while the circuit steps on) pickles the small state,
+    writes the in-memory batches to layer files, fsyncs every file the state names and writes
+    the state file; it returns ``{"files": [relative paths], "bytes": state file bytes + new
+    batch bytes}``.
     """
 
-    def __init__(self, blob: bytes, images: list, storage: Any, root: str):
-        self.blob = blob
-        self.images = images
+    def __init__(self, state: Any, storage: Any, root: str):
+        self.state = state
         self.storage = storage
         self.root = os.path.realpath(root)
 
-    @property
-    def memory_batches(self) -> int:
-        return sum(1 for im in self.images for b in im.batches if not getattr(b, "is_file", False))
-
     def write(self, path: str) -> dict:
+        images: list = []
+        f = io.BytesIO()
+        _Pickler(f, images).dump(self.state)
+        blob = f.getbuffer()
+        self.state = None  # the references are not needed any more
         spines: list[list] = []
         files: list[str] = []
         dirs: set[str] = set()  # directories that gained a file this checkpoint names
         new_bytes = 0
-        for im in self.images:
+        for im in images:
             entries = []
             for b in im.batches:
                 if not getattr(b, "is_file", False):
@@ -176,20 +181,18 @@ class PendingState:
                 files.append(rel)
             spines.append(entries)
         header = json.dumps({"version": 1, "spines": spines}).encode()
-        body = MAGIC + struct.pack("<I", len(header)) + header + self.blob
-        body += struct.pack("<I", zlib.crc32(body))
+        head = MAGIC + struct.pack("<I", len(header)) + header
+        crc = zlib.crc32(blob, zlib.crc32(head))
         for d in sorted(dirs):  # the new files' names are durable too, not only their bytes
             fsync_dir(d)
-        write_durable(path, body)
-        return {"files": sorted(set(files)), "bytes": len(body) + new_bytes}
+        write_durable(path, [head, blob, struct.pack("<I", crc)])
+        return {"files": sorted(set(files)), "bytes": len(head) + len(blob) + 4 + new_bytes}
 
 
 def capture_state(state: Any, storage: Any, root: str) -> PendingState:
-    """Serialise ``state`` (a ``checkpoint_state()`` result) now; see :class:`PendingState`."""
-    images: list = []
-    f = io.BytesIO()
-    _Pickler(f, images).dump(state)
-    return PendingState(f.getvalue(), images, storage, root)
+    """Hold ``state`` (a ``checkpoint_state()`` result: references, taken at a step boundary)
+    for writing later; see :class:`PendingState`."""
+    return PendingState(state, storage, root)
 
 
 # -- read ------------------------------------------------------------------------------------------

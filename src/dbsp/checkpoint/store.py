@@ -31,7 +31,9 @@ Goals
   now owns (:mod:`dbsp.checkpoint.reshard`): a cold layout change. The caller then commits a
   checkpoint in the new layout before any input is processed (:mod:`dbsp.ft.durable` does).
 * The pause is short: :meth:`CheckpointStore.begin` captures the state at a step boundary;
-  the writing (:meth:`PendingCheckpoint.finish`) may run while the circuit steps on.
+  the writing (:meth:`PendingCheckpoint.finish`) may run while the circuit steps on. Worker
+  processes write their own state on a thread of their own, started by :meth:`begin`
+  (:meth:`dbsp.runtime.circuit.Circuit.apply_background`), beside their next steps.
 
 Invariants
 ----------
@@ -98,13 +100,12 @@ _pending: dict[tuple, Any] = {}
 _pending_lock = threading.Lock()
 
 
-def save_worker_begin(sched: Any, root: str, name: str) -> int:
-    """Capture this worker's state now (the pause); the write is left for
-    :func:`save_worker_finish`. Returns the in-memory batches left to write."""
+def save_worker_begin(sched: Any, root: str, name: str) -> None:
+    """Capture this worker's state now (the pause: references only); the write is left for
+    :func:`save_worker_finish`."""
     ps = capture_state(sched.checkpoint_state(), sched.ctx.storage, root)
     with _pending_lock:
         _pending[(root, name, sched.ctx.worker)] = ps
-    return ps.memory_batches
 
 
 def save_worker_finish(sched: Any, root: str, name: str) -> dict:
@@ -146,6 +147,7 @@ class PendingCheckpoint:
         self.layout = layout
         self.pause_seconds = paused
         self.info: Optional[CheckpointInfo] = None
+        self.writes: Any = None  # the workers' writes (Circuit.apply_background)
 
     def finish(self) -> CheckpointInfo:
         """Write every worker's state and the driver's, fsync, publish in the catalog, retire
@@ -153,6 +155,16 @@ class PendingCheckpoint:
         if self.info is not None:
             return self.info
         return self.store._finish(self)
+
+    def abort(self) -> None:
+        """Drop the captured state without writing it (the previous checkpoint stands)."""
+        if self.info is None:
+            try:
+                self.writes.result()  # (worker processes may be writing: let them finish)
+            except BaseException:
+                pass
+            self.circuit.apply(save_worker_abort, self.store.root, self.name)
+            shutil.rmtree(os.path.join(self.store.root, self.name), ignore_errors=True)
 
 
 class CheckpointStore:
@@ -275,22 +287,28 @@ class CheckpointStore:
                                   f"last checkpoint") from self.failed
         t0 = time.perf_counter()
         name = f"ckpt-{uuid.uuid4().hex}"
+        d = os.path.join(self.root, name)
         try:
             circuit.apply(save_worker_begin, self.root, name)
             driver = capture_state(circuit.driver_state(), circuit.driver_storage(), self.root)
+            os.makedirs(d, exist_ok=False)
+            # worker processes write their state on threads of their own from now on
+            writes = circuit.apply_background(save_worker_finish, self.root, name)
         except BaseException:
             circuit.apply(save_worker_abort, self.root, name)
+            shutil.rmtree(d, ignore_errors=True)
             raise
         layout = circuit.layout_info() if hasattr(circuit, "layout_info") else None
-        return PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0,
-                                 layout)
+        pc = PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0,
+                               layout)
+        pc.writes = writes
+        return pc
 
     def _finish(self, pc: PendingCheckpoint) -> CheckpointInfo:
         circuit, name = pc.circuit, pc.name
         d = os.path.join(self.root, name)
         try:
-            os.makedirs(d, exist_ok=False)
-            results = circuit.apply(save_worker_finish, self.root, name)
+            results = list(pc.writes.result())
             kill_point("checkpoint-mid-workers")  # every worker's state written, not the driver's
             results.append(pc.driver.write(os.path.join(d, "driver.state")))
             fsync_dir(d)

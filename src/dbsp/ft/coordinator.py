@@ -14,10 +14,11 @@ A :class:`Coordinator` runs a :class:`~dbsp.ft.durable.DurableCircuit` on a thre
 * :meth:`Coordinator.resume` goes back to ``Run`` with a fresh token;
 * :meth:`Coordinator.stop` (``Stop(x)``) runs up to step ``x`` and stops (``Stopped``).
 
-*Restart.* ``build()`` makes the durable circuit (graph, inputs, outputs) afresh. When a step
-fails because a worker process died (:class:`~dbsp.runtime.process.WorkerDied`), the coordinator
-logs a warning, counts it in :attr:`Coordinator.restarts`, closes the broken circuit and builds
-and opens a new one: recovery restores the last checkpoint and replays the logged input, which
+*Restart.* A worker process that dies is replaced by the durable circuit itself (see
+:mod:`dbsp.ft.durable`), counted in :attr:`Coordinator.restarts`. Past its ``max_restarts``,
+``build()`` makes the durable circuit (graph, inputs, outputs) afresh: when a step fails because
+a worker process died (:class:`~dbsp.runtime.process.WorkerDied`), the coordinator logs a
+warning, counts it, closes the broken circuit and builds and opens a new one: recovery restores the last checkpoint and replays the logged input, which
 includes the failed step (its input was logged before it ran). The user's ``read`` is asked for
 step ``n`` again only if step ``n`` was never logged.
 """
@@ -70,7 +71,7 @@ class Coordinator:
         self.build = build
         self.read = read
         self.max_restarts = max_restarts
-        self.restarts = 0
+        self._restarts = 0  # of durable circuits replaced before the current one
         self.durable = build().open()
         self._cv = threading.Condition()
         self.state = State.RUN
@@ -79,6 +80,12 @@ class Coordinator:
         self.error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._loop, name="dbsp-coordinator", daemon=True)
         self._thread.start()
+
+    @property
+    def restarts(self) -> int:
+        """Worker processes that died and were replaced (by the durable circuit itself, or by
+        building a new one)."""
+        return self._restarts + self.durable.restarts
 
     @property
     def step(self) -> int:
@@ -128,7 +135,7 @@ class Coordinator:
                 return
             except WorkerDied as e:
                 deaths += 1
-                self.restarts += 1
+                self._restarts += 1
                 log.warning("a worker process died in step %d (%s); restarting from the last "
                             "checkpoint (restart %d)", self.durable.step_no, e, self.restarts)
                 if deaths > self.max_restarts:
@@ -142,6 +149,7 @@ class Coordinator:
 
     def _restart(self) -> None:
         old = self.durable
+        self._restarts += old.restarts
         try:
             old.circuit.close()
         except Exception:  # the broken circuit's own errors are not news

@@ -6,14 +6,16 @@ A :class:`DurableCircuit` wraps a :class:`~dbsp.runtime.circuit.Circuit` whose g
 every step the input log holds after it, writing the outputs to the output log, which discards
 what it already holds. Then each :meth:`DurableCircuit.step`
 
-1. takes the pending input of every input and records it (with the producers' positions) in the
-   input log, durably: the division of input into steps is fixed before any output of the step
-   exists;
+1. takes the pending input of every input and hands it (with the producers' positions) to the
+   input log, whose logger thread writes and fsyncs it while the circuit computes;
 2. runs the circuit on exactly that input;
-3. writes every output's delta to the output log as step ``n``;
+3. waits until the step's input record is durable - the division of input into steps is fixed
+   before any output of the step is released - then writes every output's delta to the output
+   log as step ``n`` (fsynced in bulk before the next checkpoint is published: output after the
+   last checkpoint is re-produced by replay);
 4. every ``checkpoint_every`` steps (or ``checkpoint_seconds``), takes a checkpoint: the state is
-   captured at this step boundary and written (in the threads runtime) on a background thread
-   while the circuit steps on; once published, the input log is trimmed below the oldest
+   captured at this step boundary and written on a background thread (in worker processes, on
+   a thread of each worker) while the circuit steps on; once published, the input log is trimmed below the oldest
    checkpoint kept.
 
 Resuming with another number of workers is a cold layout change (seed 000, "Layout changes"): the
@@ -22,6 +24,14 @@ see :mod:`dbsp.checkpoint.reshard`), and :meth:`DurableCircuit.open` commits a c
 new layout at once, before it replays or processes any input (a crash in between redoes the
 change from the old checkpoint). Replay needs no particular layout: the input log holds each
 step's whole input, and an output is the same Z-set whatever the number of workers.
+
+*A worker process that dies* (:class:`~dbsp.runtime.process.WorkerDied`, e.g. ``kill -9``) in a
+step or a checkpoint costs the caller a warning and a counter (:attr:`DurableCircuit.restarts`,
+in :meth:`DurableCircuit.report`), nothing more: the circuit's workers are rebuilt
+(:meth:`~dbsp.runtime.circuit.Circuit.restart`), the last checkpoint is restored and the input
+log replayed - the failed step included, its input was logged before it ran - so the step returns
+as if nothing had happened (its output is the same: the replay is deterministic, and output
+already logged is discarded). More than ``max_restarts`` deaths in a row raise.
 
 Graceful shutdown is the case with nothing to replay: :meth:`close` takes a last checkpoint
 (``checkpoint_on_close``) and waits for the one being written.
@@ -33,12 +43,16 @@ the circuit's fingerprint when it opens).
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from typing import Any, Callable, Optional, Protocol
 
+from ..runtime.process import WorkerDied
 from .logs import InputLog, OutputLog
+
+log = logging.getLogger("dbsp.ft")
 
 __all__ = ["DurableCircuit", "StateStore", "RecoveryError"]
 
@@ -71,7 +85,7 @@ class DurableCircuit:
                  checkpoint_seconds: Optional[float] = None,
                  check_output: bool = False, background: Optional[bool] = None,
                  checkpoint_on_close: bool = True,
-                 fence: Optional[Callable[[str], None]] = None):
+                 fence: Optional[Callable[[str], None]] = None, max_restarts: int = 5):
         if checkpoint_every is not None and checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 step, got {checkpoint_every}")
         if checkpoint_seconds is not None and checkpoint_seconds <= 0:
@@ -85,14 +99,16 @@ class DurableCircuit:
         self.checkpoint_on_close = checkpoint_on_close
         self.input_log = InputLog(os.path.join(root, "input"))
         self.output_log = OutputLog(os.path.join(root, "output"), check=check_output)
-        # writing a checkpoint beside running steps needs workers reachable between steps
-        # from another thread: the threads runtime (not remote replicas: one control socket)
+        # checkpoints are written beside the next steps (worker processes write their own
+        # state on a thread of their own); not with remote replicas (one control socket)
         remote = getattr(circuit, "remote", False)
-        self.background = (not remote and (circuit.runtime == "threads" or circuit.workers == 1)) \
-            if background is None else background
+        self.background = (not remote) if background is None else background
         #: ``fence(what)`` raises when this circuit may no longer write its logs (a replica
         #: of an old generation, :mod:`dbsp.ft.remote`); called before every append
         self.fence = fence
+        self.max_restarts = max_restarts
+        #: worker processes that died and were replaced (the pipeline went on)
+        self.restarts = 0
         self.step_no = 0
         self.opened = False
         self.replayed = 0
@@ -103,6 +119,8 @@ class DurableCircuit:
         self._t_last = time.monotonic()
         self._writer: Optional[threading.Thread] = None
         self._writer_error: Optional[BaseException] = None
+        #: a step's input record that could not be made durable: no step runs any more
+        self.failed: Optional[BaseException] = None
         self.on_replay: Optional[Callable[[int, dict], None]] = None
         #: the layout change :meth:`open` made (see the module doc), else None
         self.layout_change: Optional[dict] = None
@@ -137,6 +155,7 @@ class DurableCircuit:
         if log.end < start:
             raise RecoveryError(f"the input log ends at step {log.end - 1}, before checkpoint "
                                 f"step {start}")
+        self.output_log.repair(start)  # records after the checkpoint a power loss tore
         if self.output_log.end == self.output_log.first and self.output_log.end < start:
             self.output_log.start_at(start)
         self.step_no = start
@@ -163,16 +182,65 @@ class DurableCircuit:
 
     def step(self, positions: Optional[dict] = None, meta: Optional[dict] = None) -> int:
         """Log this step's pending input (with ``positions``), run it, log its output.
-        Returns the step number run."""
+        Returns the step number run. A worker process that dies meanwhile is replaced (see
+        the module doc)."""
+        deaths = 0
+        while not self.opened:  # pending input waits for the recovery's replay
+            pending = {n: inp.take_pending() for n, inp in self.circuit.inputs.items()}
+            try:
+                self.open()
+            except WorkerDied as e:
+                deaths += 1
+                if deaths > self.max_restarts:
+                    raise
+                self._restart(e)
+            finally:
+                for n, p in pending.items():
+                    if p is not None:
+                        self.circuit.inputs[n].put_pending(*p)
+        s = self.step_no
+        while True:
+            try:
+                if not self.opened:
+                    self.open()
+                if self.step_no > s:  # the step was logged, and replayed by the recovery
+                    return s
+                return self._step(positions, meta)
+            except WorkerDied as e:
+                deaths += 1
+                if deaths > self.max_restarts:
+                    raise
+                self._restart(e)
+
+    def _restart(self, e: BaseException) -> None:
+        """Replace the workers after one died: wait for the logged input to be durable, rebuild
+        the workers; the next :meth:`open` restores the last checkpoint and replays the log."""
+        self.restarts += 1
+        log.warning("a worker process died at step %d (%s); restarting the workers from the "
+                    "last checkpoint and replaying the input log (restart %d)",
+                    self.step_no, e, self.restarts)
+        t, self._writer = self._writer, None
+        if t is not None:
+            t.join()
+        self._writer_error = None
+        self.input_log.wait()  # raises if the input is not durable: then nothing to replay
+        self.circuit.restart()
+        self.opened = False
+
+    def _step(self, positions: Optional[dict], meta: Optional[dict]) -> int:
         self.open()
         self._raise_writer_error()
+        if self.failed is not None:
+            raise RecoveryError(f"the input log of step {self.step_no - 1} could not be made "
+                                f"durable ({self.failed}); restart to recover from the last "
+                                f"checkpoint") from self.failed
         c = self.circuit
         parts = {name: inp.take_pending() for name, inp in c.inputs.items()}
         s = self.step_no
         try:
             if self.fence is not None:
                 self.fence("input log")
-            self.input_log.append(s, parts, positions or {}, meta)
+            self.input_log.append(s, parts, positions or {}, meta, wait=False)
         except BaseException:
             for name, p in parts.items():  # not recorded: the rows stay pending
                 if p is not None:
@@ -186,6 +254,11 @@ class DurableCircuit:
         except BaseException:
             if c.failed is None:  # rolled back: the input was not applied, nothing to replay
                 self.input_log.retract(s)
+            raise
+        try:
+            self.input_log.wait(s)  # no output of the step before its input is durable
+        except BaseException as e:
+            self.failed = e  # the state holds a step whose input is not durable
             raise
         self._write_outputs(s)
         self.step_no = s + 1
@@ -236,6 +309,11 @@ class DurableCircuit:
             self._writer_error = e
 
     def _publish(self, pc: Any) -> Any:
+        try:
+            self.output_log.sync(pc.step)  # replay starts at the checkpoint: output before it
+        except BaseException as e:         # must be durable before it is published
+            pc.abort()
+            raise e
         info = pc.finish()
         self.last_checkpoint = info
         oldest = self.store.checkpoints[0].step if self.store.checkpoints else 0
@@ -265,6 +343,7 @@ class DurableCircuit:
                                                  self.last_checkpoint.step != self.step_no):
                     self.checkpoint(wait=True)
         finally:
+            self.input_log.close()
             store = self.store
             self.circuit.close(before_unlock=store.close if store is not None else None)
 
@@ -275,6 +354,7 @@ class DurableCircuit:
                 {"name": cp.name, "step": cp.step, "bytes": cp.bytes, "time": cp.time},
                 "checkpoints": 0 if self.store is None else len(self.store.checkpoints),
                 "replayed_steps": self.replayed,
+                "worker_restarts": self.restarts,
                 "recovery_seconds": self.recovery_seconds,
                 "input_log": {"first": self.input_log.first, "end": self.input_log.end},
                 "output_log": {"first": self.output_log.first, "end": self.output_log.end,

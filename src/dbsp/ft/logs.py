@@ -13,6 +13,13 @@ was recorded, and a push at a recorded position is a duplicate to ignore). A rec
 record); a damaged record is an error, never replayed. Records below the oldest checkpoint kept
 are trimmed.
 
+*Group commit.* :meth:`InputLog.append` hands the record to one logger thread and returns at
+once: encoding (Arrow IPC, crc32), the write and both fsyncs run there (``os.write``,
+``os.fsync`` and ``zlib.crc32`` of large buffers release the GIL) while the circuit computes the
+step; :meth:`InputLog.wait` blocks until the record is durable, and the caller releases no
+output of the step before that. A failed write or fsync is never retried: the log refuses every
+later append (restart to recover) and :meth:`InputLog.wait` raises it.
+
 Output log
 ----------
 :meth:`OutputLog.write` follows 000's ``write(step, output)`` rules: a step already in the log was
@@ -20,6 +27,12 @@ produced before and is discarded (with ``check=True``, compared first: a differe
 an :class:`OutputMismatch`); the next step is appended; a step beyond the next is a gap, an
 :class:`OutputGap` error. Every row of a record carries its step (a ``__step`` column) so that
 consumers can deduplicate.
+
+A record is written ``.mut`` -> rename (atomic against a crash of the process) but fsynced only
+by :meth:`OutputLog.sync`, which a checkpoint calls for every step before it is published: the
+output of a step after the last checkpoint is re-produced by replaying the (durable) input log,
+so it need not be durable yet. After a power loss such a record may be damaged: recovery drops it
+and every later one (:meth:`OutputLog.repair`), and the replay writes them again.
 
 Record layout (both logs)::
 
@@ -33,12 +46,13 @@ import os
 import struct
 import threading
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
 import pyarrow as pa
 
-from ..storage.faults import fsync_dir, write_durable
+from ..storage.faults import fsync_dir, fsync_path, write_atomic, write_durable
 
 __all__ = ["InputLog", "OutputLog", "read_outputs", "output_steps", "read_output", "LogCorrupt", "OutputGap", "OutputMismatch", "WEIGHT", "STEP"]
 
@@ -60,21 +74,63 @@ class OutputMismatch(RuntimeError):
     """Output re-produced during recovery differs from the output logged the first time."""
 
 
-def _encode(magic: bytes, header: dict, tables: list[tuple[str, pa.Table]]) -> bytes:
-    blobs, entries = [], []
+class _Scratch:
+    """A buffer reused by every record a logger thread encodes: a fresh multi-megabyte buffer
+    per step costs its page faults again (tens of ms for 20 MB on a loaded VM), a reused one
+    once."""
+
+    def __init__(self) -> None:
+        self.buf: Optional[pa.Buffer] = None
+
+    def get(self, n: int) -> pa.Buffer:
+        if self.buf is None or self.buf.size < n:
+            self.buf = pa.allocate_buffer(max(n + (n >> 2), 1 << 16))
+        return self.buf
+
+
+def _ipc(t: pa.Table, sink) -> None:
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+
+
+def _encode(magic: bytes, header: dict, tables: list[tuple[str, pa.Table]],
+            scratch: Optional[_Scratch] = None) -> list:
+    """The record as a list of buffers (written one after the other, none copied). With
+    ``scratch``, the Arrow IPC streams are written into its buffer (valid until the next
+    record)."""
+    entries = []
+    blobs: list = []
+    if scratch is not None:
+        sizes = []
+        for _, t in tables:  # the streams' sizes, nothing copied
+            m = pa.MockOutputStream()
+            _ipc(t, m)
+            sizes.append(m.size())
+        buf = scratch.get(sum(sizes))
+        w = pa.FixedSizeBufferWriter(buf)
+        for _, t in tables:
+            _ipc(t, w)
+        if sum(sizes):
+            blobs.append(memoryview(buf)[:sum(sizes)])
+    else:
+        sizes = []
+        for _, t in tables:
+            sink = pa.BufferOutputStream()
+            _ipc(t, sink)
+            b = memoryview(sink.getvalue())
+            sizes.append(len(b))
+            blobs.append(b)
     off = 0
-    for name, t in tables:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
-        b = sink.getvalue().to_pybytes()
-        entries.append({"name": name, "offset": off, "length": len(b), "rows": t.num_rows})
-        blobs.append(b)
-        off += len(b)
+    for (name, t), n in zip(tables, sizes):
+        entries.append({"name": name, "offset": off, "length": n, "rows": t.num_rows})
+        off += n
     header = dict(header, tables=entries)
     hb = json.dumps(header).encode()
-    body = magic + struct.pack("<I", len(hb)) + hb + b"".join(blobs)
-    return body + struct.pack("<I", zlib.crc32(body))
+    head = magic + struct.pack("<I", len(hb)) + hb
+    crc = zlib.crc32(head)
+    for b in blobs:
+        crc = zlib.crc32(b, crc)
+    return [head, *blobs, struct.pack("<I", crc)]
 
 
 def _decode(magic: bytes, path: str) -> tuple[dict, dict[str, pa.Table]]:
@@ -153,40 +209,75 @@ class InputLog(_StepLog):
 
     def __init__(self, directory: str):
         super().__init__(directory)
-        self._positions: dict[str, int] = {}
-        self._before: dict[str, int] = {}  # the positions before the last append
+        self._positions: dict[str, int] = {}   # recorded durably
+        self._appended: dict[str, int] = {}    # after the last append (durable or not yet)
+        self._before: dict[str, int] = {}      # before the last append
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pending: dict[int, Future] = {}
+        self._scratch = _Scratch()  # the logger thread's (one record at a time)
+        self.failed: Optional[BaseException] = None
         if self.end > self.first:
             self._positions = dict(self.read(self.end - 1)[1])
+        self._appended = dict(self._positions)
 
     def append(self, step: int, parts: dict[str, Optional[tuple]], positions: dict,
-               meta: Optional[dict] = None) -> None:
+               meta: Optional[dict] = None, wait: bool = True) -> None:
         """Record step ``step``'s input durably: ``{input: (RecordBatch, weights) | None}``
-        and the producers' positions after it."""
+        and the producers' positions after it. ``wait=False``: return at once, the record is
+        written and fsynced on the logger thread; :meth:`wait` for it before releasing any
+        output of the step."""
+        if self.failed is not None:
+            raise LogCorrupt(f"{self.dir}: an earlier write of the input log failed "
+                             f"({self.failed}); restart to recover") from self.failed
         if step != self.end:
             raise LogCorrupt(f"{self.dir}: appending step {step}, the log ends at {self.end}")
-        tables = []
-        for name, p in sorted(parts.items()):
-            if p is None:
-                continue
-            batch, w = p
-            t = pa.Table.from_batches([batch]).append_column(
-                WEIGHT, pa.array(np.asarray(w, dtype=np.int64)))
-            tables.append((name, t))
-        pos = dict(self._positions)
-        self._before = dict(self._positions)
+        pos = dict(self._appended)
         pos.update({k: int(v) for k, v in positions.items()})
-        data = _encode(self.magic, {"step": step, "positions": pos, "meta": meta or {}}, tables)
-        write_durable(self.path(step), data, kill_before_fsync="input-log-before-fsync",
-                      kill_before_rename="input-log-before-rename")
         with self._lock:
+            self._before = self._appended
+            self._appended = pos
             if self.end == self.first:
                 self.first = step
             self.end = step + 1
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="dbsp-input-log")
+        self._pending[step] = self._pool.submit(self._write, step, dict(parts), pos, meta)
+        if wait:
+            self.wait(step)
+
+    def _write(self, step: int, parts: dict, pos: dict, meta: Optional[dict]) -> None:
+        try:
+            tables = []
+            for name, p in sorted(parts.items()):
+                if p is None:
+                    continue
+                batch, w = p
+                t = pa.Table.from_batches([batch]).append_column(
+                    WEIGHT, pa.array(np.asarray(w, dtype=np.int64)))
+                tables.append((name, t))
+            data = _encode(self.magic, {"step": step, "positions": pos, "meta": meta or {}},
+                           tables, self._scratch)
+            write_durable(self.path(step), data, kill_before_fsync="input-log-before-fsync",
+                          kill_before_rename="input-log-before-rename")
+        except BaseException as e:
+            self.failed = e
+            raise
+        with self._lock:
             self._positions = pos
+
+    def wait(self, step: Optional[int] = None) -> None:
+        """Block until the record of ``step`` (default: every record appended) is durable;
+        raise the error of its write."""
+        steps = sorted(self._pending) if step is None else \
+            [s for s in sorted(self._pending) if s <= step]
+        for s in steps:
+            f = self._pending.pop(s)
+            f.result()
 
     def retract(self, step: int) -> None:
         """Remove the record of ``step``, the last one: its step failed and was rolled back
         (its input was not applied and no output of it exists), so it must not be replayed."""
+        self.wait()
         with self._lock:
             if step != self.end - 1:
                 raise LogCorrupt(f"{self.dir}: retracting step {step}, the log ends at "
@@ -195,14 +286,24 @@ class InputLog(_StepLog):
             self.end = step
             if self.first > self.end:
                 self.first = self.end
-            self._positions = self._before
+            self._positions = self._appended = self._before
         fsync_dir(self.dir)
+
+    def close(self) -> None:
+        """Wait for the records being written (their errors are not raised here) and stop the
+        logger thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._pending.clear()
 
     def read(self, step: int) -> tuple[dict[str, tuple], dict[str, int], dict]:
         """``({input: (RecordBatch, weights)}, positions, meta)`` of a logged step."""
         if not self.first <= step < self.end:
             raise LogCorrupt(f"{self.dir}: step {step} is not in the log "
                              f"(steps {self.first}..{self.end - 1})")
+        if step in self._pending:
+            self.wait(step)
         header, tables = _decode(self.magic, self.path(step))
         if header["step"] != step:
             raise LogCorrupt(f"{self.path(step)}: holds step {header['step']}")
@@ -215,7 +316,7 @@ class InputLog(_StepLog):
         return parts, header["positions"], header.get("meta", {})
 
     def position(self, name: str) -> Optional[int]:
-        """The last position recorded for input ``name`` (None: nothing recorded)."""
+        """The last position recorded durably for input ``name`` (None: nothing recorded)."""
         return self._positions.get(name)
 
 
@@ -229,6 +330,59 @@ class OutputLog(_StepLog):
         super().__init__(directory)
         self.check = check
         self.discarded = 0
+        self.synced = self.first  # records below this step are durable
+        self.failed: Optional[BaseException] = None
+
+    def sync(self, upto: Optional[int] = None) -> int:
+        """Make the records of the steps below ``upto`` (default: all) durable: fsync each
+        record not synced yet, then the directory. Returns the records fsynced."""
+        if self.failed is not None:
+            raise LogCorrupt(f"{self.dir}: an earlier fsync of the output log failed "
+                             f"({self.failed}); restart to recover") from self.failed
+        with self._lock:
+            end = self.end if upto is None else min(upto, self.end)
+            start = max(self.synced, self.first)
+        try:
+            for s in range(start, end):
+                fsync_path(self.path(s))
+            if end > start:
+                fsync_dir(self.dir)
+        except OSError as e:  # never retried over: the kernel may have dropped the pages
+            self.failed = e
+            raise
+        with self._lock:
+            self.synced = max(self.synced, end)
+        return max(0, end - start)
+
+    def repair(self, start: int) -> int:
+        """Drop the records from the first damaged one at or after step ``start`` on (records
+        after the last checkpoint, never fsynced: a power loss may have torn them; the replay
+        writes them again). Returns the records dropped."""
+        bad = None
+        for s in range(max(start, self.first), self.end):
+            try:
+                header, _ = _decode(self.magic, self.path(s))
+                if header["step"] != s:
+                    raise LogCorrupt(f"{self.path(s)}: holds step {header['step']}")
+            except (LogCorrupt, ValueError, KeyError, pa.ArrowInvalid):
+                bad = s
+                break
+        if bad is None:
+            return 0
+        n = 0
+        with self._lock:
+            for s in range(bad, self.end):
+                try:
+                    os.unlink(self.path(s))
+                except FileNotFoundError:
+                    pass
+                n += 1
+            self.end = bad
+            if self.first > self.end:
+                self.first = self.end
+            self.synced = min(self.synced, bad)
+        fsync_dir(self.dir)
+        return n
 
     def write(self, step: int, outputs: dict[str, pa.Table]) -> bool:
         """Log ``{output: delta table with a __weight column}`` as step ``step`` (000's
@@ -254,7 +408,7 @@ class OutputLog(_StepLog):
             tables.append((name, t.append_column(STEP, pa.array(np.full(t.num_rows, step,
                                                                         np.int64)))))
         data = _encode(self.magic, {"step": step}, tables)
-        write_durable(self.path(step), data, kill_before_rename="output-log-before-record")
+        write_atomic(self.path(step), data, kill_before_rename="output-log-before-record")
         with self._lock:
             if self.end == self.first:
                 self.first = step

@@ -97,6 +97,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-seconds", type=float, default=None, metavar="S",
                    help="with --storage: exactly-once (input and output logs) and a checkpoint "
                         "every S seconds")
+    p.add_argument("--compare-checkpoints", action="store_true",
+                   help="with --storage and --checkpoint-seconds: run every query both without "
+                        "and with checkpoints (alternating, --repeat times) and print the ratio "
+                        "of the end-to-end rates")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="runs of each query (with --compare-checkpoints: pairs of runs); the "
+                        "median is reported")
     p.add_argument("--seed", type=int, default=0, help="generator seed")
     p.add_argument("--verify", action="store_true",
                    help="compare every final result with DuckDB computing it from scratch")
@@ -127,6 +134,7 @@ def _peak_mb() -> float:
 def _storage(args: argparse.Namespace, name: str):
     if not args.storage:
         return None
+    name += getattr(args, "storage_tag", "")
     kw = {"backend": args.backend}
     if args.memory_budget is not None:
         kw["memory_budget_bytes"] = args.memory_budget << 20
@@ -300,6 +308,49 @@ def run_one(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> 
     return res
 
 
+def _run_repeated(name: str, workers: int, args: argparse.Namespace, out_dir: str) -> dict:
+    """:func:`run_one` ``args.repeat`` times (the run with the median end-to-end rate is
+    returned); with ``args.compare_checkpoints`` each repetition is a pair of runs, without and
+    with checkpoints, in alternating order (the machine's load drifts), and the result is the
+    run with checkpoints, carrying the median rate without them and the ratio of the medians.
+    With several runs each gets a fresh storage directory, removed after it (a durable
+    pipeline would resume from the last)."""
+    modes = [None, args.checkpoint_seconds] if args.compare_checkpoints else \
+        [args.checkpoint_seconds]
+    runs: dict = {m: [] for m in modes}
+    for r in range(args.repeat):
+        for m in (modes if r % 2 == 0 else modes[::-1]):
+            a = argparse.Namespace(**vars(args))
+            a.checkpoint_seconds = m
+            several = len(modes) * args.repeat > 1  # (a single run leaves its state to see)
+            a.storage_tag = f"-r{r}-{'ckpt' if m is not None else 'plain'}" if several else ""
+            res = run_one(name, workers, a, out_dir)
+            if a.storage and several:
+                shutil.rmtree(os.path.join(a.storage, f"{name}-w{workers}{a.storage_tag}"),
+                              ignore_errors=True)
+            if "error" in res:
+                return res
+            runs[m].append(res)
+
+    def median(rs: list) -> dict:
+        return sorted(rs, key=lambda x: x["e2e_events_per_s"])[(len(rs) - 1) // 2]
+
+    res = median(runs[modes[-1]])
+    res["e2e_runs_events_per_s"] = [x["e2e_events_per_s"] for x in runs[modes[-1]]]
+    if args.compare_checkpoints:
+        plain = [x["e2e_events_per_s"] for x in runs[None]]
+        base = median(runs[None])["e2e_events_per_s"]
+        res["no_checkpoint_e2e_runs_events_per_s"] = plain
+        res["no_checkpoint_e2e_events_per_s"] = base
+        res["checkpoint_ratio"] = res["e2e_events_per_s"] / base if base else 0.0
+        print(f"{name} (workers={workers}): end to end {base:,.0f} ev/s without checkpoints, "
+              f"{res['e2e_events_per_s']:,.0f} ev/s with a checkpoint every "
+              f"{args.checkpoint_seconds:g} s ({res.get('checkpoints', 0)} taken, max pause "
+              f"{res.get('max_checkpoint_pause_s', 0.0) * 1e3:.1f} ms): ratio "
+              f"{res['checkpoint_ratio']:.2f} (median of {args.repeat})", file=sys.stderr)
+    return res
+
+
 def gen_schema(kind: str):
     return {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}[kind]
 
@@ -346,8 +397,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"dbsp nexmark: {e}", file=sys.stderr)
         return 2
-    if args.events <= 0 or args.chunk <= 0:
-        print("dbsp nexmark: --events and --chunk must be positive", file=sys.stderr)
+    if args.events <= 0 or args.chunk <= 0 or args.repeat <= 0:
+        print("dbsp nexmark: --events, --chunk and --repeat must be positive", file=sys.stderr)
+        return 2
+    if args.compare_checkpoints and args.checkpoint_seconds is None:
+        print("dbsp nexmark: --compare-checkpoints needs --checkpoint-seconds S (and --storage)",
+              file=sys.stderr)
         return 2
     if args.generators < 0:
         print(f"dbsp nexmark: --generators must be 0 (a thread) or a count of processes, "
@@ -365,7 +420,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for q in names:
             for w in worker_counts:
-                res = run_one(q, w, args, os.path.join(out_root, f"w{w}"))
+                res = _run_repeated(q, w, args, os.path.join(out_root, f"w{w}"))
                 view = res.pop("view_ipc", None)
                 if "error" in res:
                     print(f"{q} (workers={w}): FAILED: {res['error']}\n"

@@ -166,6 +166,7 @@ class Circuit(Graph):
         self._broken: Optional[BaseException] = None
         # small state of the layers above (name -> (get, set)), saved with the driver's state
         self._state_hooks: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
+        self._initial: Optional[dict] = None  # driver_state() before the first step
 
     # -- construction ---------------------------------------------------------------------
     def add_input(self, name: str, schema: Any, key: Optional[Sequence[str]] = None):
@@ -264,6 +265,10 @@ class Circuit(Graph):
                           for w in range(self.workers)]
         self._executor = ThreadPool(self._replicas, transport)
 
+    def _started(self) -> None:
+        if self._initial is None and self.steps == 0:
+            self._initial = self.driver_state()  # what restart() goes back to
+
     def step(self) -> None:
         """Run one step: feed pending input, update all state, fill the output handles.
 
@@ -274,6 +279,7 @@ class Circuit(Graph):
                                f"continue: {self._broken}") from self._broken
         if self._executor is None:
             self._start()
+            self._started()
         W = self.workers
         per_worker: list[dict] = [{} for _ in range(W)]
         keys = self._placement.input_keys
@@ -321,11 +327,30 @@ class Circuit(Graph):
         """The error of a failed step (the circuit cannot step any more), else None."""
         return self._broken
 
+    def restart(self) -> None:
+        """Replace every worker after a worker process died (:attr:`failed`): the others are
+        stopped and new workers built from the graph, with empty state; the step count, output
+        views and keyed inputs go back to their state before the first step and pending input
+        is dropped. The layer above then restores a checkpoint into the new workers and replays
+        its input log (:mod:`dbsp.ft`)."""
+        self.check_open("restart")
+        ex, self._executor, self._replicas = self._executor, None, None
+        if ex is not None:
+            try:
+                ex.close()
+            except Exception:  # the broken workers' own errors are not news
+                pass
+        self._broken = None
+        self._start()
+        if self._initial is not None:
+            self.restore_driver_state(self._initial)
+
     # -- for the checkpoint layer ---------------------------------------------------------
     def start(self) -> None:
         """Freeze the graph and build the workers now (else the first step does it)."""
         if self._executor is None:
             self._start()
+            self._started()
 
     def apply(self, fn: Callable, *args: Any) -> list:
         """``fn(scheduler, *args)`` on every worker between steps, in its own process (``fn``
@@ -333,6 +358,16 @@ class Circuit(Graph):
         the results in worker order."""
         self.start()
         return self._executor.apply(fn, *args)
+
+    def apply_background(self, fn: Callable, *args: Any) -> Any:
+        """Like :meth:`apply`, but in worker processes ``fn`` runs on a thread of each worker
+        beside the next steps; returns a handle whose ``result()`` waits for the results (in
+        the threads runtime ``fn`` runs when ``result()`` is called, on the caller's thread).
+        ``fn`` must be safe to run beside a step (a checkpoint's write is)."""
+        self.start()
+        if hasattr(self._executor, "apply_background"):
+            return self._executor.apply_background(fn, *args)
+        return _Deferred(lambda: self._executor.apply(fn, *args))
 
     def add_state_hook(self, name: str, get: Callable[[], Any],
                        set_: Callable[[Any], None]) -> None:
@@ -469,6 +504,16 @@ class Circuit(Graph):
             self.close()
         except Exception:
             pass
+
+
+class _Deferred:
+    """A call made when its result is asked for (:meth:`Circuit.apply_background`)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    def result(self) -> Any:
+        return self.fn()
 
 
 def _as_table(parts: list) -> pa.Table:

@@ -16,7 +16,13 @@ Protocol on each driver <-> worker control socket (one request, one reply):
   leaves the old one closed or holding half-sent messages)
 * ``("apply", fn, args)`` -> ``("ok", fn(replica, *args))``: ``fn`` a module-level function
   (pickled by reference), e.g. a checkpoint layer's save / load of the worker's state
+* ``("apply_bg", fn, args)`` -> ``("ok", None)`` at once: ``fn(replica, *args)`` runs on a thread
+  of the worker beside its steps (e.g. writing a checkpoint's state) and its result, ``("ok",
+  value)`` or ``("err", exc)``, comes on the worker's second socket, the *background* one
 * ``("stop",)`` -> the worker exits
+
+The driver's requests and their replies are one exchange at a time (a lock): a thread other than
+the stepping one (a checkpoint writer) may ``apply`` between steps.
 
 A step is atomic: a worker commits it when the next step starts, or rolls it back when the
 driver says so (:meth:`dbsp.circuit.scheduler.Scheduler.rollback`).
@@ -30,8 +36,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import traceback
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
@@ -45,21 +52,35 @@ class WorkerDied(RuntimeError):
 
 
 def _worker_main(nodes, w: int, workers: int, ctrl: socket.socket, peers, make_ctx,
-                 local: frozenset) -> None:
+                 local: frozenset, bg: Optional[socket.socket] = None) -> None:
     transport = SocketTransport(w, peers, workers)
     serve_replica(ctrl, Scheduler(nodes, make_ctx(w, workers, transport), local, atomic=True),
-                  transport)
+                  transport, bg=bg)
+
+
+def _run_bg(bg: socket.socket, replica: Scheduler, fn, args) -> None:
+    try:
+        reply = ("ok", replica.apply(fn, *args))
+    except BaseException as e:  # reported to the driver
+        reply = ("err", portable_exception(e))
+    try:
+        wire.send(bg, reply)
+    except OSError:
+        pass
 
 
 def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
-                  handlers: Optional[dict] = None) -> None:
+                  handlers: Optional[dict] = None,
+                  bg: Optional[socket.socket] = None) -> None:
     """A worker's loop: answer the driver's requests on ``ctrl`` (the protocol of the module
     doc) until it says stop or goes away. An error in a step aborts ``transport`` (so the
     other workers stop waiting in an exchange) and is sent to the driver; a ``rollback`` brings
     a fresh mesh (its sockets passed over ``ctrl``) and undoes the failed step.
 
     ``handlers``: more commands, ``name -> fn(msg, transport) -> (reply, new transport or
-    None)`` (the launcher's workers rebuild their TCP mesh this way)."""
+    None)`` (the launcher's workers rebuild their TCP mesh this way). ``bg``: the socket of
+    ``apply_bg`` results (None: no background applies)."""
+    running: Optional[threading.Thread] = None
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -94,6 +115,15 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                     transport = new
                     replica.ctx.transport = new
                 wire.send(ctrl, ("ok", reply))
+            elif cmd == "apply_bg":
+                if bg is None:
+                    raise ValueError("this worker has no background socket")
+                if running is not None:
+                    running.join()  # one at a time: results arrive in order
+                running = threading.Thread(target=_run_bg, args=(bg, replica, msg[1], msg[2]),
+                                           name="dbsp-apply-bg", daemon=True)
+                running.start()
+                wire.send(ctrl, ("ok", None))
             else:
                 wire.send(ctrl, ("err", ValueError(f"unknown command {cmd!r}")))
         except BaseException as e:  # reported to the driver
@@ -113,6 +143,43 @@ def _call(replica, name: str) -> Any:
     return getattr(replica, name)()
 
 
+def _locked(method: Callable) -> Callable:
+    def run(self, *args, **kw):
+        with self._lock:
+            return method(self, *args, **kw)
+    run.__doc__, run.__name__ = method.__doc__, method.__name__
+    return run
+
+
+class BackgroundApply:
+    """The results of :meth:`ProcessPool.apply_background`, in worker order
+    (:meth:`result` waits for them)."""
+
+    def __init__(self, pool: "ProcessPool", local: threading.Thread, box: list):
+        self.pool, self.local, self.box = pool, local, box
+        self._result: Optional[list] = None
+
+    def result(self) -> list:
+        if self._result is not None:
+            return self._result
+        self.local.join()
+        replies, died = [], None
+        for w, s in self.pool.bg.items():
+            try:
+                replies.append(wire.recv(s))
+            except (wire.WireError, OSError):
+                died = died or WorkerDied(f"worker process {w} (pid {self.pool.pids[w]}) died "
+                                          f"during a background apply")
+        if died is not None:
+            raise died
+        kind, mine = self.box[0]
+        errs = ([mine] if kind == "err" else []) + [r[1] for r in replies if r[0] == "err"]
+        if errs:
+            raise errs[0]
+        self._result = [mine] + [r[1] for r in replies]
+        return self._result
+
+
 class ProcessPool:
     """The driver's side: runs worker 0 itself, forks workers ``1..W-1``, sends them each step
     and collects their outputs.
@@ -126,9 +193,12 @@ class ProcessPool:
         self.workers = workers
         mesh = socketpair_mesh(workers)
         self.ctrl: dict[int, socket.socket] = {}
+        self.bg: dict[int, socket.socket] = {}
         self.pids: dict[int, int] = {}
+        self._lock = threading.RLock()  # one request / reply exchange at a time
         for w in range(1, workers):
             parent, child = socket.socketpair()
+            bg_parent, bg_child = socket.socketpair()
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -136,20 +206,23 @@ class ProcessPool:
                 code = 0
                 try:
                     parent.close()
-                    for c in self.ctrl.values():
+                    bg_parent.close()
+                    for c in list(self.ctrl.values()) + list(self.bg.values()):
                         c.close()
                     for v, socks in enumerate(mesh):
                         if v != w:
                             for s in socks.values():
                                 s.close()
-                    _worker_main(nodes, w, workers, child, mesh[w], make_ctx, local)
+                    _worker_main(nodes, w, workers, child, mesh[w], make_ctx, local, bg_child)
                 except BaseException:
                     traceback.print_exc()
                     code = 1
                 finally:
                     os._exit(code)
             child.close()
+            bg_child.close()
             self.ctrl[w] = parent
+            self.bg[w] = bg_parent
             self.pids[w] = pid
         for v, socks in enumerate(mesh):  # the driver keeps worker 0's mesh sockets only
             if v != 0:
@@ -186,6 +259,7 @@ class ProcessPool:
             raise (real or errs)[0]
         return [r[1] for r in replies]
 
+    @_locked
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """One step on every worker; ``check(outputs)`` may refuse it before it commits (the
         workers commit a step when the next one starts)."""
@@ -221,6 +295,7 @@ class ProcessPool:
         r.commit()
         return outs
 
+    @_locked
     def rollback(self) -> None:
         """Undo the failed step on every worker, over a fresh socket mesh (see the module doc)."""
         try:
@@ -247,11 +322,13 @@ class ProcessPool:
         self.replica.rollback()
         self._replies()
 
+    @_locked
     def call(self, name: str) -> list[Any]:
         mine = _call(self.replica, name)  # refuses an unknown name before asking the others
         self._send({w: ("call", name) for w in self.ctrl})
         return [mine] + self._replies()
 
+    @_locked
     def apply(self, fn, *args) -> list[Any]:
         """``fn(replica, *args)`` on every worker (the forked ones concurrently with this
         process's own), in worker order."""
@@ -263,6 +340,25 @@ class ProcessPool:
             raise
         return [mine] + self._replies()
 
+    def apply_background(self, fn, *args) -> BackgroundApply:
+        """Start ``fn(replica, *args)`` on a thread of every worker (this process's own too)
+        and return at once; the workers go on stepping meanwhile (``fn`` must be safe beside a
+        step, as a checkpoint's write is). One at a time: wait for the previous result."""
+        box: list = []
+
+        def local() -> None:
+            try:
+                box.append(("ok", self.replica.apply(fn, *args)))
+            except BaseException as e:  # raised by result()
+                box.append(("err", e))
+
+        with self._lock:
+            self._send({w: ("apply_bg", fn, args) for w in self.ctrl})
+            self._replies()
+        t = threading.Thread(target=local, name="dbsp-apply-bg", daemon=True)
+        t.start()
+        return BackgroundApply(self, t, box)
+
     def close(self) -> None:
         self.replica.close()
         for c in self.ctrl.values():
@@ -271,10 +367,12 @@ class ProcessPool:
             except OSError:
                 pass
             c.close()
+        for c in self.bg.values():
+            c.close()
         for pid in self.pids.values():
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
         self.transport.close()
-        self.ctrl, self.pids = {}, {}
+        self.ctrl, self.bg, self.pids = {}, {}, {}

@@ -17,6 +17,7 @@ Kill points
 * ``merge-mid``: a streaming merge has written part of its output file;
 * ``output-log-before-record``: an output-log record is written, not yet renamed into place.
 
+
 fsync failures
 --------------
 ``DBSP_FAIL_FSYNC=n`` (or :func:`fail_fsync_at`) makes the ``n``-th call of :func:`fsync` in
@@ -30,9 +31,9 @@ import errno
 import os
 import signal
 import threading
-from typing import Optional
+from typing import Any, Optional
 
-__all__ = ["kill_point", "fsync", "fsync_dir", "fsync_path", "write_durable", "fail_fsync_at",
+__all__ = ["kill_point", "fsync", "fsync_dir", "fsync_path", "write_durable", "write_atomic", "write_all", "fail_fsync_at",
            "fsync_calls", "KILL_POINTS"]
 
 KILL_POINTS = ("input-log-before-fsync", "input-log-before-rename", "checkpoint-mid-workers",
@@ -109,18 +110,29 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_durable(path: str, data: bytes, kill_before_fsync: Optional[str] = None,
-                  kill_before_rename: Optional[str] = None) -> None:
-    """Write ``data`` to ``path`` atomically and durably: ``path.mut``, fsync, rename, fsync
-    of the directory. A crash leaves the old file (or none) and perhaps a ``.mut``; never a
-    partial ``path``."""
-    tmp = path + ".mut"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
+def write_all(fd: int, data: Any) -> int:
+    """Write ``data`` (a buffer, or a sequence of buffers written one after the other, none
+    copied) to ``fd``; returns the bytes written. ``os.write`` releases the GIL."""
+    parts = data if isinstance(data, (list, tuple)) else [data]
+    n = 0
+    for part in parts:
+        view = memoryview(part).cast("B")
         while view:
             k = os.write(fd, view)
             view = view[k:]
+            n += k
+    return n
+
+
+def write_durable(path: str, data: Any, kill_before_fsync: Optional[str] = None,
+                  kill_before_rename: Optional[str] = None) -> None:
+    """Write ``data`` (a buffer or a list of buffers, see :func:`write_all`) to ``path``
+    atomically and durably: ``path.mut``, fsync, rename, fsync of the directory. A crash
+    leaves the old file (or none) and perhaps a ``.mut``; never a partial ``path``."""
+    tmp = path + ".mut"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
         if kill_before_fsync:
             kill_point(kill_before_fsync)
         fsync(fd)
@@ -130,3 +142,18 @@ def write_durable(path: str, data: bytes, kill_before_fsync: Optional[str] = Non
         kill_point(kill_before_rename)
     os.rename(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
+
+
+def write_atomic(path: str, data: Any, kill_before_rename: Optional[str] = None) -> None:
+    """Write ``data`` to ``path`` atomically, not durably: ``path.mut``, rename. A crash of
+    the process leaves the old file (or none) and perhaps a ``.mut``, never a partial ``path``;
+    a power loss may leave a damaged ``path`` unless it is fsynced later (with its directory)."""
+    tmp = path + ".mut"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    if kill_before_rename:
+        kill_point(kill_before_rename)
+    os.rename(tmp, path)
