@@ -139,8 +139,8 @@ class _Executor:
     def broken(self) -> Optional[BaseException]:
         return self.coordinator.broken
 
-    def step(self, inputs: list[dict]) -> list[dict]:
-        return self.coordinator.step(inputs)
+    def step(self, inputs: list[dict], check=None) -> list[dict]:
+        return self.coordinator.step(inputs, check)
 
     def call(self, name: str) -> list:
         return self.coordinator.call(name)
