@@ -238,7 +238,10 @@ class DurableJob:
                                       checkpoint_every=self.checkpoint_every,
                                       checkpoint_seconds=self.checkpoint_seconds,
                                       check_output=self.check_output, background=False,
-                                      fence=check)
+                                      fence=check,
+                                      # a dead replica ends this generation: the job starts the
+                                      # next one (run), not the circuit its workers in place
+                                      max_restarts=0)
         return self.durable
 
     def open(self) -> DurableCircuit:
