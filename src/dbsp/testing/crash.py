@@ -207,7 +207,15 @@ def run_killed(job, read, steps, kills, seed, pick=None):
     ``(generation, worker, step, pid)``."""
     rng = random.Random(seed)
     stop, log = threading.Event(), []
-    co = job.run(read)
+
+    def paced(step, token):
+        # until the kills are done, a step waits a little: on a quiet machine the whole run
+        # would otherwise end before the killer's first (randomly timed) look at it
+        if len(log) < kills and not stop.is_set():
+            time.sleep(0.2)
+        return read(step, token)
+
+    co = job.run(paced)
     t = threading.Thread(target=kill_replicas, args=(job, rng, kills, stop, log, steps, pick),
                          daemon=True)
     t.start()
