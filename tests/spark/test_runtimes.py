@@ -3,7 +3,7 @@ embedded (1 and 2 workers), on the launcher (2 and 3 processes), on Spark ``loca
 ``local-cluster[2,1,1024]`` (a standalone master, a worker and two executor JVMs, from the pip
 wheel alone). The circuits: a join, an aggregate and a recursive query
 (:func:`~dbsp.testing.pipelines.join_agg_closure`); Nexmark q4 and q7 and a windowed query
-(:func:`~dbsp.testing.pipelines.nexmark_views`). Then, on ``local-cluster``: a whole executor
+(:func:`~dbsp.nexmark.pipelines.nexmark_views`). Then, on ``local-cluster``: a whole executor
 JVM killed mid-run at random steps, and the crash checker finds every row exactly once.
 
 The Spark sessions are module-wide: one per master, made once and stopped when the tests move
@@ -26,6 +26,7 @@ import dbsp  # noqa: E402
 from dbsp.runtime.launcher import build_outputs, launch  # noqa: E402
 from dbsp.spark import SparkJob, durable  # noqa: E402
 from dbsp.testing import crash  # noqa: E402
+from dbsp.nexmark import pipelines as NP  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
 
 EVENTS, CHUNK = 200, 10
@@ -88,7 +89,7 @@ def _steps(pipeline):
     if pipeline is P.join_agg_closure:
         return [_tables(st) for st in P.sample_steps(4)]
     return [{k: pa.Table.from_batches([rb]) for k, rb in st.items()}
-            for st in P.nexmark_steps(12_000, 3_000)]
+            for st in NP.nexmark_steps(12_000, 3_000)]
 
 
 def _tables(step):
@@ -130,7 +131,7 @@ def _run(runtime: str, pipeline, steps, sessions):
 
 
 RUNTIMES = ["embedded-2", "launcher-2", "launcher-3", "local-2", "cluster-2"]
-PIPELINES = {"join_agg_closure": P.join_agg_closure, "nexmark_views": P.nexmark_views}
+PIPELINES = {"join_agg_closure": P.join_agg_closure, "nexmark_views": NP.nexmark_views}
 _want: dict = {}
 
 

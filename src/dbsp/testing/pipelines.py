@@ -7,9 +7,7 @@ a spawned ``dbsp worker`` or a Spark executor, can import them by name.
 * :func:`join_agg_closure`: a join (bids with auctions on the auction id), an aggregate (count and
   sum of prices per category of that join) and a recursive query (transitive closure of edges);
 * :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload;
-* :func:`nexmark_views`: Nexmark q4 (a join and two aggregates) and q7 (a tumbling-window
-  maximum and a semijoin) as the fluent API writes them, and a windowed query (bids per
-  auction per tumbling 10 s window: count and highest price), on event-time streams;
+* (the Nexmark pipeline of the same tests is :mod:`dbsp.nexmark.pipelines`, beside its queries);
 * :func:`crash_views`: the views of the crash harness (:mod:`dbsp.testing.crash`), for the
   kill tests of replicas on the launcher and on Spark.
 """
@@ -18,9 +16,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..api import StreamContext, count, max_, tumbling
-from ..nexmark.generator import AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, NexmarkGenerator
-from ..nexmark.queries import WINDOW, q4, q7
 
 BIDS = pa.schema([pa.field("auction", pa.int64(), nullable=False),
                   pa.field("price", pa.int64(), nullable=False)])
@@ -78,25 +73,6 @@ def crash_views(c) -> dict:
         _seq_k_v_w, pa.schema([CRASH_EV.field("seq"), CRASH_EV.field("k"), CRASH_EV.field("v"),
                                CRASH_DIMS.field("w")]))
     return {"ids": ev.output("ids"), "agg": agg.output("agg"), "join": join.output("join")}
-
-
-NEXMARK = {"person": PERSON_SCHEMA, "auction": AUCTION_SCHEMA, "bid": BID_SCHEMA}
-
-
-def nexmark_views(c) -> dict:
-    """See the module doc; inputs ``person``, ``auction``, ``bid`` (event time ``date_time``)."""
-    ctx = StreamContext(circuit=c)
-    s = {k: ctx.stream(schema, name=k, time="date_time") for k, schema in NEXMARK.items()}
-    window = s["bid"].select("auction", "price", "date_time").group_by("auction") \
-        .window(tumbling(WINDOW)).agg(n=count(), top=max_("price"))
-    return {"q4": q4(s).collect("q4").handle, "q7": q7(s).collect("q7").handle,
-            "window": window.collect("window").handle}
-
-
-def nexmark_steps(events: int, chunk: int, seed: int = 5) -> list[dict]:
-    """Per step, ``{input: RecordBatch}`` of the Nexmark generator for :func:`nexmark_views`."""
-    return [{k: rb for k, rb in b.as_dict().items() if rb.num_rows}
-            for b in NexmarkGenerator(seed=seed).iter_batches(events, chunk)]
 
 
 def sample_steps(nsteps: int = 5, seed: int = 7) -> list[dict]:
