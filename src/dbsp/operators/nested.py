@@ -279,7 +279,34 @@ class NestedJoin(NestedOperator):
         return len(self.old_a) + len(self.old_b)
 
 
-class _NestedSet(NestedOperator):
+class _OneTrace(NestedOperator):
+    """A nested operator over one input trace ``old`` (the earlier steps' changes by inner
+    time), this step's changes ``parts`` / ``cum`` and the inner times ``seen`` of the keys it
+    touched: what :class:`_NestedSet` and :class:`NestedAggregate` share."""
+
+    def pending(self, i: int) -> bool:
+        return bool(self.cum) and self.seen.horizon > i
+
+    def end(self) -> None:
+        self.old.insert(self.parts)
+        self._reset()
+
+    def clock_start(self) -> None:
+        self.old.clear()
+        self._reset()
+
+    def savepoint(self):
+        return self.old.max_time
+
+    def restore(self, saved) -> None:
+        self.old.max_time = saved
+        self._reset()
+
+    def state_rows(self) -> int:
+        return len(self.old)
+
+
+class _NestedSet(_OneTrace):
     """The two-dimensional incremental ``distinct`` of a Z-set of rows (module doc)."""
 
     state_attrs = ("old",)
@@ -342,26 +369,6 @@ class _NestedSet(NestedOperator):
             return None
         return OrdZSet(take(u.data, keep), delta[keep], K.take(u.codes, keep), u.codec)
 
-    def pending(self, i: int) -> bool:
-        return bool(self.cum) and self.seen.horizon > i
-
-    def end(self) -> None:
-        self.old.insert(self.parts)
-        self._reset()
-
-    def clock_start(self) -> None:
-        self.old.clear()
-        self._reset()
-
-    def savepoint(self):
-        return self.old.max_time
-
-    def restore(self, saved) -> None:
-        self.old.max_time = saved
-        self._reset()
-
-    def state_rows(self) -> int:
-        return len(self.old)
 
 
 class NestedDistinct(_NestedSet):
@@ -400,7 +407,7 @@ class NestedKeySet(_NestedSet):
                               out.codec, codec_for(EMPTY_SCHEMA))
 
 
-class NestedAggregate(NestedOperator):
+class NestedAggregate(_OneTrace):
     """``aggregate`` in a recursive body: per touched key, the group's aggregate at the four
     corners ``(t, i), (t, i-1), (t-1, i), (t-1, i-1)`` (module doc), from the old timed rows of
     the key and this step's changes. Cost: the size of the touched groups (whole groups are
@@ -483,26 +490,6 @@ class NestedAggregate(NestedOperator):
             list(g.keys.take(idx).columns) + [c.take(idx) for c in cols], schema=self.out_schema)
         return OrdZSet.from_loose(ZSet(data, np.full(len(keep), sign, np.int64)))
 
-    def pending(self, i: int) -> bool:
-        return bool(self.cum) and self.seen.horizon > i
-
-    def end(self) -> None:
-        self.old.insert(self.parts)
-        self._reset()
-
-    def clock_start(self) -> None:
-        self.old.clear()
-        self._reset()
-
-    def savepoint(self):
-        return self.old.max_time
-
-    def restore(self, saved) -> None:
-        self.old.max_time = saved
-        self._reset()
-
-    def state_rows(self) -> int:
-        return len(self.old)
 
 
 def _kind(node, nodes) -> Optional[str]:
