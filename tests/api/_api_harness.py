@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import strategies as st
 
 from dbsp.api import StreamContext
 
@@ -21,6 +22,26 @@ def push(stream, z: dict) -> None:
     table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, schema)],
                                  schema=schema)
     stream.push(table, np.array([z[r] for r in rows], dtype=np.int64))
+
+
+@st.composite
+def steps_of(draw, rows, n_steps=4, max_rows=6, deletes=True):
+    """Per step a delta of rows drawn from ``rows``: new rows inserted and (with ``deletes``) some
+    rows inserted in an earlier step deleted, so a deletion never goes below zero."""
+    live: dict = {}
+    out = []
+    for _ in range(draw(st.integers(1, n_steps))):
+        d: dict = {}
+        for r in draw(st.lists(rows, max_size=max_rows)):
+            d[r] = d.get(r, 0) + 1
+        present = sorted((r for r, w in live.items() if w > 0), key=R._key)
+        if present and deletes:
+            for r in draw(st.lists(st.sampled_from(present), max_size=2, unique=True)):
+                d[r] = d.get(r, 0) - 1
+        d = {r: w for r, w in d.items() if w}
+        live = R.add(live, d)
+        out.append(d)
+    return out
 
 
 def fmt(z: dict) -> str:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import _api_ref as R
-from _api_harness import check_steps, push
+from _api_harness import check_steps, push, steps_of
 from dbsp.api import (Aggregator, StreamContext, avg, col, count, count_distinct, lit, max_,
                       min_, sum_, when)
 
@@ -321,25 +321,6 @@ ROW_B = st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.integers(0, 4),
                   st.one_of(st.none(), st.integers(-5, 50)))
 ROW_P = st.tuples(st.integers(0, 3), st.sampled_from(["ann", "bob", None]),
                   st.sampled_from(["sf", "la"]))
-
-
-@st.composite
-def steps_of(draw, rows, n_steps=4, max_rows=6):
-    """Per step a delta: new rows inserted, and some rows inserted before deleted."""
-    live: dict = {}
-    out = []
-    for _ in range(draw(st.integers(1, n_steps))):
-        d: dict = {}
-        for r in draw(st.lists(rows, max_size=max_rows)):
-            d[r] = d.get(r, 0) + 1
-        present = sorted((r for r, w in live.items() if w > 0), key=R._key)
-        if present:
-            for r in draw(st.lists(st.sampled_from(present), max_size=2, unique=True)):
-                d[r] = d.get(r, 0) - 1
-        d = {r: w for r, w in d.items() if w}
-        live = R.add(live, d)
-        out.append(d)
-    return out
 
 
 def _ref_pipeline(bids: dict) -> dict:

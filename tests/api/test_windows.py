@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import _api_ref as R
-from _api_harness import check_steps, fmt, push
+from _api_harness import check_steps, fmt, push, steps_of
 from dbsp.api import StreamContext, avg, col, count, hopping, max_, min_, session, sum_, \
     tumbling
 from dbsp.operators.window import KeyedRecomputeOperator
@@ -209,24 +209,6 @@ def test_with_watermark_on_a_derived_stream(ctx):
 ROW = st.tuples(st.integers(0, 60), st.integers(0, 2), st.one_of(st.none(), st.integers(-5, 20)))
 
 
-@st.composite
-def steps_of(draw, n_steps=5, max_rows=6, deletes=True):
-    live: dict = {}
-    out = []
-    for _ in range(draw(st.integers(1, n_steps))):
-        d: dict = {}
-        for r in draw(st.lists(ROW, max_size=max_rows)):
-            d[r] = d.get(r, 0) + 1
-        present = sorted((r for r, w in live.items() if w > 0), key=R._key)
-        if present and deletes:
-            for r in draw(st.lists(st.sampled_from(present), max_size=2, unique=True)):
-                d[r] = d.get(r, 0) - 1
-        d = {r: w for r, w in d.items() if w}
-        live = R.add(live, d)
-        out.append(d)
-    return out
-
-
 AGGS = [("count_all", None), ("sum", 2), ("min", 2), ("max", 2)]
 
 
@@ -240,7 +222,7 @@ def _window_build(spec, keyed):
 
 @settings(max_examples=20)
 @given(kind=st.sampled_from(["tumbling", "hopping", "gaps", "session"]), keyed=st.booleans(),
-       steps=steps_of())
+       steps=steps_of(ROW, n_steps=5))
 def test_windows_match_reference(workers, kind, keyed, steps):
     keys = [1] if keyed else []
     if kind == "tumbling":
@@ -256,7 +238,7 @@ def test_windows_match_reference(workers, kind, keyed, steps):
 
 @settings(max_examples=20)
 @given(frame=st.sampled_from([("range", 0), ("range", 7), ("rows", 1), ("rows", 3)]),
-       keyed=st.booleans(), steps=steps_of())
+       keyed=st.booleans(), steps=steps_of(ROW, n_steps=5))
 def test_rolling_matches_reference(workers, frame, keyed, steps):
     keys = [1] if keyed else []
     kw = {frame[0]: frame[1]}
@@ -291,7 +273,8 @@ def _run_late(workers, steps, lateness, build, ref_of):
 
 @settings(max_examples=20)
 @given(kind=st.sampled_from(["tumbling", "hopping", "session", "range", "rows"]),
-       keyed=st.booleans(), lateness=st.integers(0, 15), steps=steps_of(n_steps=7, deletes=False))
+       keyed=st.booleans(), lateness=st.integers(0, 15),
+       steps=steps_of(ROW, n_steps=7, deletes=False))
 def test_lateness_and_gc_keep_results_exact(workers, eager_gc, kind, keyed, lateness, steps):
     """Late rows are dropped and counted; dropping the state of what the watermark closed (GC,
     here after every step) never changes a result."""
