@@ -9,8 +9,10 @@ import time
 import pyarrow as pa
 
 from dbsp.checkpoint import CheckpointStore
-from dbsp.ft import Coordinator, DurableCircuit, State, read_outputs
+from dbsp.ft import Coordinator, DurableCircuit, State
 from dbsp.runtime.circuit import Circuit
+
+from ._logs import logged_view
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 
@@ -41,15 +43,6 @@ def make_read(limit=None, delay=0.0):
     return read
 
 
-def logged(d):
-    got: dict = {}
-    for _, tables in read_outputs(os.path.join(d, "ft", "output")):
-        for r in tables.get("raw", pa.table({})).to_pylist():
-            k = (r["k"], r["v"])
-            got[k] = got.get(k, 0) + r["__weight"]
-    return {k: w for k, w in got.items() if w}
-
-
 def test_pause_resume_stop(tmp_path):
     d = str(tmp_path)
     co = Coordinator(builder(d), make_read(limit=30))
@@ -61,7 +54,7 @@ def test_pause_resume_stop(tmp_path):
     co.resume()
     assert co.stop(30) == 30 and co.state is State.STOPPED
     co.close()
-    assert logged(d) == {r: 1 for s in range(30) for r in rows(s)}
+    assert logged_view(d) == {r: 1 for s in range(30) for r in rows(s)}
 
 
 def test_dead_worker_process_is_restarted_exactly(tmp_path):
@@ -80,4 +73,4 @@ def test_dead_worker_process_is_restarted_exactly(tmp_path):
     assert co.stop(40) == 40
     co.close()
     assert killed == 2 and co.restarts >= 2  # seen by the user as a counter (and a warning)
-    assert logged(d) == {r: 1 for s in range(40) for r in rows(s)}
+    assert logged_view(d) == {r: 1 for s in range(40) for r in rows(s)}

@@ -12,11 +12,12 @@ import pytest
 from dbsp.api import StreamContext
 from dbsp.api.expr.aggregates import count, max_, min_, sum_
 from dbsp.checkpoint import CheckpointError
-from dbsp.ft import read_outputs
 from dbsp.storage import config as storage_config
 from dbsp.storage import faults
 from dbsp.storage.config import StorageConfig
 from dbsp.storage.manager import DiskFull
+
+from ._logs import logged_view
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 
@@ -39,15 +40,6 @@ def feed(ctx, s, lo, hi):
         ctx.step()
 
 
-def logged_raw(d):
-    got: dict = {}
-    for _, tables in read_outputs(os.path.join(d, "ft", "output")):
-        for r in tables.get("raw", pa.table({})).to_pylist():
-            k = (r["k"], r["v"])
-            got[k] = got.get(k, 0) + r["__weight"]
-    return {k: w for k, w in got.items() if w}
-
-
 def want_raw(n):
     return {(j % 4, i * 10 + j): 1 for i in range(n) for j in range(12)}
 
@@ -66,7 +58,7 @@ def finish(d, n):
     ctx.open()
     feed(ctx, s, 0, n)
     ctx.close()
-    assert logged_raw(d) == want_raw(n)
+    assert logged_view(d) == want_raw(n)
 
 
 def test_full_disk_fails_typed_and_recovers(tmp_path, monkeypatch):

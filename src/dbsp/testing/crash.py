@@ -35,6 +35,15 @@ import time
 from collections import Counter
 from typing import Any, Optional
 
+import numpy as np
+import pyarrow as pa
+
+from ..api import StreamContext
+from ..api.expr.aggregates import count, max_, min_, sum_
+from ..ft import read_outputs
+from ..storage.config import StorageConfig
+from .pipelines import CRASH_DIMS, CRASH_EV
+
 K = 7
 EV_SCHEMA = [("seq", "int64"), ("k", "int64"), ("v", "int64")]
 
@@ -69,13 +78,6 @@ def expected(n: int) -> dict[str, dict[tuple, int]]:
 # -- the child ---------------------------------------------------------------------------------
 
 def child_main(args: argparse.Namespace) -> int:
-    import pyarrow as pa
-
-    from dbsp.api import StreamContext
-    from dbsp.api.expr.aggregates import count, max_, min_, sum_
-
-    from dbsp.storage.config import StorageConfig
-
     every = args.every if args.every > 0 else None
     # small files and merges into files from a few hundred rows: state on disk, merges that
     # write files (the "merge-mid" kill point), checkpoints naming files written by merges
@@ -111,10 +113,6 @@ def step_input(step: int, events: int, chunk: int) -> Optional[dict]:
     (step 0 also fills ``dims``): ``{input: (RecordBatch, weights)}``, None past the end. For
     drivers that feed :class:`dbsp.ft.coordinator.Coordinator` (replicas on the launcher or on
     Spark, :func:`dbsp.testing.pipelines.crash_views`)."""
-    import numpy as np
-    import pyarrow as pa
-
-    from dbsp.testing.pipelines import CRASH_DIMS, CRASH_EV
     lo = step * chunk
     if lo >= events:
         return None
@@ -136,7 +134,6 @@ def step_input(step: int, events: int, chunk: int) -> Optional[dict]:
 
 def read_views(directory: str) -> tuple[dict[str, Counter], int]:
     """Every view integrated from the output log alone, and the number of steps logged."""
-    from dbsp.ft import read_outputs
     views: dict[str, Counter] = {"ids": Counter(), "agg": Counter(), "join": Counter()}
     recs = read_outputs(os.path.join(directory, "ft", "output"))
     for i, (step, tables) in enumerate(recs):
