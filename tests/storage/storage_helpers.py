@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import decimal
+import threading
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -9,6 +11,7 @@ import pytest
 
 from dbsp.storage.backend import available_backends, make_backend
 from dbsp.storage.config import StorageConfig
+from dbsp.storage.reader import LayerFile
 
 BACKENDS = ["mmap", "pread", "uring"]
 
@@ -32,6 +35,34 @@ def backend_or_skip(kind: str, **kw):
     kw.setdefault("budget", 4 << 20)
     kw.setdefault("slot_size", 16384)
     return make_backend(kind, **kw)
+
+
+def open_layer(path: str, kind: str):
+    """Yield ``path`` opened as a LayerFile through a fresh backend of ``kind`` (4 KiB slots, so
+    reads cross blocks), closed after (for module fixtures parametrised over backends)."""
+    be = backend_or_skip(kind, budget=4 << 20, slot_size=4096) if kind != "mmap" \
+        else backend_or_skip("mmap")
+    f = LayerFile(path, be)
+    yield f
+    f.close()
+    be.shutdown()
+
+
+def in_threads(work: Callable[[int], None], n: int = 4) -> list:
+    """Run ``work(seed)`` for seeds 0..n-1 on n threads at once; the exceptions they raised."""
+    errors: list = []
+
+    def run(seed: int) -> None:
+        try:
+            work(seed)
+        except Exception as e:  # pragma: no cover - the caller reports it
+            errors.append(e)
+    ts = [threading.Thread(target=run, args=(s,)) for s in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return errors
 
 
 @pytest.fixture(params=BACKENDS)

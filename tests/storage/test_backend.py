@@ -1,16 +1,13 @@
 """Backend selection and behaviour (``src/dbsp/storage/backend.py``)."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
+from storage_helpers import backend_or_skip, in_threads
 
 from dbsp.storage.backend import available_backends, make_backend
 from dbsp.storage.reader import LayerFile
 from dbsp.storage.writer import LayerFileWriter, LayerSpec
-
-from storage_helpers import backend_or_skip
 
 
 def test_auto_picks_the_best_available():
@@ -50,22 +47,14 @@ def test_threads_read_concurrently(kind, file_u64):
     p, n = file_u64
     be = backend_or_skip(kind, slot_size=65536, budget=1 << 20)   # 16 slots: lots of eviction
     f = LayerFile(p, be)
-    errors = []
 
     def work(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for _ in range(60):
-                i = int(rng.integers(0, n - 1000))
-                assert np.array_equal(f.weights(i, i + 1000), np.arange(i, i + 1000))
-                assert f.lower_bound(i + 0.5 if False else i) == i
-        except Exception as e:  # pragma: no cover
-            errors.append(e)
-    ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+        for _ in range(60):
+            i = int(rng.integers(0, n - 1000))
+            assert np.array_equal(f.weights(i, i + 1000), np.arange(i, i + 1000))
+            assert f.lower_bound(i) == i
+    errors = in_threads(work)
     f.close()
     be.shutdown()
     assert not errors, errors[0]

@@ -8,13 +8,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from storage_helpers import open_layer
 
 from dbsp.storage import format as F
 from dbsp.storage.format import CorruptBlockError
 from dbsp.storage.reader import LayerFile
 from dbsp.storage.writer import LayerFileWriter, LayerSpec
-
-from storage_helpers import backend_or_skip
 
 STRUCT = pa.struct([("a", pa.int32()), ("b", pa.string())])
 TYPES = {
@@ -69,12 +68,7 @@ def written(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["pread", "mmap"])
 def lf(request, written):
-    be = backend_or_skip(request.param, budget=4 << 20, slot_size=4096) \
-        if request.param != "mmap" else backend_or_skip("mmap")
-    f = LayerFile(written[0], be)
-    yield f
-    f.close()
-    be.shutdown()
+    yield from open_layer(written[0], request.param)
 
 
 def test_nested_types_have_the_ipc_layout():

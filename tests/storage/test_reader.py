@@ -14,12 +14,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from storage_helpers import backend_or_skip, open_layer
 
 from dbsp.storage.format import TruncatedFileError
 from dbsp.storage.reader import LayerFile, read_metadata
 from dbsp.storage.writer import LayerFileWriter, LayerSpec
-
-from storage_helpers import backend_or_skip
 
 N = 20_000
 SCHEMA = pa.schema([("v", pa.int64()), ("s", pa.string())])
@@ -42,12 +41,7 @@ def written(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["pread", "mmap", "uring"])
 def lf(request, written):
-    be = backend_or_skip(request.param, budget=4 << 20, slot_size=4096) \
-        if request.param != "mmap" else backend_or_skip("mmap")
-    f = LayerFile(written[0], be)
-    yield f
-    f.close()
-    be.shutdown()
+    yield from open_layer(written[0], request.param)
 
 
 ranges = st.tuples(st.integers(0, N), st.integers(0, N)).map(sorted)

@@ -8,10 +8,10 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from dbsp._native.slab_pool import HIT, LOADING, RESERVED, PoolExhaustedError, SlabPool
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from dbsp._native.slab_pool import HIT, LOADING, RESERVED, PoolExhaustedError, SlabPool
+from storage_helpers import in_threads
 
 SLOT = 4096
 
@@ -258,31 +258,23 @@ def test_drop_file_frees_unpinned_and_orphans_pinned():
 def test_threads_share_the_pool():
     pool = SlabPool(64 * SLOT, SLOT)
     f = pool.register_file()
-    errors = []
 
     def work(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for b in rng.integers(0, 200, 3000):
-                st_, x = pool.acquire(f, int(b))
-                if st_ == RESERVED:
-                    mv = pool.slot_view(x)
-                    mv[:8] = int(b).to_bytes(8, "little")
-                    mv.release()
-                    x = pool.complete(x, SLOT)
-                elif st_ == LOADING:
-                    x = pool.wait(f, int(b), x)
-                    if x is None:
-                        continue
-                assert int.from_bytes(bytes(memoryview(x)[:8]), "little") == b
-        except Exception as e:   # pragma: no cover - reported below
-            errors.append(e)
-    ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors
+        for b in rng.integers(0, 200, 3000):
+            st_, x = pool.acquire(f, int(b))
+            if st_ == RESERVED:
+                mv = pool.slot_view(x)
+                mv[:8] = int(b).to_bytes(8, "little")
+                mv.release()
+                x = pool.complete(x, SLOT)
+            elif st_ == LOADING:
+                x = pool.wait(f, int(b), x)
+                if x is None:
+                    continue
+            assert int.from_bytes(bytes(memoryview(x)[:8]), "little") == b
+    errors = in_threads(work)
+    assert not errors, errors[:1]
     s = pool.stats()
     assert s["pinned"] == 0 and s["hits"] + s["misses"] >= 12000 - s["waits"]
 
