@@ -128,6 +128,16 @@ def _steps(c, t, u, n, start=0):
         c.step()
 
 
+def _checkpointed(d, n):
+    """Build the circuit in ``d``, run ``n`` steps, take one checkpoint, close: its info."""
+    c, t, u, _ = build(d)
+    store = CheckpointStore(d, c.fingerprint())
+    _steps(c, t, u, n)
+    info = store.checkpoint(c, c.steps)
+    c.close()
+    return info
+
+
 def test_gc_keeps_last_n_and_removes_unreferenced_files(tmp_path):
     d = str(tmp_path)
     c, t, u, outs = build(d)
@@ -160,11 +170,7 @@ def test_gc_keeps_last_n_and_removes_unreferenced_files(tmp_path):
 
 def test_fingerprint_mismatch_is_refused(tmp_path):
     d = str(tmp_path)
-    c, t, u, outs = build(d)
-    store = CheckpointStore(d, c.fingerprint())
-    _steps(c, t, u, 2)
-    store.checkpoint(c, c.steps)
-    c.close()
+    _checkpointed(d, 2)
     c2, *_ = build(d, extra=True)
     with pytest.raises(CircuitMismatch, match="different circuit"):
         CheckpointStore(d, c2.fingerprint())
@@ -173,11 +179,7 @@ def test_fingerprint_mismatch_is_refused(tmp_path):
 
 def test_corrupted_state_file_is_detected(tmp_path):
     d = str(tmp_path)
-    c, t, u, outs = build(d)
-    store = CheckpointStore(d, c.fingerprint())
-    _steps(c, t, u, 2)
-    info = store.checkpoint(c, c.steps)
-    c.close()
+    info = _checkpointed(d, 2)
     p = os.path.join(d, info.name, "worker-0.state")
     data = bytearray(open(p, "rb").read())
     data[len(data) // 2] ^= 0xFF
@@ -190,11 +192,7 @@ def test_corrupted_state_file_is_detected(tmp_path):
 
 def test_missing_catalog_with_checkpoints_refuses_to_start(tmp_path):
     d = str(tmp_path)
-    c, t, u, outs = build(d)
-    store = CheckpointStore(d, c.fingerprint())
-    _steps(c, t, u, 1)
-    store.checkpoint(c, c.steps)
-    c.close()
+    _checkpointed(d, 1)
     os.unlink(os.path.join(d, "checkpoints.json"))
     with pytest.raises(CheckpointCorrupt, match="catalog"):
         CheckpointStore(d, "anything")
@@ -233,11 +231,7 @@ def test_reopening_in_the_same_process_keeps_named_files(tmp_path):
     pinned too, so when they are merged away and collected the files a checkpoint names stay."""
     import gc
     d = str(tmp_path)
-    c, t, u, outs = build(d)
-    store = CheckpointStore(d, c.fingerprint())
-    _steps(c, t, u, 6)
-    store.checkpoint(c, c.steps)
-    c.close()
+    _checkpointed(d, 6)
     for _ in range(2):
         c, t, u, outs = build(d)
         store = CheckpointStore(d, c.fingerprint())
