@@ -1,6 +1,8 @@
 """Checked int64 arithmetic against Python integers (dbsp.algebra.checked)."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pytest
 from hypothesis import example, given
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 
 from dbsp.algebra import kernels as K
 from dbsp.algebra.checked import (I64_MAX, I64_MIN, WeightOverflowError, add_overflows,
-                                  group_sums, weighted_group_sums)
+                                  group_sums, mul_overflows, weighted_group_sums)
 
 I64 = st.integers(I64_MIN, I64_MAX)
 BIGISH = st.one_of(st.integers(-5, 5), I64, st.sampled_from([I64_MIN, I64_MAX, 2 ** 62, -2 ** 62]))
@@ -51,28 +53,27 @@ def test_group_sums_one_group(ws):
         assert int(sums[0]) == exact
 
 
-@given(st.lists(st.tuples(I64, I64), max_size=30))
-def test_add_overflows(pairs):
+def _check_elementwise(fn, op, pairs):
+    """``fn(a, b)`` gives ``(result, overflowed)``: every row either overflowed exactly when the
+    Python integer result leaves int64, or equals it (``overflowed`` None: no row did)."""
     a = np.array([p[0] for p in pairs], dtype=np.int64)
     b = np.array([p[1] for p in pairs], dtype=np.int64)
-    s, over = add_overflows(a, b)
+    r, over = fn(a, b)
     for i, (x, y) in enumerate(pairs):
-        assert bool(over[i]) == (not I64_MIN <= x + y <= I64_MAX)
-        if not over[i]:
-            assert int(s[i]) == x + y
+        fits = I64_MIN <= op(x, y) <= I64_MAX
+        assert (over is not None and bool(over[i])) == (not fits)
+        if fits:
+            assert int(r[i]) == op(x, y)
+
+
+@given(st.lists(st.tuples(I64, I64), max_size=30))
+def test_add_overflows(pairs):
+    _check_elementwise(add_overflows, operator.add, pairs)
 
 
 @given(st.lists(st.tuples(BIGISH, BIGISH), max_size=30))
 def test_mul_overflows(pairs):
-    from dbsp.algebra.checked import mul_overflows
-    a = np.array([p[0] for p in pairs], dtype=np.int64)
-    b = np.array([p[1] for p in pairs], dtype=np.int64)
-    p, over = mul_overflows(a, b)
-    for i, (x, y) in enumerate(pairs):
-        fits = I64_MIN <= x * y <= I64_MAX
-        assert (over is not None and bool(over[i])) == (not fits)
-        if fits:
-            assert int(p[i]) == x * y
+    _check_elementwise(mul_overflows, operator.mul, pairs)
 
 
 # -- weight sums inside the native kernels (merge, merge_pairs, sort: _native/checked_add.h) -------
