@@ -1,6 +1,10 @@
 """Backend selection and behaviour (``src/dbsp/storage/backend.py``)."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
 from storage_helpers import backend_or_skip, in_threads
@@ -40,6 +44,58 @@ def test_direct_io_and_duplicate_extents(kind, file_u64):
         del bufs
         assert be.pool.stats()["pinned"] == 0
     be.shutdown()
+
+
+def _takes_o_direct(path) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("kind", ["pread", "uring"])
+def test_direct_by_default_buffered_where_refused(kind, file_u64, tmp_path):
+    """The pooled backends open with O_DIRECT unless told otherwise; a file system that refuses
+    it (tmpfs) is read buffered, and both read the same blocks."""
+    if not hasattr(os, "O_DIRECT"):
+        pytest.skip("no O_DIRECT on this platform")
+    p, n = file_u64
+    be = backend_or_skip(kind, slot_size=65536, budget=4 << 20)
+    assert be.direct
+    copies = [p]
+    if os.path.isdir("/dev/shm"):
+        shm = tempfile.NamedTemporaryFile(dir="/dev/shm", suffix=".layer", delete=False)
+        shm.close()
+        shutil.copyfile(p, shm.name)
+        copies.append(shm.name)
+    try:
+        for path in copies:
+            with LayerFile(path, be) as f:
+                assert f._fh.direct == _takes_o_direct(path), path
+                assert np.array_equal(f.codes(0, n), np.arange(n, dtype=np.uint64))
+                assert np.array_equal(f.weights(n - 5000, n), np.arange(n - 5000, n))
+    finally:
+        for path in copies[1:]:
+            os.unlink(path)
+        be.shutdown()
+    buffered = backend_or_skip(kind, direct=False, slot_size=65536, budget=4 << 20)
+    with LayerFile(p, buffered) as f:
+        assert not f._fh.direct
+        assert np.array_equal(f.codes(0, n), np.arange(n, dtype=np.uint64))
+    buffered.shutdown()
+
+
+def test_storage_config_chooses_direct_io(tmp_path):
+    from dbsp.storage.config import StorageConfig
+    from dbsp.storage.manager import backend_for
+    assert StorageConfig(str(tmp_path)).direct
+    assert not StorageConfig(str(tmp_path), direct_io=False).direct
+    be = backend_for(StorageConfig(str(tmp_path), backend="pread", cache_bytes=2 << 20))
+    assert be.direct
+    be2 = backend_for(StorageConfig(str(tmp_path), backend="pread", cache_bytes=2 << 20,
+                                    direct_io=False))
+    assert be2 is not be and not be2.direct
 
 
 @pytest.mark.parametrize("kind", ["pread", "uring", "mmap"])

@@ -10,8 +10,8 @@ returning one buffer per block (verified, decompressed, ready for ``np.frombuffe
               4 KiB at a time runs at 0.06 GB/s here): every read and prefetch first issues
               ``madvise(MADV_WILLNEED)`` for all its blocks (asynchronous readahead, ~0.9 GB/s)
               and the mapping is ``MADV_RANDOM``. No pool: the OS page cache is the cache.
-``uring``     Cython + liburing (static), ``nogil`` refill loop, ~1-2 MiB in flight, CRC
-              checked in C as reads complete. Reads into slab pool slots; optional O_DIRECT.
+``uring``     Cython + liburing (static), ``nogil`` refill loop, ~4 MiB in flight (at most
+              128 reads), CRC checked in C as reads complete. Reads into slab pool slots.
 ``pread``     ``os.preadv`` into slab slots from a small thread pool (GIL released in the
               syscall); portable fallback when io_uring is disabled (sysctl, seccomp).
 ============  ==========================================================================
@@ -24,6 +24,14 @@ its wheel (a Zig build) dies with SIGILL at ring set-up on CPUs without the inst
 built for (an AMD EPYC here), taking the process down with it, and where it ran it was no
 faster than the Cython path (0.58 against 0.51-0.61 of in-memory speed on the storage workload,
 within noise) while holding the GIL for every submission.
+
+The pooled backends read with ``O_DIRECT`` by default (``direct=True``): the slab pool is
+the block cache, so the page cache would only hold every block a second time, and cold random
+reads ran faster direct (``bench/micro/bench_block_io.py``, fio in the same session: 64 KiB
+0.69-1.9x of fio direct against 0.42-0.56x buffered; 4 KiB 0.55-1.5x against 0.40-0.54x).
+Where the file system refuses ``O_DIRECT`` (tmpfs) the file is read buffered, with the kernel's
+readahead turned off (``POSIX_FADV_RANDOM``): reads are exact block extents, and readahead made
+each cold 64 KiB read fetch 256 KiB. ``direct=False`` asks for buffered reads.
 
 Every pooled backend keys the pool by ``(file_id, offset // 4096)``, pins what it returns
 (:class:`~dbsp._native.slab_pool.BlockRef`), verifies the checksum of every block it reads
@@ -72,6 +80,20 @@ def _decompress(buf, path: str, offset: int):
     if len(raw) != h.raw:
         raise CorruptBlockError(path, offset, "lz4 payload has the wrong size")
     return h, raw
+
+
+def _no_readahead(fd: int) -> None:
+    """Turn off the kernel's readahead for a buffered descriptor that reads whole blocks.
+
+    Without it a cold random read of one block makes the kernel read 4x the request (its
+    initial readahead window: 64 KiB -> 256 KiB, 4 KiB -> 16 KiB), so buffered random block
+    reads ran at 0.45x (64 KiB) and 0.75x (4 KiB) of fio's O_DIRECT figure. Our reads are
+    exact extents (a cursor's next blocks are asked for by ``prefetch``), so readahead only
+    wastes the device's bandwidth and page cache."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    except (AttributeError, OSError):
+        pass     # advisory
 
 
 def _is_lz4(buf) -> bool:
@@ -222,7 +244,7 @@ class _PooledBackend(Backend):
     """Shared logic of the backends that read into slab pool slots."""
 
     def __init__(self, pool=None, *, budget: int = 256 << 20, slot_size: int = 65536,
-                 policy: str = "s3fifo", direct: bool = False, queue_depth: Optional[int] = None,
+                 policy: str = "s3fifo", direct: bool = True, queue_depth: Optional[int] = None,
                  populate: bool = False):
         self.pool = pool if pool is not None else SlabPool(budget, slot_size, policy,
                                                            populate=populate)
@@ -239,7 +261,10 @@ class _PooledBackend(Backend):
     def _qd(self, extent: int) -> int:
         if self.queue_depth:
             return self.queue_depth
-        return int(min(128, max(16, (2 << 20) // max(extent, 4096))))
+        # ~4 MiB in flight: 64 reads of 64 KiB, 128 of 4 KiB. A batch's reads drain at its end
+        # (the refill loop stops refilling), so a queue twice fio's best (QD32 at 64 KiB) kept
+        # the device busier: 64 KiB direct reads 1.3-1.9x against 0.85-1.2x of fio at QD32
+        return int(min(128, max(16, (4 << 20) // max(extent, 4096))))
 
     def open(self, path) -> FileHandle:
         path = os.fspath(path)
@@ -253,6 +278,7 @@ class _PooledBackend(Backend):
                 fd = -1      # e.g. tmpfs: no O_DIRECT; fall back to buffered reads
         if fd < 0:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            _no_readahead(fd)
         size = os.fstat(fd).st_size
         return FileHandle(self, path, fd, size, direct, self.pool.register_file())
 

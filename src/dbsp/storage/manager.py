@@ -89,14 +89,14 @@ def backend_for(config: StorageConfig):
     reads through."""
     _check_fork()
     with _lock:
-        key = (config.backend, config.cache, config.block_size)
+        key = (config.backend, config.cache, config.block_size, config.direct)
         be = _backends.get(key)
         if be is None:
             if config.backend == "mmap":
                 be = make_backend("mmap")
             else:
                 be = make_backend(config.backend, budget=config.cache,
-                                  slot_size=config.block_size)
+                                  slot_size=config.block_size, direct=config.direct)
             _backends[key] = be
         return be
 
