@@ -127,6 +127,11 @@ def _child(data, case: str) -> dict:
 
 
 def _forked(data, case: str) -> dict:
+    return _forked_fn(_child, data, case)
+
+
+def _forked_fn(fn, *args) -> dict:
+    """``fn(*args)`` in a forked child (fresh allocator state), its dict result sent back."""
     import multiprocessing as mp
     import traceback
     ctx = mp.get_context("fork")
@@ -134,7 +139,7 @@ def _forked(data, case: str) -> dict:
 
     def target(conn):
         try:
-            conn.send(_child(data, case))
+            conn.send(fn(*args))
         except BaseException as e:  # reported to the parent
             conn.send({"error": repr(e), "traceback": traceback.format_exc()})
         conn.close()
@@ -181,3 +186,117 @@ def test_join_avg_state_in_memory_vs_on_disk(benchmark, data, case):
         info["memory_rss_growth_mb"] = max(r["rss_growth_mb"] for r in base)
         info["ratio_to_memory"] = statistics.median(bsecs) / statistics.median(secs)
     benchmark.extra_info.update(info)
+
+
+# --- history: step time as the state on disk grows ----------------------------------------------
+
+H_BIDS = int(os.environ.get("DBSP_BENCH_HISTORY_BIDS", 10_000_000))
+H_STEPS = int(os.environ.get("DBSP_BENCH_HISTORY_STEPS", 1_000))
+H_BUDGET = int(float(os.environ.get("DBSP_BENCH_HISTORY_BUDGET_MIB", 256)) * (1 << 20))
+H_BACKEND = os.environ.get("DBSP_BENCH_HISTORY_BACKEND", "auto")
+
+
+def _history_steps(n_bids: int, steps: int, seed: int = 1):
+    """The steps of ``_workload.workload_steps``, generated one at a time in the child (so the
+    data is no part of its memory)."""
+    import numpy as np
+    import pyarrow as pa
+    from _workload import AUCTIONS, BIDS, CATEGORIES
+    n_auctions = n_bids // 10
+    rng = np.random.default_rng(seed)
+    a_per, b_per = n_auctions // steps, n_bids // steps
+    cat = rng.integers(0, CATEGORIES, n_auctions, dtype=np.int64)
+    for s in range(steps):
+        ids = np.arange(s * a_per, (s + 1) * a_per, dtype=np.int64)
+        auc = (rng.random(b_per) * ((s + 1) * a_per)).astype(np.int64)
+        price = rng.integers(1, 10_000, b_per, dtype=np.int64)
+        yield (pa.record_batch([ids, cat[ids]], schema=AUCTIONS),
+               pa.record_batch([auc, price], schema=BIDS))
+
+
+def _pss_kib(pid: int) -> int:
+    """Proportional set size of a process (shared pages split among their users), KiB."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _history_child(case: str) -> dict:
+    import dbsp
+    from dbsp.storage.config import StorageConfig
+    from dbsp.trace.merge_helper import helpers_stats
+    storage = None
+    if case != "memory":
+        storage = StorageConfig(tempfile.mkdtemp(prefix="dbsp-bench-history-"),
+                                memory_budget_bytes=H_BUDGET, backend=H_BACKEND)
+    pss0 = _pss_kib(os.getpid())
+    step_s, pss_peak, helper_pids = [], 0, set()
+    with dbsp.Circuit(storage=storage) as c:
+        auctions, bids, out = build_query(c)
+        t_all = time.perf_counter()
+        for s, (a, b) in enumerate(_history_steps(H_BIDS, H_STEPS)):
+            t = time.perf_counter()
+            auctions.push(a)
+            bids.push(b)
+            c.step()
+            out.delta()
+            step_s.append(time.perf_counter() - t)
+            if s % 10 == 9 or s == H_STEPS - 1:
+                helper_pids |= {h["pid"] for h in helpers_stats() if h.get("pid")}
+                pss = _pss_kib(os.getpid()) + sum(_pss_kib(p) for p in helper_pids)
+                pss_peak = max(pss_peak, pss)
+        seconds = time.perf_counter() - t_all
+        stats = c.storage_stats() if storage is not None else {}
+    if storage is not None:
+        import shutil
+        shutil.rmtree(storage.dir, ignore_errors=True)
+    return {"seconds": seconds, "step_s": step_s, "pss_start_mb": pss0 / 1024,
+            "pss_peak_mb": pss_peak / 1024, "stats": stats}
+
+
+def _history_windows(step_s: list) -> dict:
+    """Mean and median step time around 1/10 of the history and over its last twentieth."""
+    import numpy as np
+    x = np.asarray(step_s)
+    w = max(len(x) // 20, 1)
+    c = len(x) // 10
+    early, late = x[max(c - w // 2, 0):c + w - w // 2], x[-w:]
+    return {"early_mean_ms": 1e3 * early.mean(), "late_mean_ms": 1e3 * late.mean(),
+            "early_median_ms": 1e3 * float(np.median(early)),
+            "late_median_ms": 1e3 * float(np.median(late)),
+            "growth_mean": late.mean() / early.mean(),
+            "growth_median": float(np.median(late) / np.median(early))}
+
+
+@pytest.mark.slow
+def test_join_avg_history_on_disk(benchmark):
+    """10M bids + 1M auctions in 1,000 steps, a 256 MiB budget, against the same run in memory
+    (forked children, one after the other): speed ratio, step time at 1M vs 10M of history,
+    and the peak PSS of the on-disk run (the process plus its merge helper)."""
+    benchmark.group = "storage-history"
+    runs: dict = {}
+
+    def once():
+        runs["disk"] = _forked_fn(_history_child, "disk")
+        runs["memory"] = _forked_fn(_history_child, "memory")
+
+    benchmark.pedantic(once, rounds=1, iterations=1, warmup_rounds=0)
+    d, m = runs["disk"], runs["memory"]
+    info = {"bids": H_BIDS, "steps": H_STEPS, "budget_mib": H_BUDGET >> 20,
+            "backend": H_BACKEND, "ratio_to_memory": m["seconds"] / d["seconds"],
+            "disk_s": d["seconds"], "memory_s": m["seconds"],
+            "pss_peak_mb": d["pss_peak_mb"], "pss_start_mb": d["pss_start_mb"],
+            "pss_over_budget_mb": d["pss_peak_mb"] - H_BUDGET / (1 << 20),
+            "memory_pss_peak_mb": m["pss_peak_mb"]}
+    for k, v in _history_windows(d["step_s"]).items():
+        info["disk_" + k] = v
+    for k, v in _history_windows(m["step_s"]).items():
+        info["memory_" + k] = v
+    benchmark.extra_info.update(info)
+    print("\n" + "\n".join(f"{k:28} {v:.3f}" if isinstance(v, float) else f"{k:28} {v}"
+                           for k, v in info.items()))
