@@ -91,6 +91,24 @@ def test_intersect_galloping_edges():
         same(native.intersect(s, big), ref.intersect(s, big))
 
 
+@given(st.data())
+def test_intersect_sparse_probes(data):
+    """A side over 1,024 times longer is binary-searched whole for each code of the other (the
+    sparse path): same answers as the reference, u64 and var codes."""
+    kind = data.draw(KINDS)
+    n = 3_000
+    big = np.arange(0, 3 * n, 3, dtype=np.uint64)
+    small = np.unique(np.asarray(data.draw(st.lists(st.integers(0, 3 * n + 5), max_size=2)),
+                                 dtype=np.uint64))
+    if kind == "var":
+        def enc(x):
+            return VarCodes.from_list([int(v).to_bytes(8, "big") + b"\x01" * (int(v) % 3)
+                                      for v in x])
+        big, small = enc(big), enc(small)
+    same(native.intersect(big, small), ref.intersect(big, small))
+    same(native.intersect(small, big), ref.intersect(small, big))
+
+
 @st.composite
 def offsets(draw, keys):
     lens = draw(st.lists(st.integers(0, 3), min_size=keys, max_size=keys))
