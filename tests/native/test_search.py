@@ -91,22 +91,30 @@ def test_intersect_galloping_edges():
         same(native.intersect(s, big), ref.intersect(s, big))
 
 
+_SPARSE_N = (1 << 20) + 3   # at least SPARSE_ROWS rows, over 128 times the probes
+_SPARSE_U64 = np.arange(0, 3 * _SPARSE_N, 3, dtype=np.uint64)
+_SPARSE_VAR = VarCodes(np.arange(_SPARSE_N + 1, dtype=np.int64) * 8,
+                       _SPARSE_U64.astype(">u8").view(np.uint8))
+
+
 @given(st.data())
 def test_intersect_sparse_probes(data):
-    """A side over 1,024 times longer is binary-searched whole for each code of the other (the
-    sparse path): same answers as the reference, u64 and var codes."""
+    """A side over 128 times longer and of at least 2**20 rows is binary-searched whole for
+    each code of the other (the sparse path): same answers as the reference, u64 and var
+    codes, either side first."""
     kind = data.draw(KINDS)
-    n = 3_000
-    big = np.arange(0, 3 * n, 3, dtype=np.uint64)
-    small = np.unique(np.asarray(data.draw(st.lists(st.integers(0, 3 * n + 5), max_size=2)),
-                                 dtype=np.uint64))
+    hi = 3 * _SPARSE_N + 5
+    small = np.unique(np.asarray(data.draw(st.lists(
+        st.one_of(st.integers(0, 40), st.integers(0, hi), st.integers(hi - 40, hi)),
+        max_size=20)), dtype=np.uint64))
+    hit = (small % 3 == 0) & (small < 3 * _SPARSE_N)
+    want = (np.flatnonzero(hit).astype(np.int64), (small[hit] // 3).astype(np.int64))
+    big = _SPARSE_U64
     if kind == "var":
-        def enc(x):
-            return VarCodes.from_list([int(v).to_bytes(8, "big") + b"\x01" * (int(v) % 3)
-                                      for v in x])
-        big, small = enc(big), enc(small)
-    same(native.intersect(big, small), ref.intersect(big, small))
-    same(native.intersect(small, big), ref.intersect(small, big))
+        big = _SPARSE_VAR
+        small = VarCodes.from_list([int(v).to_bytes(8, "big") for v in small])
+    same(native.intersect(small, big), want)
+    same(native.intersect(big, small), (want[1], want[0]))
 
 
 @st.composite
