@@ -46,6 +46,21 @@ bid trace running in the helper left only the auction trace to spill, and uring 
 budget, where the pooled backends give a quarter of it to the slab pool) and reads blocks as
 views. Merges in the merger thread lose a third of the throughput to the GIL; merges in the
 step spill least (15 files written vs 45-58) but the step does them.
+
+``test_join_avg_history_on_disk`` (slow; issue 14's set-up): 10M bids + 1M auctions in 1,000
+steps (``DBSP_BENCH_HISTORY_BIDS`` / ``_STEPS``), a 256 MiB budget (``_BUDGET_MIB``), the
+default backend (uring, O_DIRECT), against the same run in memory; the data is generated in
+each child a step at a time. ``extra_info``: ``ratio_to_memory`` (target >= 0.5), step times
+around 1M of history and over the last 50 steps (``disk_growth_mean`` / ``_median``, target
+within 1.5), ``pss_peak_mb`` (the process plus its merge helper, sampled every 25 steps; target
+within the budget plus ``FIXED_OVERHEAD_MIB``). Two runs at load average 10-21 on the 2 vCPUs
+(every time ~5-10x a quiet run's): ratio 0.54 and 0.49; on disk growth 0.80 / 1.69 (mean),
+0.68 / 1.29 (median), in memory 0.41 / 0.74 (the load, not history, sets these); peak PSS
+309 and 275 MiB (start 39 MiB), 19-53 MiB over the budget. On CPU time (2M bids, 200 steps,
+51 MiB budget, three runs each): the on-disk process 3.4-4.2 s plus the helper's 0.7-1.1 s
+against 2.6-3.0 s in memory; of the main thread's extra ~1 s, the accountant's ``recount``
+0.2 s, the spine hooks and spills most of the rest; ``limit_allocators=False`` saves ~0.3 s
+and costs ~30 MiB of PSS; buffered reads (``direct_io=False``) were no faster (3.7-4.1 s).
 """
 from __future__ import annotations
 
