@@ -25,7 +25,7 @@ from dbsp.trace.timed import OrdKeyBatch, OrdValBatch
 def _collect():
     """Each test builds many circuits with storage; their batch files stay open until the
     cyclic garbage collector frees them, and a process runtime forked later inherits the
-    descriptors (the socket transport's select() refuses descriptors >= 1024). Collect now."""
+    descriptors. Collect now."""
     yield
     gc.collect()
 

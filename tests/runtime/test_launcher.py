@@ -179,3 +179,53 @@ def test_a_failed_step_on_the_launcher_is_rolled_back_and_the_circuit_goes_on():
         got.append(job.outputs["counts"].to_dict())
         assert job.outputs["counts"].view_dict() == outs["counts"].view_dict()
     assert got == want
+
+
+def test_workers_with_descriptors_above_1024_still_step():
+    """A process with many open files (a Spark executor) hands its mesh sockets descriptors
+    >= 1024, which ``select`` cannot watch: the exchange polls instead. Two in-process workers
+    of a launched job, after this process opened 1100 files, run steps over the mesh."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1400:
+        if hard != resource.RLIM_INFINITY and hard < 1400:
+            pytest.skip(f"the descriptor limit ({hard}) is below what the test needs")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1400, hard))
+    held = [open(os.devnull, "rb") for _ in range(1100)]
+    steps = P.sample_steps(3)
+    want = _embedded(steps)
+    job = launch(P.join_agg_closure, workers=2, spawn=False, timeout=60)
+    seen: list = []
+    ws = [threading.Thread(target=serve_worker, daemon=True,
+                           args=(job.coordinator.address, job.auth, w, P.join_agg_closure),
+                           kwargs={"on_ready": lambda: seen.append(_max_socket_fd())})
+          for w in range(2)]
+    try:
+        for t in ws:
+            t.start()
+        got = []
+        for st in steps:
+            P.push_step(job.inputs, st)
+            job.step()
+            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+        assert got == want
+        assert min(seen) >= 1024, seen  # the mesh really was on high descriptors
+    finally:
+        job.close()
+        for t in ws:
+            t.join(timeout=30)
+        for f in held:
+            f.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _max_socket_fd() -> int:
+    """The highest descriptor of a socket this process holds."""
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                fds.append(int(name))
+        except OSError:
+            pass
+    return max(fds)

@@ -1,9 +1,12 @@
 """A transport over a full mesh of connected sockets (between processes or hosts).
 
 Every pair of workers shares one non-blocking stream socket. An exchange sends to and receives
-from all peers in one ``select`` loop (incremental :class:`~dbsp.storage.wire.Sender` /
+from all peers in one ``poll`` loop (incremental :class:`~dbsp.storage.wire.Sender` /
 :class:`~dbsp.storage.wire.Receiver`), so two workers sending large parts to each other at the
 same time can never deadlock on full socket buffers, and no thread hand-off sits on the path.
+``poll``, not ``select``: ``select`` cannot watch a descriptor numbered 1024 or more, which a
+process with many open files (a Spark executor, a worker with thousands of batch files) hands
+out to its sockets.
 Messages carry the exchange's sequence number; all workers call :meth:`exchange` in the same
 order (identical circuits in lockstep), and a mismatch is reported as a protocol error.
 
@@ -49,6 +52,10 @@ _HELLO = struct.Struct("<8s16sQI16s")  # magic, job id, generation, worker id, n
 _MAC = 32
 #: worker id the coordinator (driver) uses when it dials a worker (never a worker's id)
 COORDINATOR = 0xFFFFFFFF
+# poll events that mean "read now": data, or the peer hung up / failed (the read then raises)
+_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
+_OUT = select.POLLOUT
+_OUT_OR_FAIL = select.POLLOUT | select.POLLHUP | select.POLLERR  # a send then raises
 
 
 class HandshakeRefused(ConnectionError):
@@ -286,24 +293,41 @@ class SocketTransport:
             sending[sock] = snd
         receiving = {sock: (p, wire.Receiver(sock)) for p, sock in self.peers.items()}
         try:
-            for sock in list(sending):  # most messages fit the socket buffer: no select needed
+            for sock in list(sending):  # most messages fit the socket buffer: no poll needed
                 if sending[sock].pump():
                     del sending[sock]
+            by_fd = {s.fileno(): s for s in self.peers.values()}
+            poller = select.poll()  # no syscall until poll(); no limit on descriptor numbers
+
+            def watch(sock: socket.socket) -> int:
+                return (_IN if sock in receiving else 0) | (_OUT if sock in sending else 0)
+
+            for sock in self.peers.values():
+                if watch(sock):
+                    poller.register(sock, watch(sock))
             while receiving or sending:
-                r, w, _ = select.select(list(receiving), list(sending), [])
-                for sock in w:
-                    if sending[sock].pump():
+                for fd, ev in poller.poll():
+                    sock = by_fd[fd]
+                    if ev & select.POLLNVAL:
+                        raise OSError(f"the socket to a peer was closed under worker "
+                                      f"{self.worker}")
+                    if ev & _OUT_OR_FAIL and sock in sending and sending[sock].pump():
                         del sending[sock]
-                for sock in r:
-                    p, rcv = receiving[sock]
-                    if rcv.feed():
-                        del receiving[sock]
-                        got_seq, value = rcv.value()
-                        if got_seq != seq:
-                            raise RuntimeError(
-                                f"exchange out of step: worker {p} sent #{got_seq}, expected "
-                                f"#{seq} (circuits differ between workers?)")
-                        out[p] = value
+                    if ev & _IN and sock in receiving:
+                        p, rcv = receiving[sock]
+                        if rcv.feed():
+                            del receiving[sock]
+                            got_seq, value = rcv.value()
+                            if got_seq != seq:
+                                raise RuntimeError(
+                                    f"exchange out of step: worker {p} sent #{got_seq}, "
+                                    f"expected #{seq} (circuits differ between workers?)")
+                            out[p] = value
+                    mask = watch(sock)
+                    if mask:
+                        poller.modify(sock, mask)
+                    else:
+                        poller.unregister(sock)
         except (OSError, wire.WireError) as e:
             self._aborted = True
             raise TransportAborted(f"a peer of worker {self.worker} is gone ({e})") from None
