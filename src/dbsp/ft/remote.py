@@ -46,8 +46,8 @@ from typing import Any, Callable, Optional, Protocol
 from ..checkpoint import CheckpointStore
 from ..runtime.circuit import Circuit
 from ..runtime.process import WorkerDied
-from ..runtime.launcher import (Coordinator, build_outputs, pipeline_spec, resolve_pipeline,
-                                spawn_workers)
+from ..runtime.launcher import (Coordinator, build_outputs, per_worker, pipeline_spec,
+                                resolve_pipeline, spawn_workers)
 from ..runtime.socket_transport import MeshAuth
 from ..storage.config import as_storage_config
 from ..storage.faults import write_durable
@@ -58,7 +58,7 @@ from .coordinator import Coordinator as FtCoordinator
 from .durable import DurableCircuit
 
 __all__ = ["Fence", "Fenced", "fenced_apply", "Generation", "DurableJob", "LauncherGeneration",
-           "launch_durable", "GENERATION_FILE"]
+           "LauncherJob", "launch_durable", "GENERATION_FILE"]
 
 log = logging.getLogger("dbsp.ft")
 
@@ -138,6 +138,11 @@ class _Executor:
     @property
     def broken(self) -> Optional[BaseException]:
         return self.coordinator.broken
+
+    @property
+    def info(self) -> dict:
+        """What each replica registered with (host, address, version): the layout's hosts."""
+        return self.coordinator.info
 
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         return self.coordinator.step(inputs, check)
@@ -263,6 +268,51 @@ class DurableJob:
         self.recovery_seconds.append(time.perf_counter() - t0)
         return d
 
+    def change_layout(self, workers: int,
+                      start: Optional[Callable[[MeshAuth, str], Generation]] = None) -> dict:
+        """A cold layout change (seed 000, "Layout changes"): checkpoint and stop the current
+        generation, start the next one on ``workers`` replicas (started by ``start``, default
+        the job's own), whose workers load the state of the shards they now own (only
+        reassigned shards' state moves, :mod:`dbsp.checkpoint.reshard`) and commit a checkpoint
+        in the new layout before any input is processed. With the same worker count only the
+        placement changes (other hosts, another version of the package): the state is loaded as
+        it is, nothing moves, and a checkpoint records the new placement at once. Pending
+        input is refused (push it after the change).
+
+        Returns what changed: ``from_workers``, ``to_workers``, ``hosts`` before and after,
+        ``moved_fraction`` of the stored rows (0 when the shards stayed), ``seconds``."""
+        if self.ft is not None:
+            raise RuntimeError("this durable job is driven by run(): stop it (.ft.stop(step)) "
+                               "and close its loop before changing the layout")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        t0 = time.perf_counter()
+        before = {"workers": self.workers, "hosts": None}
+        d = self.durable
+        if d is not None:
+            pending = [n for n, inp in d.circuit.inputs.items() if inp.pending_rows]
+            if pending:
+                raise RuntimeError(f"input {', '.join(pending)} has rows pending: step before "
+                                   f"changing the layout (no input is processed during a "
+                                   f"layout change)")
+            if d.opened and d.circuit.failed is None:
+                before["hosts"] = d.circuit.worker_hosts()
+            d.close()  # the last checkpoint of the old layout, the replicas stopped
+            self.durable = None
+        self.workers = workers
+        if start is not None:
+            self.start = start
+        self.driver_storage = SpineStorage(self.config, workers)
+        d = self.open()  # the next generation: prepare (resized map), restore, commit
+        if d.layout_change is None:  # same shards, new placement: record it at once too
+            d.checkpoint(wait=True)
+        change = dict(d.layout_change or {})
+        moved = change.get("moved_fraction")
+        return {**change, "from_workers": before["workers"], "to_workers": workers,
+                "hosts_before": before["hosts"], "hosts_after": d.circuit.worker_hosts(),
+                "moved_fraction": 0.0 if moved is None else moved,
+                "step": d.step_no, "seconds": time.perf_counter() - t0}
+
     def pids(self) -> dict[int, int]:
         """The current generation's replica processes by worker (from their registration)."""
         if self.gen is None:
@@ -346,13 +396,14 @@ class _Ft(FtCoordinator):
 
 class LauncherGeneration:
     """One generation on local worker processes (``python -m dbsp.cli worker``): the
-    :class:`Generation` of :func:`launch_durable`."""
+    :class:`Generation` of :func:`launch_durable`. ``python``, ``hosts``, ``env``: per worker
+    (or one for all), see :func:`~dbsp.runtime.launcher.spawn_workers`."""
 
     def __init__(self, auth: MeshAuth, root: str, workers: int, spec: str, timeout: float,
-                 python: Optional[str] = None):
+                 python: Any = None, hosts: Optional[list] = None, env: Any = None):
         self.coordinator = Coordinator(workers, auth, "127.0.0.1:0", spec, {"storage": root},
                                        timeout)
-        self.procs = spawn_workers(self.coordinator.address, workers, auth, python)
+        self.procs = spawn_workers(self.coordinator.address, workers, auth, python, hosts, env)
 
     def close(self, failed: bool) -> None:
         self.coordinator.close()
@@ -366,11 +417,47 @@ class LauncherGeneration:
                 p.wait()
 
 
+class LauncherJob(DurableJob):
+    """A :class:`DurableJob` on worker processes of the launcher (:func:`launch_durable`),
+    whose layout changes name the new placement: :meth:`relayout`."""
+
+    def __init__(self, spec: str, workers: int, storage: Any, timeout: float, python: Any,
+                 hosts: Optional[list], env: Any, **kw: Any):
+        self.spec, self.timeout = spec, timeout
+        self.placement = self._placement(workers, python, hosts, env)
+        super().__init__(spec, workers, storage, self._starter(workers, self.placement), **kw)
+
+    @staticmethod
+    def _placement(workers: int, python: Any, hosts: Optional[list], env: Any) -> dict:
+        return {"python": per_worker(python, workers, "python"),
+                "hosts": per_worker(None if hosts is None else list(hosts), workers, "hosts"),
+                "env": per_worker(env, workers, "env")}
+
+    def _starter(self, workers: int, placement: dict) -> Callable[[MeshAuth, str], Generation]:
+        def start(auth: MeshAuth, root: str) -> LauncherGeneration:
+            return LauncherGeneration(auth, root, workers, self.spec, self.timeout,
+                                      placement["python"], placement["hosts"],
+                                      placement["env"])
+        return start
+
+    def relayout(self, workers: Optional[int] = None, *, hosts: Optional[list] = None,
+                 python: Any = None, env: Any = None) -> dict:
+        """A cold layout change (:meth:`DurableJob.change_layout`) to ``workers`` processes
+        (default: as many as now) placed by ``hosts`` / ``python`` / ``env`` (per worker, see
+        :func:`~dbsp.runtime.launcher.spawn_workers`; default: the launcher's defaults)."""
+        W = self.workers if workers is None else workers
+        self.placement = self._placement(W, python, hosts, env)
+        return self.change_layout(W, self._starter(W, self.placement))
+
+
 def launch_durable(pipeline: Any, workers: int, storage: Any, *, timeout: float = 120.0,
-                   python: Optional[str] = None, **kw: Any) -> DurableJob:
+                   python: Any = None, hosts: Optional[list] = None, env: Any = None,
+                   **kw: Any) -> LauncherJob:
     """A :class:`DurableJob` on ``workers`` local processes (the launcher): ``pipeline`` must
-    be importable by name (``module:function``); ``kw``: :class:`DurableJob`'s options."""
-    spec = pipeline_spec(pipeline)
-    return DurableJob(spec, workers, storage,
-                      lambda auth, root: LauncherGeneration(auth, root, workers, spec, timeout,
-                                                            python), **kw)
+    be importable by name (``module:function``). Per worker (a list of ``workers``, or one
+    for all): ``python`` (interpreter), ``hosts`` (the address it listens on for its peers,
+    which its checkpoints record as its host), ``env`` (variables to add). ``kw``:
+    :class:`DurableJob`'s options. :meth:`LauncherJob.relayout` changes workers and
+    placement."""
+    return LauncherJob(pipeline_spec(pipeline), workers, storage, timeout, python, hosts, env,
+                       **kw)

@@ -227,16 +227,30 @@ class Circuit(Graph):
                                f"(change it at a restart, from a checkpoint)")
         self.layout = shards
 
-    def worker_hosts(self) -> list[str]:
-        """The host each worker runs on (the embedded runtimes: this one)."""
+    def _worker_info(self) -> Optional[dict]:
+        """What remote workers registered with (pid, host, address, version), by worker."""
         info = getattr(self._executor, "info", None)
         if isinstance(info, dict) and len(info) == self.workers:
-            return [str(info[w].get("host", "?")) for w in range(self.workers)]
+            return info
+        return None
+
+    def worker_hosts(self) -> list[str]:
+        """The host each worker runs on: the address its peers dial (remote workers), else
+        this host's name (the embedded runtimes)."""
+        info = self._worker_info()
+        if info is not None:
+            return [str(info[w].get("address") or info[w].get("host", "?"))
+                    for w in range(self.workers)]
         return [socket.gethostname()] * self.workers
 
     def layout_info(self) -> dict:
-        """The layout as a checkpoint records it: the shard map and each worker's host."""
-        return {"shards": self.layout.to_dict(), "hosts": self.worker_hosts()}
+        """The layout as a checkpoint records it: the shard map, each worker's host and (remote
+        workers) the package version each ran."""
+        out = {"shards": self.layout.to_dict(), "hosts": self.worker_hosts()}
+        info = self._worker_info()
+        if info is not None:
+            out["versions"] = [info[w].get("version") for w in range(self.workers)]
+        return out
 
     def _start(self) -> None:
         tune_malloc()

@@ -39,7 +39,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from ..circuit.errors import check_policy
 from ..circuit.exchange import ShardMap, TransportAborted
@@ -51,8 +51,8 @@ from .placement import plan
 from .process import WorkerDied, serve_replica
 from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
-__all__ = ["Coordinator", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs", "pipeline_spec",
-           "resolve_pipeline", "AUTH_ENV"]
+__all__ = ["Coordinator", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs",
+           "pipeline_spec", "per_worker", "resolve_pipeline", "AUTH_ENV"]
 
 #: environment variable holding a worker's credentials (``MeshAuth.to_text()``)
 AUTH_ENV = "DBSP_MESH_AUTH"
@@ -268,12 +268,16 @@ class Coordinator:
 def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
                  build: Optional[Callable[[Circuit], Any]] = None, listen_host: str = "127.0.0.1",
                  advertise_host: Optional[str] = None, timeout: float = 120.0,
-                 on_ready: Optional[Callable[[], None]] = None) -> None:
+                 on_ready: Optional[Callable[[], None]] = None,
+                 info: Optional[dict] = None) -> None:
     """Run worker ``worker`` of the job of ``auth`` until the coordinator says stop.
 
     Dials the coordinator, listens for its peers on ``listen_host`` (an ephemeral port), joins
     the mesh, builds the pipeline (``build``, else the one the coordinator names) and serves
     steps. Raises if the handshake is refused or the mesh cannot be formed in ``timeout``.
+    The worker registers with its pid, host name and the host its peers dial (``address``: the
+    host a checkpoint's layout records for it), plus ``info`` (its package version and code
+    path, from the process that started it).
     """
     deadline = time.monotonic() + timeout
     ctrl = dial(coordinator, auth, worker, deadline)
@@ -282,7 +286,8 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
         listener = socket.create_server((listen_host, 0))
         address = f"{advertise_host or listen_host}:{listener.getsockname()[1]}"
         wire.send(ctrl, ("register", address,
-                         {"pid": os.getpid(), "host": socket.gethostname()}))
+                         {**(info or {}), "pid": os.getpid(), "host": socket.gethostname(),
+                          "address": advertise_host or listen_host}))
         msg = wire.recv(ctrl)
         if msg[0] != "mesh":
             raise RuntimeError(f"coordinator sent {msg[0]!r} instead of the mesh")
@@ -338,18 +343,46 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
         ctrl.close()
 
 
+def per_worker(value: Any, workers: int, what: str) -> list:
+    """``value`` for each of ``workers`` workers: a list of that length as it is, anything else
+    (one value, None) repeated."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != workers:
+            raise ValueError(f"{what}: {len(value)} given for {workers} workers ({value!r})")
+        return list(value)
+    return [value] * workers
+
+
 def spawn_workers(coordinator: str, workers: int, auth: MeshAuth,
-                  python: Optional[str] = None) -> list[subprocess.Popen]:
+                  python: Union[None, str, Sequence[Optional[str]]] = None,
+                  hosts: Optional[Sequence[str]] = None,
+                  env: Union[None, dict, Sequence[Optional[dict]]] = None) -> list[subprocess.Popen]:
     """Start ``workers`` local worker processes (``python -m dbsp.cli worker``) that dial
     ``coordinator``; their credentials travel in :data:`AUTH_ENV`, the driver's ``sys.path`` in
-    ``PYTHONPATH``."""
-    env = dict(os.environ)
-    env[AUTH_ENV] = auth.to_text()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return [subprocess.Popen([python or sys.executable, "-m", "dbsp.cli", "worker",
-                              "--coordinator", coordinator, "--worker", str(i)],
-                             env=env, stdin=subprocess.DEVNULL)
-            for i in range(workers)]
+    ``PYTHONPATH``.
+
+    Per worker (one value for all, or a list of ``workers``): ``python``, the interpreter;
+    ``hosts``, the address it listens on for its peers (e.g. 127.0.0.1 and 127.0.0.2: two hosts
+    on one machine), which is the host its checkpoints record; ``env``, variables to add (a
+    ``PYTHONPATH`` given goes before the driver's, e.g. another version of the package)."""
+    pythons = per_worker(python, workers, "python")
+    addrs = per_worker(None if hosts is None else list(hosts), workers, "hosts")
+    envs = per_worker(env, workers, "env")
+    base = dict(os.environ)
+    base[AUTH_ENV] = auth.to_text()
+    path = os.pathsep.join(p for p in sys.path if p)
+    procs = []
+    for i in range(workers):
+        e = dict(base)
+        extra = dict(envs[i] or {})
+        e["PYTHONPATH"] = os.pathsep.join(x for x in (extra.pop("PYTHONPATH", None), path) if x)
+        e.update(extra)
+        cmd = [pythons[i] or sys.executable, "-m", "dbsp.cli", "worker",
+               "--coordinator", coordinator, "--worker", str(i)]
+        if addrs[i] is not None:
+            cmd += ["--listen", addrs[i]]
+        procs.append(subprocess.Popen(cmd, env=e, stdin=subprocess.DEVNULL))
+    return procs
 
 
 class Job:
