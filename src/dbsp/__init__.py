@@ -44,7 +44,7 @@ The package, bottom up (imports only go down; ``lint-imports`` checks it):
 [(('a', 5), 1), (('a', 12), -1)]
 """
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 from .algebra.schema import WEIGHT, InputError  # noqa: E402
 from .api import (StreamContext, avg, coalesce, col, count, count_distinct,  # noqa: E402

@@ -8,15 +8,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections import Counter
 
 import pytest
 
 import dbsp
-from dbsp.ft import read_outputs
 from dbsp.ft.remote import launch_durable
-from dbsp.runtime.circuit import Circuit
-from dbsp.runtime.launcher import build_outputs
 from dbsp.testing import crash
 from dbsp.testing import pipelines as P
 
@@ -25,44 +21,16 @@ STEPS = EVENTS // CHUNK
 A, B = "127.0.0.1", "127.0.0.2"  # two "hosts": loopback addresses of this machine
 
 
-def _rows(t) -> Counter:
-    cols = [c for c in t.column_names if c not in ("__weight", "__step")]
-    out: Counter = Counter()
-    for r, w in zip(zip(*[t.column(c).to_pylist() for c in cols]),
-                    t.column("__weight").to_pylist()):
-        out[tuple(r)] += w
-    return +out
-
-
-def logged_steps(root) -> dict[int, dict[str, Counter]]:
-    """Every step's output as the output log holds it (views with changes only)."""
-    return {s: {n: _rows(t) for n, t in tables.items() if _rows(t)}
-            for s, tables in read_outputs(os.path.join(str(root), "ft", "output"))}
-
-
-def fixed_scale_steps(n: int = STEPS) -> dict[int, dict[str, Counter]]:
-    """The same steps on one embedded worker that never changes scale."""
-    with Circuit(workers=1) as c:
-        outs = build_outputs(c, P.crash_views)
-        got = {}
-        for s in range(n):
-            for name, part in crash.step_input(s, EVENTS, CHUNK).items():
-                c.inputs[name].put_pending(*part)
-            c.step()
-            got[s] = {k: _rows(o.delta().to_arrow()) for k, o in outs.items()}
-            got[s] = {k: v for k, v in got[s].items() if v}
-        return got
-
-
 def feed(job, steps: int) -> None:
-    d = job.durable
-    for _ in range(steps):
-        inp = crash.step_input(d.step_no, EVENTS, CHUNK)
-        if inp is None:
-            return
-        for name, part in inp.items():
-            d.circuit.inputs[name].put_pending(*part)
-        d.step()
+    crash.feed(job, steps, EVENTS, CHUNK)
+
+
+def logged_steps(root) -> dict:
+    return crash.logged_steps(str(root))
+
+
+def fixed_scale_steps() -> dict:
+    return crash.fixed_scale_steps(EVENTS, CHUNK)
 
 
 def catalog(root) -> list[dict]:
@@ -138,7 +106,7 @@ def new_version(tmp_path, version: str) -> dict:
     if not (dst / "_native").exists():  # an editable install keeps the extensions elsewhere
         import dbsp._native as native
         os.symlink(list(native.__path__)[0], dst / "_native")
-    init = dst / "__init__.py"
+    init = dst / "_version.py"
     text = init.read_text()
     assert f'__version__ = "{dbsp.__version__}"' in text
     init.write_text(text.replace(f'__version__ = "{dbsp.__version__}"',

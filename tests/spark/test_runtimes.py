@@ -6,16 +6,12 @@ wheel alone). The circuits: a join, an aggregate and a recursive query
 (:func:`~dbsp.nexmark.pipelines.nexmark_views`). Then, on ``local-cluster``: a whole executor
 JVM killed mid-run at random steps, and the crash checker finds every row exactly once.
 
-The Spark sessions are module-wide: one per master, made once and stopped when the tests move
-on to the next master (a process holds one SparkContext at a time), so each start-up is paid
-once.
+The Spark sessions come from ``conftest.py`` (one live session at a time, shared with the
+other Spark tests).
 """
 from __future__ import annotations
 
-import os
 import random
-import sys
-import time
 
 import pyarrow as pa
 import pytest
@@ -35,54 +31,6 @@ STEPS = EVENTS // CHUNK
 pytestmark = pytest.mark.slow
 
 LOCAL, CLUSTER = "local[2]", "local-cluster[2,1,1024]"
-
-
-class Sessions:
-    """At most one live SparkSession, for the master last asked for."""
-
-    def __init__(self):
-        self.master, self.session = None, None
-
-    def get(self, master: str):
-        if self.master != master:
-            self.stop()
-            from pyspark.sql import SparkSession
-            os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-            os.environ["PYSPARK_PYTHON"] = sys.executable
-            self.session = (SparkSession.builder.master(master).appName("dbsp-runtimes")
-                            .config("spark.driver.host", "127.0.0.1")
-                            .config("spark.driver.bindAddress", "127.0.0.1")
-                            .config("spark.ui.enabled", "false")
-                            .config("spark.executor.memory", "512m")
-                            .config("spark.python.task.killTimeout", "500ms")
-                            .getOrCreate())
-            self.master = master
-            if master == CLUSTER:
-                _wait_for_executors(self.session, 2)
-        return self.session
-
-    def stop(self):
-        if self.session is not None:
-            self.session.stop()
-        self.master, self.session = None, None
-
-
-def _wait_for_executors(spark, n: int, timeout: float = 600.0) -> None:
-    """Wait until ``n`` executors registered (on a loaded machine the standalone worker takes
-    minutes to start their JVMs; a barrier job submitted before waits for slots meanwhile)."""
-    sc = spark.sparkContext
-    deadline = time.monotonic() + timeout
-    while sc._jsc.sc().getExecutorMemoryStatus().size() < n + 1:  # + the driver
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{CLUSTER}: {n} executors did not register in {timeout:.0f} s")
-        time.sleep(1.0)
-
-
-@pytest.fixture(scope="module")
-def sessions():
-    s = Sessions()
-    yield s
-    s.stop()
 
 
 def _steps(pipeline):

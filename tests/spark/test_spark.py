@@ -3,9 +3,6 @@ the embedded runtime; DataFrames go in and changes come out through Arrow; the s
 settings are read; a worker error reaches the driver and the job stops cleanly."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pyarrow as pa
 import pytest
 
@@ -18,22 +15,6 @@ from dbsp.testing import crash  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    s = (SparkSession.builder.master("local[2]").appName("dbsp-tests")
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.python.task.killTimeout", "500ms")
-         .getOrCreate())
-    yield s
-    s.stop()
 
 
 def _tables(step):

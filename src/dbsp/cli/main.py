@@ -47,10 +47,8 @@ def _worker(args) -> int:
               f"Job.worker_command(i) shows the whole command)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="dbsp worker %(levelname)s %(message)s")
-    import dbsp
     serve_worker(args.coordinator, MeshAuth.from_text(text), args.worker,
-                 listen_host=args.listen, advertise_host=args.advertise, timeout=args.timeout,
-                 info={"version": dbsp.__version__, "code": os.path.dirname(dbsp.__file__)})
+                 listen_host=args.listen, advertise_host=args.advertise, timeout=args.timeout)
     return 0
 
 

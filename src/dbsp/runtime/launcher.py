@@ -41,6 +41,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
+from .._version import __version__
 from ..circuit.errors import check_policy
 from ..circuit.exchange import ShardMap, TransportAborted
 from ..circuit.scheduler import Scheduler
@@ -53,6 +54,9 @@ from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
 __all__ = ["Coordinator", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs",
            "pipeline_spec", "per_worker", "resolve_pipeline", "AUTH_ENV"]
+
+#: the directory this package was loaded from (a worker reports it: which code it runs)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: environment variable holding a worker's credentials (``MeshAuth.to_text()``)
 AUTH_ENV = "DBSP_MESH_AUTH"
@@ -276,8 +280,8 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
     the mesh, builds the pipeline (``build``, else the one the coordinator names) and serves
     steps. Raises if the handshake is refused or the mesh cannot be formed in ``timeout``.
     The worker registers with its pid, host name and the host its peers dial (``address``: the
-    host a checkpoint's layout records for it), plus ``info`` (its package version and code
-    path, from the process that started it).
+    host a checkpoint's layout records for it), the package version it runs and where that
+    package was loaded from (``code``), plus ``info``.
     """
     deadline = time.monotonic() + timeout
     ctrl = dial(coordinator, auth, worker, deadline)
@@ -287,7 +291,8 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
         address = f"{advertise_host or listen_host}:{listener.getsockname()[1]}"
         wire.send(ctrl, ("register", address,
                          {**(info or {}), "pid": os.getpid(), "host": socket.gethostname(),
-                          "address": advertise_host or listen_host}))
+                          "address": advertise_host or listen_host, "version": __version__,
+                          "code": _PACKAGE_DIR}))
         msg = wire.recv(ctrl)
         if msg[0] != "mesh":
             raise RuntimeError(f"coordinator sent {msg[0]!r} instead of the mesh")

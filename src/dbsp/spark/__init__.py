@@ -54,7 +54,8 @@ from ..runtime.launcher import Coordinator, build_outputs, resolve_pipeline, ser
 from ..runtime.process import WorkerDied
 from ..runtime.socket_transport import MeshAuth
 
-__all__ = ["SparkJob", "SparkGeneration", "durable", "run", "settings", "SETTINGS"]
+__all__ = ["SparkJob", "SparkGeneration", "SparkDurableJob", "durable", "run", "settings",
+           "SETTINGS"]
 
 #: the ``spark.dbsp.*`` keys and their defaults
 SETTINGS = {
@@ -296,26 +297,48 @@ def run(spark: SparkSession, pipeline: Union[str, Callable], steps: Sequence[dic
     return {name: _from_arrow(spark, pa.concat_tables(ts)) for name, ts in acc.items()}
 
 
+class SparkDurableJob(DurableJob):
+    """A :class:`~dbsp.ft.remote.DurableJob` whose generations are barrier jobs
+    (:func:`durable`); :meth:`relayout` changes its worker count."""
+
+    def __init__(self, spark: SparkSession, build: Callable, cfg: dict, **kw: Any):
+        self.spark, self.build_fn_spark, self.cfg = spark, build, cfg
+        super().__init__(build, cfg["workers"], cfg["storage"], self._starter(cfg["workers"]),
+                         **kw)
+
+    def _starter(self, workers: int) -> Callable[[MeshAuth, str], SparkGeneration]:
+        cfg = self.cfg
+
+        def start(auth: MeshAuth, root: str) -> SparkGeneration:
+            return SparkGeneration(self.spark, auth, self.build_fn_spark, workers, root,
+                                   cfg["timeout"], cfg["coordinator_host"], cfg["worker_host"])
+        return start
+
+    def relayout(self, workers: int) -> dict:
+        """A cold layout change to ``workers`` barrier tasks
+        (:meth:`~dbsp.ft.remote.DurableJob.change_layout`): the last checkpoint in the old
+        layout, the barrier job ended, the next one submitted with ``workers`` tasks, each
+        loading the state of the shards it now owns, a checkpoint in the new layout before any
+        input."""
+        W = _plan(self.spark, workers, self.cfg["storage"], self.cfg["timeout"])["workers"]
+        return self.change_layout(W, self._starter(W))
+
+
 def durable(spark: SparkSession, pipeline: Union[str, Callable], storage: Any = None,
             workers: Optional[int] = None, timeout: Optional[float] = None,
-            **kw: Any) -> DurableJob:
+            **kw: Any) -> SparkDurableJob:
     """``pipeline`` on Spark, exactly-once, recovering from lost tasks and executors
     (:class:`dbsp.ft.remote.DurableJob`): ``storage`` (or ``spark.dbsp.storage``) is a
     directory the driver and every executor see; each generation is one barrier job. When a
     task or an executor is lost, Spark aborts the barrier job, and the next step (or the
     running loop of :meth:`~dbsp.ft.remote.DurableJob.run`) submits a new one with the next
     generation: its tasks reload the last checkpoint and the driver replays the input log.
-    ``kw``: ``checkpoint_every``, ``checkpoint_seconds``, ``max_restarts``, ... of
+    :meth:`SparkDurableJob.relayout` resumes it on another number of tasks (a cold layout
+    change). ``kw``: ``checkpoint_every``, ``checkpoint_seconds``, ``max_restarts``, ... of
     :class:`~dbsp.ft.remote.DurableJob`."""
     cfg = _plan(spark, workers, storage, timeout)
     if cfg["storage"] is None:
         raise ValueError("a durable job on Spark needs storage= (or spark.dbsp.storage): a "
                          "directory the driver and every executor see")
     build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
-    W = cfg["workers"]
-
-    def start(auth: MeshAuth, root: str) -> SparkGeneration:
-        return SparkGeneration(spark, auth, build, W, root, cfg["timeout"],
-                               cfg["coordinator_host"], cfg["worker_host"])
-
-    return DurableJob(build, W, cfg["storage"], start, **kw)
+    return SparkDurableJob(spark, build, cfg, **kw)

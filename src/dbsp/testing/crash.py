@@ -226,6 +226,61 @@ def run_killed(job, read, steps, kills, seed, pick=None):
 
 
 
+# -- layout changes: step by step against one worker that never changed scale -----------------------
+
+def feed(job, steps: int, events: int, chunk: int) -> None:
+    """Push and run up to ``steps`` more steps of the crash stream through the current
+    generation of ``job`` (a :class:`dbsp.ft.remote.DurableJob` stepped by hand)."""
+    d = job.durable
+    for _ in range(steps):
+        inp = step_input(d.step_no, events, chunk)
+        if inp is None:
+            return
+        for name, part in inp.items():
+            d.circuit.inputs[name].put_pending(*part)
+        d.step()
+
+
+def _rows(t: Any) -> Counter:
+    cols = [c for c in t.column_names if c not in ("__weight", "__step")]
+    out: Counter = Counter()
+    for r, w in zip(zip(*[t.column(c).to_pylist() for c in cols]),
+                    t.column("__weight").to_pylist()):
+        out[tuple(r)] += w
+    return +out
+
+
+def logged_steps(directory: str) -> dict[int, dict[str, Counter]]:
+    """Every step's changes, by view, as the output log of ``directory`` holds them (views
+    that changed only)."""
+    from dbsp.ft import read_outputs
+    out = {}
+    for s, tables in read_outputs(os.path.join(directory, "ft", "output")):
+        rows = {n: _rows(t) for n, t in tables.items()}
+        out[s] = {n: r for n, r in rows.items() if r}
+    return out
+
+
+def fixed_scale_steps(events: int, chunk: int) -> dict[int, dict[str, Counter]]:
+    """The crash stream's changes step by step on one embedded worker (no layout change, no
+    failure): what :func:`logged_steps` must give after any layout change."""
+    from dbsp.runtime.circuit import Circuit
+    from dbsp.runtime.launcher import build_outputs
+    from .pipelines import crash_views
+    got = {}
+    with Circuit(workers=1) as c:
+        outs = build_outputs(c, crash_views)
+        s = 0
+        while (inp := step_input(s, events, chunk)) is not None:
+            for name, part in inp.items():
+                c.inputs[name].put_pending(*part)
+            c.step()
+            rows = {k: _rows(o.delta().to_arrow()) for k, o in outs.items()}
+            got[s] = {k: r for k, r in rows.items() if r}
+            s += 1
+    return got
+
+
 # -- the parent --------------------------------------------------------------------------------------
 
 class _Forked:
