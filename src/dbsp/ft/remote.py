@@ -30,6 +30,18 @@ replica or a driver that was left behind (a zombie task Spark has not killed yet
 that lost its storage lock), it is not a lock. The driver also holds the storage directory's
 exclusive lock (:class:`~dbsp.storage.lock.DirectoryLock`) for the life of the job.
 
+Layout changes
+--------------
+:meth:`DurableJob.change_layout` (the launcher's :meth:`LauncherJob.relayout`, Spark's
+``SparkDurableJob.relayout``) is seed 000's cold layout change between two generations: the
+last checkpoint of the old layout, the old replicas stopped, the next generation started on the
+new worker count and placement; the checkpoint store resizes the shard map and every new
+replica loads the state of the shards it now owns (:mod:`dbsp.checkpoint.reshard`), and a
+checkpoint in the new layout is committed before any input. A change of placement alone (the
+same worker count on other hosts, or another version of the package: a rolling upgrade) loads
+each replica's state as it is and commits at once, so the catalog records the new hosts and
+versions (``layout["hosts"]``, ``layout["versions"]``).
+
 Layout of the storage directory: the checkpoint store's (``checkpoints.json``, ``ckpt-*``,
 ``worker-<w>/`` for replica ``w``'s files; the driver's own files, its output views, go to
 ``worker-<W>/``), the logs under ``ft/`` (``ft/input``, ``ft/output``), and ``GENERATION``. It
