@@ -41,8 +41,10 @@ import pyarrow as pa
 from ..api import StreamContext
 from ..api.expr.aggregates import count, max_, min_, sum_
 from ..ft import read_outputs
+from ..runtime.circuit import Circuit
+from ..runtime.launcher import build_outputs
 from ..storage.config import StorageConfig
-from .pipelines import CRASH_DIMS, CRASH_EV
+from .pipelines import CRASH_DIMS, CRASH_EV, crash_views
 
 K = 7
 EV_SCHEMA = [("seq", "int64"), ("k", "int64"), ("v", "int64")]
@@ -253,7 +255,6 @@ def _rows(t: Any) -> Counter:
 def logged_steps(directory: str) -> dict[int, dict[str, Counter]]:
     """Every step's changes, by view, as the output log of ``directory`` holds them (views
     that changed only)."""
-    from dbsp.ft import read_outputs
     out = {}
     for s, tables in read_outputs(os.path.join(directory, "ft", "output")):
         rows = {n: _rows(t) for n, t in tables.items()}
@@ -264,9 +265,6 @@ def logged_steps(directory: str) -> dict[int, dict[str, Counter]]:
 def fixed_scale_steps(events: int, chunk: int) -> dict[int, dict[str, Counter]]:
     """The crash stream's changes step by step on one embedded worker (no layout change, no
     failure): what :func:`logged_steps` must give after any layout change."""
-    from dbsp.runtime.circuit import Circuit
-    from dbsp.runtime.launcher import build_outputs
-    from .pipelines import crash_views
     got = {}
     with Circuit(workers=1) as c:
         outs = build_outputs(c, crash_views)
