@@ -253,6 +253,23 @@ def _storage_numpy(arr: pa.Array) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
+#: the unsigned numpy view of the values buffer of the integer and temporal types (by bit width)
+_UVIEW = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32),
+          64: np.dtype(np.uint64)}
+
+
+def _buffer_plan(t: pa.DataType):
+    """``(unsigned dtype of the values buffer, signed)`` of a type whose code comes straight from
+    its values (integers, dates, times, timestamps, durations: same order as their storage
+    integer), else None (booleans, floats, decimals, variable-width, dictionaries, nested)."""
+    if t in _UNSIGNED:
+        return _UVIEW[t.bit_width], False
+    if t in _SIGNED or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_timestamp(t) \
+            or pa.types.is_duration(t):
+        return _UVIEW[t.bit_width], True
+    return None
+
+
 def _valid_u64(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=np.uint64)
@@ -438,6 +455,9 @@ class KeyCodec:
         # columns coded through another type (see normalize); None when there are none
         norm = [needs_normalize(f.type) for f in self.fields]
         self._norm = norm if any(norm) else None
+        #: per field: ``(storage dtype, signed)`` when its code is read straight from the values
+        #: buffer (integers and temporal types, see :func:`_buffer_plan`), else None
+        self._plan = [None if nz else _buffer_plan(f.type) for f, nz in zip(self.fields, norm)]
 
     def __reduce__(self):
         # a codec is rebuilt from its fields; sent as an Arrow IPC schema (pickling the fields
@@ -474,15 +494,27 @@ class KeyCodec:
 
     def _encode_u64(self, columns: Sequence[pa.Array]) -> np.ndarray:
         n = len(columns[0]) if columns else 0
-        code = np.zeros(n, dtype=np.uint64)
-        for f, col in zip(self.fields, columns):
-            if f.nullable:
-                code = (code << np.uint64(8)) | _valid_u64(col)
-            u, w = _ordered_uint(col)
-            if col.null_count:
-                u = np.where(_valid_u64(col).astype(bool), u, np.uint64(0))
-            code = (code << np.uint64(8 * w)) | u if w < 8 else u
-        return code
+        code = None
+        for f, col, plan in zip(self.fields, columns, self._plan):
+            if n and plan is not None and not col.null_count and isinstance(col, pa.Array):
+                # integers and temporal values without nulls: read the values buffer in place
+                dt, signed = plan
+                w = dt.itemsize
+                u = np.frombuffer(col.buffers()[1], dtype=dt, count=n, offset=col.offset * w)
+                if signed:  # two's complement with the sign bit flipped sorts as unsigned
+                    u = u ^ dt.type(1 << (8 * w - 1))
+                u = u.astype(np.uint64, copy=False) if w < 8 else u
+            else:
+                u, w = _ordered_uint(col)
+                if col.null_count:
+                    u = np.where(_valid_u64(col).astype(bool), u, np.uint64(0))
+            if f.nullable:  # a validity byte before the value
+                flag = _valid_u64(col)
+                code = flag if code is None else (code << np.uint64(8)) | flag
+            code = u if code is None or w == 8 else (code << np.uint64(8 * w)) | u
+        if code is None:
+            return np.zeros(n, dtype=np.uint64)
+        return code if code.base is None else code.copy()
 
     def encode_reference(self, columns: Sequence[pa.Array]) -> VarCodes:
         """Pure-Python encoding of the general path (the oracle for the native encoder)."""
