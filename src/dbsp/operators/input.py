@@ -185,6 +185,8 @@ class InputStream(Stream):
         if key is not None:
             return [ZSet(take(data, idx), w[idx]) if len(idx) else None
                     for idx in deal(data, key, shards)]
+        if workers == 1:
+            return [ZSet(data, w)]
         bounds = np.linspace(0, data.num_rows, workers + 1).astype(np.int64)
         out = []
         for i in range(workers):

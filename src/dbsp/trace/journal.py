@@ -31,8 +31,7 @@ outside a step (a driver-side keyed input) is not journalled.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 __all__ = ["StepJournal", "use_journal", "current_journal"]
 
@@ -85,12 +84,18 @@ def current_journal() -> Optional[StepJournal]:
     return getattr(_local, "journal", None)
 
 
-@contextmanager
-def use_journal(journal: Optional[StepJournal]) -> Iterator[None]:
-    """Record spine changes made in this thread into ``journal`` (None: record nothing)."""
-    prev = getattr(_local, "journal", None)
-    _local.journal = journal
-    try:
-        yield
-    finally:
-        _local.journal = prev
+class use_journal:
+    """Record spine changes made in this thread into ``journal`` (None: record nothing), as a
+    context manager (a class, not a generator: it is entered on every step)."""
+
+    __slots__ = ("journal", "prev")
+
+    def __init__(self, journal: Optional[StepJournal]) -> None:
+        self.journal = journal
+
+    def __enter__(self) -> None:
+        self.prev = getattr(_local, "journal", None)
+        _local.journal = self.journal
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.journal = self.prev

@@ -625,8 +625,12 @@ class Spine:
         self._snapshot = None
 
     def _waiting(self) -> int:
-        f = self.fanout
-        return sum(len(bs) for bs in self._levels.values() if len(bs) >= f)
+        f, n = self.fanout, 0
+        for bs in self._levels.values():  # a plain loop: runs on every insert
+            k = len(bs)
+            if k >= f:
+                n += k
+        return n
 
     def _pending_level(self) -> Optional[tuple[int, int]]:
         """(cost, level) of the cheapest merge owed, under the lock."""
