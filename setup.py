@@ -32,6 +32,7 @@ EXTENSIONS = {
     # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
     "merge_pairs": {"depends": ["src/_native/checked_add.h"]},
     "search": {},       # galloping seek, key intersection, join expansion, grouping
+    "step": {},         # the small-step path's checks (identity take, checked weight products)
     "hashing": {},      # key hashing for the exchange
     "strings": {},      # string kernels on Arrow buffers (split_part)
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)

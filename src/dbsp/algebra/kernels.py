@@ -32,6 +32,8 @@ _NATIVE = {
     "concat": "search",
     "hash64": "hashing",
     "shard": "hashing",
+    "is_identity": "step",
+    "mul_checked": "step",
 }
 
 
@@ -112,6 +114,8 @@ take = _resolve("take")
 concat = _resolve("concat")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
+is_identity = _resolve("is_identity")
+mul_checked = _resolve("mul_checked")
 
 
 def using_native() -> dict[str, bool]:

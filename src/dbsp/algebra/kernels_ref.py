@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .checked import mul_overflows
 from .codes import CodeArray, Codes, VarCodes
 
 
@@ -199,3 +200,15 @@ def hash64(codes: CodeArray, seed: int = 0) -> np.ndarray:
 def shard(codes: CodeArray, nshards: int, seed: int = 0) -> np.ndarray:
     """Shard of each code in ``0..nshards-1`` (int64): ``hash64(codes, seed) % nshards``."""
     return (hash64(codes, seed) % np.uint64(nshards)).astype(np.int64)
+
+
+def is_identity(idx: np.ndarray) -> bool:
+    """Whether the integer array ``idx`` is ``0, 1, ..., len(idx) - 1``."""
+    idx = np.asarray(idx)
+    return bool(np.array_equal(idx, np.arange(len(idx))))
+
+
+def mul_checked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """``(a * b wrapped, None when no product leaves int64 else the bool mask of those that
+    do)`` for int64 arrays of one length."""
+    return mul_overflows(np.asarray(a, np.int64), np.asarray(b, np.int64))

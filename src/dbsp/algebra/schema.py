@@ -19,6 +19,8 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from . import kernels as K
+
 WEIGHT = "__weight"
 """Name of the weight column in every Arrow table the engine returns or accepts."""
 
@@ -404,7 +406,7 @@ def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
     engine-computed index; past the end raises IndexError)."""
     n = batch.num_rows
     m = len(idx)
-    if m == n and n and _is_identity(idx):
+    if m == n and n and K.is_identity(idx):
         return batch
     if 0 < m <= SMALL_TAKE and n and batch.num_columns:
         out = _take_fixed(batch, np.asarray(idx), m)
@@ -430,10 +432,6 @@ def _take_fixed(batch: pa.RecordBatch, idx: np.ndarray, m: int):
         vals = np.frombuffer(col.buffers()[1], dtype=dt, count=n, offset=col.offset * dt.itemsize)
         out.append(pa.Array.from_buffers(t, m, [None, pa.py_buffer(vals[idx])]))
     return pa.RecordBatch.from_arrays(out, schema=batch.schema)
-
-
-def _is_identity(idx: np.ndarray) -> bool:
-    return bool(idx[0] == 0 and idx[-1] == len(idx) - 1 and np.all(np.diff(idx) == 1))
 
 
 def concat_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch]) -> pa.RecordBatch:

@@ -53,7 +53,6 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra import kernels as K
-from ..algebra.checked import mul_overflows
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import as_schema, concat_batches, empty_batch, take
 from ..circuit.errors import RowError
@@ -112,7 +111,7 @@ def join_matched(x: OrdIndexedZSet, ai: np.ndarray, y: OrdIndexedZSet, bi: np.nd
     xs, ys = K.expand_pairs(x.offsets, ai, y.offsets, bi)
     counts = (x.offsets[ai + 1] - x.offsets[ai]) * (y.offsets[bi + 1] - y.offsets[bi])
     kidx = np.repeat(ai, counts)
-    w, over = mul_overflows(x.weights[xs], y.weights[ys])
+    w, over = K.mul_checked(x.weights[xs], y.weights[ys])
     if over is not None:  # a joined pair's weight would wrap: an error naming the key
         i = int(np.argmax(over))
         key = x.keys.slice(int(kidx[i]), 1).to_pylist()[0]
