@@ -435,6 +435,17 @@ def _nested_codes(arr: pa.Array) -> VarCodes:
     return VarCodes(offsets, out)
 
 
+@functools.lru_cache(maxsize=1)
+def _native_codes():
+    """``dbsp._native.codes`` (the var-code encoder), or None when it is not built; looked up
+    once (an import statement per encode costs several calls)."""
+    try:
+        from dbsp._native import codes as nc  # type: ignore
+    except ImportError:  # pragma: no cover - reference path
+        return None
+    return nc
+
+
 @functools.lru_cache(maxsize=1024)
 def _codec_from_ipc(b: bytes) -> "KeyCodec":
     return KeyCodec(list(pa.ipc.read_schema(pa.py_buffer(b))))
@@ -484,10 +495,7 @@ class KeyCodec:
             columns = [normalize(c) if nz else c for c, nz in zip(columns, self._norm)]
         if self.u64:
             return self._encode_u64(columns)
-        try:
-            from dbsp._native import codes as _nc  # type: ignore
-        except ImportError:  # pragma: no cover - reference path
-            _nc = None
+        _nc = _native_codes()
         if _nc is not None:
             return _nc.encode_var(list(columns), [f.nullable for f in self.fields])
         return self.encode_reference(columns)
