@@ -500,10 +500,14 @@ class OrdIndexedZSet:
         return K.intersect(codes, self.kcodes)
 
     def match(self, codes: CodeArray):
-        """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy."""
-        pi, ki = self.probe_keys(codes)
-        self.hits += len(pi)
-        return None if len(pi) == 0 else (self, pi, ki)
+        """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy (one
+        native intersection; this runs for every batch of every probed spine, every step)."""
+        if len(codes) == 0 or len(self.offsets) <= 1:
+            return None
+        pi, ki = K.intersect(codes, self.kcodes)
+        n = len(pi)
+        self.hits += n
+        return (self, pi, ki) if n else None
 
     def prefetch_keys(self, codes: CodeArray) -> None:
         pass
@@ -575,18 +579,23 @@ def _distinct_rows_dict(z: ZSet) -> dict[tuple, int]:
     return out if len(out) == len(z) else ZSet.to_dict(z)
 
 
-def match_batches(batches: Sequence[Any], codes: CodeArray) -> Iterator[tuple]:
-    """Probe every batch (of a spine snapshot) with the sorted distinct key ``codes``: yields
-    ``(batch, probe_idx, key_idx)`` per batch with matches (see :meth:`BatchReader.match`).
-    Every batch is asked to prefetch first, so the reads of file batches overlap."""
+def match_batches(batches: Sequence[Any], codes: CodeArray) -> list[tuple]:
+    """Probe every batch (of a spine snapshot) with the sorted distinct key ``codes``: the list
+    of ``(batch, probe_idx, key_idx)`` of the batches with matches (see
+    :meth:`BatchReader.match`). Batches in layer files are asked to prefetch first, so their
+    reads overlap; in-memory batches are probed at once (this runs for every probed spine of
+    every step: a plain loop and a list, not a generator)."""
     if len(codes) == 0:
-        return
+        return []
     for b in batches:
-        b.prefetch_keys(codes)
+        if b.is_file:
+            b.prefetch_keys(codes)
+    out = []
     for b in batches:
         m = b.match(codes)
         if m is not None:
-            yield m
+            out.append(m)
+    return out
 
 
 def _first_at_least(codes: CodeArray, bound) -> int:
