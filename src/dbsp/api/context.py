@@ -55,6 +55,14 @@ that holds checkpoints *resumes*: at the first step it restores the latest check
 ``resume_from=``) and replays the logged input after it; replayed sources skip the rows already
 fed, and a push with a ``position=`` the input log already recorded is ignored as a duplicate.
 :meth:`StreamContext.report` shows the last checkpoint, its step and size.
+
+Rows of a *re-readable* source are logged by position, not copied into the log: a replayed
+table (by row offset), or a pushed stream made with ``ctx.stream(schema, reread=fn)`` whose
+pushes say which positions they carry (``push(rows, span=(start, end))``; ``fn(start, end)``
+gives those rows again, e.g. a deterministic generator by event number). Recovery re-reads the
+logged ranges and checks them (row count and content checksum, :mod:`dbsp.ft.logs`). A step
+whose rows of an input are not exactly the spans pushed (rows pushed without a span beside them,
+spans that are not contiguous) logs that input's rows as data.
 """
 from __future__ import annotations
 
@@ -76,7 +84,7 @@ from ..operators.watermark import watermark
 from ..runtime.circuit import Circuit
 from .sink import ForEach
 from .source import DEFAULT_BATCHING, AdaptiveBatching, FixedBatching, PushSource, Source, \
-    make_source
+    as_rereadable, make_source
 from .stream import DataStream, TimeInfo
 
 
@@ -88,32 +96,42 @@ class SourceStream(DataStream):
         self.source = source
         self.input = input_stream
 
-    def push(self, data: Any, weights: Any = None, position: Optional[int] = None) -> int:
+    def push(self, data: Any, weights: Any = None, position: Optional[int] = None,
+             span: Optional[tuple[int, int]] = None) -> int:
         """Add rows (weights default to 1) for the next step; see
         :meth:`dbsp.operators.input.InputStream.push`. ``position``: the producer's position
         after these rows (a sequence number, an offset); in a durable pipeline it is recorded
         with the step, and a push at a position already recorded is a duplicate delivery,
-        ignored (returns 0)."""
+        ignored (returns 0). ``span``: ``(start, end)``, these rows are the stream's re-readable
+        source's positions ``[start, end)`` (a stream made with ``reread=``; see the module
+        doc): a durable pipeline logs the positions instead of the rows."""
         if position is not None:
             rec = self.ctx.recorded_position(self.name)
             pend = self.ctx._positions.get(self.name)
             if (rec is not None and position <= rec) or (pend is not None and position <= pend):
                 return 0
+        if span is not None and getattr(self.source, "reread_fn", None) is None:
+            raise ValueError(f"stream '{self.name}': push(span=...) needs a stream made with "
+                             f"reread= (a source that can read its rows again)")
         n = self._counted(self.input.push(data, weights))
         if position is not None:
             self.ctx._positions[self.name] = int(position)
+        self.ctx._note_span(self.name, span)
         return n
 
     def insert(self, data: Any) -> int:
+        self.ctx._note_span(self.name, None)
         return self._counted(self.input.insert(data))
 
     def delete(self, data: Any) -> int:
         """Retract rows inserted before (weight -1)."""
+        self.ctx._note_span(self.name, None)
         return self._counted(self.input.delete(data))
 
     def upsert(self, data: Any) -> int:
         """Insert rows, replacing the current rows with the same key (the stream must have been
         made with ``key=``; see :mod:`dbsp.operators.upsert`)."""
+        self.ctx._note_span(self.name, None)
         return self._counted(self.input.upsert(data))
 
     def _counted(self, n: int) -> int:
@@ -192,6 +210,8 @@ class StreamContext:
         self.steps = 0
         self.seconds = 0.0
         self._positions: dict[str, int] = {}
+        # this step's spans of re-readable rows per input (None: rows that are not a span)
+        self._spans: dict[str, Optional[tuple[int, int]]] = {}
         self.resume_from = resume_from
         self.durable: Optional[DurableCircuit] = None
         self.circuit.add_state_hook("context", self._get_state, self._set_state)
@@ -210,7 +230,8 @@ class StreamContext:
     # -- building -------------------------------------------------------------------------
     def stream(self, source: Any = None, name: Optional[str] = None, *, schema: Any = None,
                time: Optional[str] = None, lateness: Any = None, batching: Any = None,
-               key: Any = None, errors: Optional[str] = None) -> SourceStream:
+               key: Any = None, errors: Optional[str] = None,
+               reread: Any = None) -> SourceStream:
         """A new input stream.
 
         ``source``: a schema (a ``pa.Schema``, dict or list of ``(name, type)``: push rows through
@@ -224,6 +245,9 @@ class StreamContext:
         rows of this input, at push time and at run time in every operator they reach (where
         they meet rows of an input with another policy, e.g. in a join, the stricter one holds:
         ``raise``; :mod:`dbsp.circuit.errors`).
+        ``reread``: for a pushed stream, a function ``(start, end) -> rows`` (or an object with
+        such a ``reread`` method) giving again the rows pushed with ``span=(start, end)``; a
+        durable pipeline then logs positions instead of those rows (see the module doc).
         """
         self.circuit.check_open("add a stream to")
         if self.circuit.running:
@@ -233,11 +257,21 @@ class StreamContext:
             raise ValueError(f"a stream named {name!r} exists already")
         bt = _check_batching(batching) if batching is not None else self.batching
         src = make_source(name, source, schema, bt)
+        if reread is not None:
+            if not isinstance(src, PushSource):
+                raise TypeError(f"ctx.stream({name!r}): reread= is for a pushed stream (a "
+                                f"schema as the source); a replayed table is re-readable as it is")
+            src.reread_fn = as_rereadable(reread)  # type: ignore[attr-defined]
         keys = None if key is None else ([key] if isinstance(key, str) else list(key))
         inp = self.circuit.add_input(name, src.schema, key=keys) if keys is not None else \
             self.circuit.add_input(name, src.schema)
         src.input = inp
         inp.set_errors(errors)
+        if self.durable is not None:
+            rr = getattr(src, "reread_fn", None) or \
+                (src if getattr(src, "rereadable", False) else None)
+            if rr is not None:
+                self.durable.rereadable(name, rr)
         self.sources[name] = src
         if lateness is not None and time is None:
             raise TypeError("lateness= needs time= (the event-time column)")
@@ -399,7 +433,18 @@ class StreamContext:
             meta = {"sources": {n: s.position for n, s in self.sources.items()
                                 if hasattr(s, "position")}}
             positions, self._positions = self._positions, {}
-            self.durable.step(positions, meta)
+            for n, s in self.sources.items():
+                if s.span is not None:
+                    self._note_span(n, s.span)
+                    s.span = None
+            noted, self._spans = self._spans, {}
+            spans = {n: sp for n, sp in noted.items()
+                     if sp is not None and n in self.durable.sources}
+            try:
+                self.durable.step(positions, meta, spans)
+            except BaseException:
+                self._spans = noted  # the rows stay pending for the next step, and so do these
+                raise
             # (a worker process that died was replaced and the log replayed: the replay
             # counted its steps again)
             self.steps = self.durable.step_no - 1
@@ -413,6 +458,17 @@ class StreamContext:
         self._after_step()
         self.seconds += time.perf_counter() - t0
         return not self.drained
+
+    def _note_span(self, name: str, span: Optional[tuple[int, int]]) -> None:
+        """Rows of this step for input ``name``: the positions ``span`` of its re-readable
+        source, or (None) rows that are not; a step's spans of one input must join up."""
+        if name in self._spans:
+            old = self._spans[name]
+            span = (old[0], span[1]) if old is not None and span is not None and \
+                span[0] == old[1] else None
+        elif span is not None and span[0] > span[1]:
+            raise ValueError(f"stream '{name}': span {span} ends before it starts")
+        self._spans[name] = span
 
     def _after_step(self, sinks: bool = True) -> None:
         self.steps += 1

@@ -13,6 +13,12 @@ its batching mode says:
   block, like a socket or a generator reading a file) is read by a background thread into a
   bounded queue, and a step takes what has arrived by the deadline.
 
+*Re-readable sources.* A source that can give a range of its rows again by position (a replayed
+table by row offset; any source given with ``ctx.stream(..., reread=...)``, e.g. a generator by
+event number) has ``reread(start, end)`` (the :class:`dbsp.ft.Rereadable` protocol): in a durable
+pipeline the input log then records the positions of each step's rows, not the rows (see
+:mod:`dbsp.ft.logs`), and recovery reads them again.
+
 The default is ``AdaptiveBatching(max_rows=65536, max_delay=0.1 s)``. Chunks are validated by
 the input (:func:`dbsp.algebra.schema.conform`). A bad row never takes the good rows of its
 chunk with it: they are accepted either way. Under the input's error policy ``"raise"`` the step
@@ -101,6 +107,9 @@ class Source:
         self.name, self.schema = name, schema
         self.input: Any = None  # the core InputStream, set by the context
         self.rows_in = 0
+        #: ``(start, end)``: the positions the last :meth:`feed` pushed, when they are all of
+        #: this step's rows of a re-readable source (else None); taken by the context
+        self.span: Optional[tuple[int, int]] = None
 
     @property
     def exhausted(self) -> bool:
@@ -124,9 +133,10 @@ class ReplaySource(Source):
     finite = True
 
     def __init__(self, name: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch],
-                 batching: Any, in_memory: bool):
+                 batching: Any, in_memory: bool, table: Optional[pa.Table] = None):
         super().__init__(name, schema)
         self.batching = batching
+        self._table = table  # the rows, when in memory: re-readable by row offset
         self._it = batches
         self._buf: list[pa.RecordBatch] = []  # rows taken from the iterator, not yet fed
         self._buf_rows = 0
@@ -237,12 +247,15 @@ class ReplaySource(Source):
             else:
                 self._take_iter(want)
         chunk = self._chunk(want)
+        self.span = None
         if chunk is None:
             return 0
         base = self._offset
         self._offset += chunk.num_rows
         n, bad = self.input.push_checked(chunk)
         self.rows_in += n
+        if not bad and self._table is not None:
+            self.span = (base, self._offset)
         if bad:
             if self.input.policy == "skip_and_report":
                 log = self.input.circuit.error_log
@@ -287,9 +300,40 @@ class ReplaySource(Source):
         if self._buf_rows == 0 and self._q is None:
             self._take_iter(1)
 
+    @property
+    def rereadable(self) -> bool:
+        return self._table is not None
+
+    def reread(self, start: int, end: int) -> pa.Table:
+        """Rows ``[start, end)`` of the source again (a source whose rows are in memory)."""
+        if self._table is None:
+            raise TypeError(f"source '{self.name}' reads an iterator: it cannot read rows again")
+        if not 0 <= start <= end <= self._table.num_rows:
+            raise ValueError(f"source '{self.name}' has {self._table.num_rows} rows; rows "
+                             f"[{start}, {end}) asked for")
+        return self._table.slice(start, end - start)
+
     def close(self) -> None:
         if self._thread is not None:
             self._stop = True
+
+
+class _Reread:
+    """A function ``(start, end) -> rows`` as a :class:`dbsp.ft.Rereadable`."""
+
+    def __init__(self, fn: Any):
+        self.reread = fn
+
+
+def as_rereadable(x: Any) -> Any:
+    """``x`` (an object with ``reread(start, end)``, or such a function) as a re-readable
+    source; a clear error for anything else."""
+    if callable(getattr(x, "reread", None)):
+        return x
+    if callable(x):
+        return _Reread(x)
+    raise TypeError(f"reread= must be a function (start, end) -> rows or an object with a "
+                    f"reread(start, end) method, got {type(x).__name__}")
 
 
 def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
@@ -313,7 +357,8 @@ def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
         s = as_schema(schema) if schema is not None else as_schema(data.schema)
-        return ReplaySource(name, s, iter(data.to_batches()), batching, in_memory=True)
+        return ReplaySource(name, s, iter(data.to_batches()), batching, in_memory=True,
+                            table=data)
     if isinstance(data, (list, tuple)):
         if data and not all(isinstance(b, (pa.RecordBatch, pa.Table)) for b in data):
             raise TypeError("ctx.stream: a list source must hold RecordBatches or Tables "
@@ -349,4 +394,4 @@ def make_source(name: str, data: Any, schema: Any, batching: Any) -> Source:
 
 
 __all__ = ["FixedBatching", "AdaptiveBatching", "no_batching", "DEFAULT_BATCHING", "Source",
-           "PushSource", "ReplaySource", "make_source"]
+           "PushSource", "ReplaySource", "make_source", "as_rereadable"]

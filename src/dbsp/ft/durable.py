@@ -33,6 +33,13 @@ log replayed - the failed step included, its input was logged before it ran - so
 as if nothing had happened (its output is the same: the replay is deterministic, and output
 already logged is discarded). More than ``max_restarts`` deaths in a row raise.
 
+*Re-readable sources* (:class:`~dbsp.ft.logs.Rereadable`, given with :meth:`rereadable`):
+``step(spans={input: (start, end)})`` says the step's rows of an input are its source's
+positions ``[start, end)``; the input log then records the range, the row count and a checksum
+of the rows instead of the rows (:class:`~dbsp.ft.logs.Span`), and the replay re-reads the
+range, conforms it to the input's schema and checks both: a source that changed under the log
+is a :class:`RecoveryError` naming the input and the step.
+
 Graceful shutdown is the case with nothing to replay: :meth:`close` takes a last checkpoint
 (``checkpoint_on_close``) and waits for the one being written.
 
@@ -49,8 +56,9 @@ import threading
 import time
 from typing import Any, Callable, Optional, Protocol
 
+from ..algebra.schema import conform
 from ..runtime.process import WorkerDied
-from .logs import InputLog, OutputLog
+from .logs import InputLog, OutputLog, Rereadable, Span, rows_crc
 
 log = logging.getLogger("dbsp.ft")
 
@@ -124,6 +132,45 @@ class DurableCircuit:
         self.on_replay: Optional[Callable[[int, dict], None]] = None
         #: the layout change :meth:`open` made (see the module doc), else None
         self.layout_change: Optional[dict] = None
+        #: inputs logged by position: ``{input: Rereadable}`` (see :meth:`rereadable`)
+        self.sources: dict[str, Rereadable] = {}
+
+    def rereadable(self, name: str, source: Rereadable) -> None:
+        """Input ``name``'s rows come (in the steps that say so with ``spans=``) from
+        ``source``, which can read them again by position: the input log records positions for
+        them, and recovery re-reads them from ``source`` (give it again before :meth:`open`
+        when resuming)."""
+        if name not in self.circuit.inputs:
+            raise KeyError(f"rereadable: the circuit has no input {name!r} (inputs: "
+                           f"{sorted(self.circuit.inputs)})")
+        if not callable(getattr(source, "reread", None)):
+            raise TypeError(f"rereadable: the source of input {name!r} has no reread(start, "
+                            f"end) method")
+        self.sources[name] = source
+
+    def _reread(self, name: str, step: int, span: Span) -> tuple:
+        """The rows of ``span`` (input ``name``, step ``step``) read again from the input's
+        source, checked against the log."""
+        src = self.sources.get(name)
+        where = f"input '{name}', step {step}: positions [{span.start}, {span.end})"
+        if src is None:
+            raise RecoveryError(f"{where} were logged by position, but no re-readable source is "
+                                f"given for the input (rereadable(name, source) before open)")
+        inp = self.circuit.inputs[name]
+        try:
+            data = src.reread(span.start, span.end)
+        except Exception as e:
+            raise RecoveryError(f"{where} cannot be read again from the source: "
+                                f"{type(e).__name__}: {e}") from e
+        batch, w = conform(name, inp.schema, data, None)
+        if batch.num_rows != span.rows:
+            raise RecoveryError(f"{where} read again gave {batch.num_rows} rows, the input log "
+                                f"recorded {span.rows}: the source changed under the log")
+        if rows_crc(batch, w) != span.crc:
+            raise RecoveryError(f"{where} read again differ from the rows the input log "
+                                f"recorded (checksum of their content and weights): the source "
+                                f"changed under the log")
+        return batch, w
 
     # -- recovery ----------------------------------------------------------------------------
     def open(self, checkpoint: Any = None) -> "DurableCircuit":
@@ -163,8 +210,11 @@ class DurableCircuit:
             parts, _, _ = log.read(s)
             for name, inp in c.inputs.items():
                 inp.take_pending()
-                if name in parts:
-                    inp.put_pending(*parts[name], record_keys=True)
+                p = parts.get(name)
+                if isinstance(p, Span):
+                    p = parts[name] = self._reread(name, s, p)
+                if p is not None:
+                    inp.put_pending(*p, record_keys=True)
             c.step()
             self._write_outputs(s)
             if self.on_replay is not None:
@@ -180,10 +230,18 @@ class DurableCircuit:
         """The last producer position recorded for input ``name`` (see :mod:`.logs`)."""
         return self.input_log.position(name)
 
-    def step(self, positions: Optional[dict] = None, meta: Optional[dict] = None) -> int:
+    def step(self, positions: Optional[dict] = None, meta: Optional[dict] = None,
+             spans: Optional[dict[str, tuple[int, int]]] = None) -> int:
         """Log this step's pending input (with ``positions``), run it, log its output.
-        Returns the step number run. A worker process that dies meanwhile is replaced (see
-        the module doc)."""
+        ``spans``: ``{input: (start, end)}`` for inputs whose pending rows are exactly their
+        re-readable source's positions ``[start, end)`` (see :meth:`rereadable`). Returns the
+        step number run. A worker process that dies meanwhile is replaced (see the module
+        doc)."""
+        if spans:
+            unknown = [n for n in spans if n not in self.sources]
+            if unknown:
+                raise ValueError(f"step(spans=...): input {unknown[0]!r} has no re-readable "
+                                 f"source (rereadable(name, source) first)")
         deaths = 0
         while not self.opened:  # pending input waits for the recovery's replay
             pending = {n: inp.take_pending() for n, inp in self.circuit.inputs.items()}
@@ -205,7 +263,7 @@ class DurableCircuit:
                     self.open()
                 if self.step_no > s:  # the step was logged, and replayed by the recovery
                     return s
-                return self._step(positions, meta)
+                return self._step(positions, meta, spans)
             except WorkerDied as e:
                 deaths += 1
                 if deaths > self.max_restarts:
@@ -227,7 +285,8 @@ class DurableCircuit:
         self.circuit.restart()
         self.opened = False
 
-    def _step(self, positions: Optional[dict], meta: Optional[dict]) -> int:
+    def _step(self, positions: Optional[dict], meta: Optional[dict],
+              spans: Optional[dict] = None) -> int:
         self.open()
         self._raise_writer_error()
         if self.failed is not None:
@@ -240,7 +299,7 @@ class DurableCircuit:
         try:
             if self.fence is not None:
                 self.fence("input log")
-            self.input_log.append(s, parts, positions or {}, meta, wait=False)
+            self.input_log.append(s, parts, positions or {}, meta, wait=False, spans=spans)
         except BaseException:
             for name, p in parts.items():  # not recorded: the rows stay pending
                 if p is not None:

@@ -9,9 +9,20 @@ input is one record, ``<dir>/<step>.log``: for every input that received rows, t
 weights as an Arrow IPC stream, plus the producers' *positions* (an opaque integer per input,
 e.g. a sequence number or an offset: a producer asks :meth:`InputLog.position` whether its input
 was recorded, and a push at a recorded position is a duplicate to ignore). A record is written
-``.mut`` -> fsync -> rename -> fsync of the directory and is checksummed (crc32 over the whole
+``.mut`` -> fsync -> rename -> fsync of the directory and is checksummed (CRC-32C over the whole
 record); a damaged record is an error, never replayed. Records below the oldest checkpoint kept
 are trimmed.
+
+*Spans of re-readable sources.* An input whose rows come from a source that can read a range of
+its positions again (a deterministic generator by event number, a file by row offset; the
+:class:`Rereadable` protocol) is logged by position: the caller says the step's rows of that
+input are exactly the source's positions ``[start, end)`` (``spans=`` of :meth:`InputLog.append`)
+and the record holds a :class:`Span` - the range, the row count and a CRC-32C of the rows'
+content and weights (:func:`rows_crc`, independent of how the rows are chunked or sliced) -
+instead of the rows. Recovery re-reads the range and checks the count and the checksum, so a
+source that changed under the log is an error naming the input, never silently different input.
+The caller declares a span only when the step's rows of the input are exactly the source's
+(rows pushed by hand beside them are logged as data).
 
 *Group commit.* :meth:`InputLog.append` hands the record to one logger thread and returns at
 once: encoding (Arrow IPC, crc32), the write and both fsyncs run there (``os.write``,
@@ -36,7 +47,15 @@ and every later one (:meth:`OutputLog.repair`), and the replay writes them again
 
 Record layout (both logs)::
 
-    magic (8 bytes) | u32 header length | header JSON | Arrow IPC streams | u32 crc32 of all before
+    magic (8 bytes) | u32 header length | header JSON | Arrow IPC streams | u32 checksum of all before
+
+The checksum is CRC-32C (``header["checksum"] == "crc32c"``; the SSE4.2 instruction of
+:mod:`dbsp._native.block`, which releases the GIL on large buffers) - zlib's crc32 over a 20 MB
+Nexmark step took 40-60 ms of a loaded core, the native CRC-32C 1 ms unloaded; records written
+before it (no ``checksum`` in the header) carry zlib's crc32 and are still read. The Arrow IPC
+streams are not copied into one buffer: the IPC writer hands its pieces (the batch's own buffers
+for the data) to a collecting sink, and the pieces are checksummed and written one after the
+other.
 """
 from __future__ import annotations
 
@@ -47,14 +66,19 @@ import struct
 import threading
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .._native import block as _nb
 from ..storage.faults import fsync_dir, fsync_path, write_atomic, write_durable
 
-__all__ = ["InputLog", "OutputLog", "read_outputs", "output_steps", "read_output", "LogCorrupt", "OutputGap", "OutputMismatch", "WEIGHT", "STEP"]
+__all__ = ["InputLog", "OutputLog", "read_outputs", "output_steps", "read_output", "LogCorrupt",
+           "OutputGap", "OutputMismatch", "WEIGHT", "STEP", "Span", "Rereadable",
+           "content_crc", "rows_crc"]
 
 WEIGHT = "__weight"
 STEP = "__step"
@@ -74,62 +98,165 @@ class OutputMismatch(RuntimeError):
     """Output re-produced during recovery differs from the output logged the first time."""
 
 
-class _Scratch:
-    """A buffer reused by every record a logger thread encodes: a fresh multi-megabyte buffer
-    per step costs its page faults again (tens of ms for 20 MB on a loaded VM), a reused one
-    once."""
+class Rereadable(Protocol):
+    """A source that can read a range of its positions again (see the module doc).
+
+    ``reread(start, end)`` returns the rows the source gave at positions ``[start, end)`` - a
+    pyarrow RecordBatch or Table of the input's columns (a ``__weight`` column gives weights,
+    else every row has weight +1) - in the same order. Positions are the source's own (rows of a file, event numbers of a generator): only
+    the source interprets them."""
+
+    def reread(self, start: int, end: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Span:
+    """An input's rows of one step, logged by position: its source's positions ``[start, end)``,
+    ``rows`` rows whose :func:`rows_crc` (content and weights) is ``crc``."""
+
+    start: int
+    end: int
+    rows: int
+    crc: int
+
+
+def _crc(buf: Any, crc: int = 0) -> int:
+    return _nb.crc32c(memoryview(buf).cast("B"), crc)
+
+
+def _zero(t: pa.DataType) -> Any:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pa.scalar("", t)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pa.scalar(b"", t)
+    if pa.types.is_boolean(t):
+        return pa.scalar(False, t)
+    return pa.scalar(0, t)
+
+
+def _fixed_width(t: pa.DataType) -> int:
+    """Bytes per value of a fixed-width type with one values buffer (0: another layout)."""
+    if t.num_buffers != 2 or pa.types.is_boolean(t):
+        return 0
+    try:
+        w = t.bit_width
+    except ValueError:
+        return 0
+    return w // 8 if w and w % 8 == 0 else 0
+
+
+def _column_crc(col: pa.ChunkedArray, crc: int) -> int:
+    """Fold a column's values into ``crc``: its length, then (with nulls) its validity, then
+    its values' lengths (strings and binaries), then its values. Each part is its own CRC
+    stream over the chunks, so the value does not depend on the chunking; values are read
+    from the arrays' buffers without copying where the layout allows (fixed-width values, the
+    bytes of strings), independent of the arrays' offsets and of what lies under nulls."""
+    t = col.type
+    if isinstance(t, pa.ExtensionType):
+        col = pa.chunked_array([c.storage for c in col.chunks], type=t.storage_type)
+        t = t.storage_type
+    crc = _crc(struct.pack("<q", len(col)), crc)
+    nulls = col.null_count > 0
+    strings = pa.types.is_string(t) or pa.types.is_binary(t)
+    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    width = _fixed_width(t)
+    if not (strings or large or width or pa.types.is_boolean(t)):
+        # another layout (nested, dictionary, ...): the Arrow IPC form of the whole column
+        # (which normalises offsets; null slots are written as they are)
+        a = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
+        sink = pa.BufferOutputStream()
+        rb = pa.RecordBatch.from_arrays([a], ["c"])
+        with pa.ipc.new_stream(sink, rb.schema) as wr:
+            wr.write_batch(rb)
+        return _crc(sink.getvalue(), crc)
+    c_valid = c_lens = c_vals = 0
+    for a in col.chunks:
+        n = len(a)
+        if n == 0:
+            continue
+        if nulls:
+            c_valid = _crc(a.is_valid().to_numpy(zero_copy_only=False).view(np.uint8), c_valid)
+            if a.null_count:
+                a = pc.fill_null(a, _zero(t))  # what lies under a null is not content
+        if pa.types.is_boolean(t):
+            c_vals = _crc(a.to_numpy(zero_copy_only=False).view(np.uint8), c_vals)
+            continue
+        bufs = a.buffers()
+        off = a.offset
+        if width:
+            c_vals = _crc(memoryview(bufs[1])[off * width:(off + n) * width], c_vals)
+            continue
+        ot = np.int64 if large else np.int32
+        offs = np.frombuffer(bufs[1], dtype=ot, count=off + n + 1)[off:]
+        c_lens = _crc(np.diff(offs), c_lens)  # n * 4 or 8 bytes: small beside the values
+        if bufs[2] is not None and offs[-1] > offs[0]:
+            c_vals = _crc(memoryview(bufs[2])[int(offs[0]):int(offs[-1])], c_vals)
+    return _crc(struct.pack("<III", c_valid, c_lens, c_vals), crc)
+
+
+def rows_crc(batch: Any, weights: Any) -> int:
+    """:func:`content_crc` of ``batch`` followed by its weights (int64): what a :class:`Span`
+    records of the rows it stands for."""
+    w = np.ascontiguousarray(weights, dtype=np.int64)
+    return _crc(w.view(np.uint8), content_crc(batch))
+
+
+def content_crc(data: Any) -> int:
+    """CRC-32C of the content of ``data`` (a RecordBatch or Table): column by column, each
+    column's values in row order (:func:`_column_crc`). Two batches with the same rows in the
+    same order have the same value however they are chunked, sliced or padded, and whatever
+    lies under nulls."""
+    if isinstance(data, pa.RecordBatch):
+        cols = [pa.chunked_array([c], type=c.type) for c in data.columns]
+    else:
+        cols = list(data.columns)
+    crc = _crc(struct.pack("<q", len(cols)))
+    for col in cols:
+        crc = _column_crc(col, crc)
+    return crc
+
+
+class _Pieces:
+    """A sink for the Arrow IPC writer that keeps the pieces it is handed (the batch's own
+    buffers for the data, small ``bytes`` for metadata and padding) instead of copying them
+    into one buffer."""
+
+    closed = False
 
     def __init__(self) -> None:
-        self.buf: Optional[pa.Buffer] = None
+        self.parts: list = []
+        self.size = 0
 
-    def get(self, n: int) -> pa.Buffer:
-        if self.buf is None or self.buf.size < n:
-            self.buf = pa.allocate_buffer(max(n + (n >> 2), 1 << 16))
-        return self.buf
+    def write(self, b: Any) -> int:
+        n = memoryview(b).nbytes
+        if n:
+            self.parts.append(b)
+            self.size += n
+        return n
+
+    def flush(self) -> None:
+        pass
 
 
-def _ipc(t: pa.Table, sink) -> None:
-    with pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t)
-
-
-def _encode(magic: bytes, header: dict, tables: list[tuple[str, pa.Table]],
-            scratch: Optional[_Scratch] = None) -> list:
-    """The record as a list of buffers (written one after the other, none copied). With
-    ``scratch``, the Arrow IPC streams are written into its buffer (valid until the next
-    record)."""
+def _encode(magic: bytes, header: dict, tables: list[tuple[str, pa.Table]]) -> list:
+    """The record as a list of buffers (written one after the other, none copied; they refer
+    to the tables' memory, which must stay as it is until the record is written)."""
     entries = []
     blobs: list = []
-    if scratch is not None:
-        sizes = []
-        for _, t in tables:  # the streams' sizes, nothing copied
-            m = pa.MockOutputStream()
-            _ipc(t, m)
-            sizes.append(m.size())
-        buf = scratch.get(sum(sizes))
-        w = pa.FixedSizeBufferWriter(buf)
-        for _, t in tables:
-            _ipc(t, w)
-        if sum(sizes):
-            blobs.append(memoryview(buf)[:sum(sizes)])
-    else:
-        sizes = []
-        for _, t in tables:
-            sink = pa.BufferOutputStream()
-            _ipc(t, sink)
-            b = memoryview(sink.getvalue())
-            sizes.append(len(b))
-            blobs.append(b)
     off = 0
-    for (name, t), n in zip(tables, sizes):
-        entries.append({"name": name, "offset": off, "length": n, "rows": t.num_rows})
-        off += n
-    header = dict(header, tables=entries)
+    for name, t in tables:
+        sink = _Pieces()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        entries.append({"name": name, "offset": off, "length": sink.size, "rows": t.num_rows})
+        off += sink.size
+        blobs.extend(sink.parts)
+    header = dict(header, tables=entries, checksum="crc32c")
     hb = json.dumps(header).encode()
     head = magic + struct.pack("<I", len(hb)) + hb
-    crc = zlib.crc32(head)
+    crc = _crc(head)
     for b in blobs:
-        crc = zlib.crc32(b, crc)
+        crc = _crc(b, crc)
     return [head, *blobs, struct.pack("<I", crc)]
 
 
@@ -142,15 +269,24 @@ def _decode(magic: bytes, path: str) -> tuple[dict, dict[str, pa.Table]]:
     if len(data) < len(magic) + 8 or data[:len(magic)] != magic:
         raise LogCorrupt(f"{path}: not a dbsp log record")
     (crc,) = struct.unpack("<I", data[-4:])
-    if zlib.crc32(data[:-4]) != crc:
-        raise LogCorrupt(f"{path}: checksum mismatch (the record is damaged)")
     (hl,) = struct.unpack("<I", data[len(magic):len(magic) + 4])
     h0 = len(magic) + 4
-    header = json.loads(data[h0:h0 + hl])
+    try:
+        header = json.loads(data[h0:h0 + hl])
+        if not isinstance(header, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        raise LogCorrupt(f"{path}: damaged header (the record is damaged)") from None
+    view = memoryview(data)[:-4]
+    ok = (_crc(view) == crc) if header.get("checksum") == "crc32c" else \
+        (zlib.crc32(view) == crc)
+    if not ok:
+        raise LogCorrupt(f"{path}: checksum mismatch (the record is damaged)")
     base = h0 + hl
+    whole = pa.py_buffer(data)
     tables = {}
     for e in header["tables"]:
-        buf = pa.py_buffer(data[base + e["offset"]:base + e["offset"] + e["length"]])
+        buf = whole.slice(base + e["offset"], e["length"])  # no copy
         tables[e["name"]] = pa.ipc.open_stream(buf).read_all()
     return header, tables
 
@@ -214,18 +350,20 @@ class InputLog(_StepLog):
         self._before: dict[str, int] = {}      # before the last append
         self._pool: Optional[ThreadPoolExecutor] = None
         self._pending: dict[int, Future] = {}
-        self._scratch = _Scratch()  # the logger thread's (one record at a time)
         self.failed: Optional[BaseException] = None
         if self.end > self.first:
             self._positions = dict(self.read(self.end - 1)[1])
         self._appended = dict(self._positions)
 
     def append(self, step: int, parts: dict[str, Optional[tuple]], positions: dict,
-               meta: Optional[dict] = None, wait: bool = True) -> None:
+               meta: Optional[dict] = None, wait: bool = True,
+               spans: Optional[dict[str, tuple[int, int]]] = None) -> None:
         """Record step ``step``'s input durably: ``{input: (RecordBatch, weights) | None}``
-        and the producers' positions after it. ``wait=False``: return at once, the record is
-        written and fsynced on the logger thread; :meth:`wait` for it before releasing any
-        output of the step."""
+        and the producers' positions after it. ``spans``: ``{input: (start, end)}``, the
+        inputs whose rows this step are exactly their re-readable source's positions
+        ``[start, end)`` (logged as a :class:`Span`, see the module doc). ``wait=False``:
+        return at once, the record is written and fsynced on the logger thread; :meth:`wait`
+        for it before releasing any output of the step."""
         if self.failed is not None:
             raise LogCorrupt(f"{self.dir}: an earlier write of the input log failed "
                              f"({self.failed}); restart to recover") from self.failed
@@ -241,22 +379,32 @@ class InputLog(_StepLog):
             self.end = step + 1
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="dbsp-input-log")
-        self._pending[step] = self._pool.submit(self._write, step, dict(parts), pos, meta)
+        self._pending[step] = self._pool.submit(self._write, step, dict(parts), pos, meta,
+                                                dict(spans or {}))
         if wait:
             self.wait(step)
 
-    def _write(self, step: int, parts: dict, pos: dict, meta: Optional[dict]) -> None:
+    def _write(self, step: int, parts: dict, pos: dict, meta: Optional[dict],
+               spans: dict) -> None:
         try:
             tables = []
+            logged_spans = {}
             for name, p in sorted(parts.items()):
                 if p is None:
                     continue
                 batch, w = p
+                span = spans.get(name)
+                if span is not None:
+                    logged_spans[name] = {"start": int(span[0]), "end": int(span[1]),
+                                          "rows": batch.num_rows, "crc": rows_crc(batch, w)}
+                    continue
                 t = pa.Table.from_batches([batch]).append_column(
                     WEIGHT, pa.array(np.asarray(w, dtype=np.int64)))
                 tables.append((name, t))
-            data = _encode(self.magic, {"step": step, "positions": pos, "meta": meta or {}},
-                           tables, self._scratch)
+            header = {"step": step, "positions": pos, "meta": meta or {}}
+            if logged_spans:
+                header["spans"] = logged_spans
+            data = _encode(self.magic, header, tables)
             write_durable(self.path(step), data, kill_before_fsync="input-log-before-fsync",
                           kill_before_rename="input-log-before-rename")
         except BaseException as e:
@@ -297,8 +445,9 @@ class InputLog(_StepLog):
             self._pool = None
         self._pending.clear()
 
-    def read(self, step: int) -> tuple[dict[str, tuple], dict[str, int], dict]:
-        """``({input: (RecordBatch, weights)}, positions, meta)`` of a logged step."""
+    def read(self, step: int) -> tuple[dict[str, Any], dict[str, int], dict]:
+        """``({input: (RecordBatch, weights) | Span}, positions, meta)`` of a logged step (a
+        :class:`Span` for an input logged by position: re-read it from its source)."""
         if not self.first <= step < self.end:
             raise LogCorrupt(f"{self.dir}: step {step} is not in the log "
                              f"(steps {self.first}..{self.end - 1})")
@@ -307,12 +456,14 @@ class InputLog(_StepLog):
         header, tables = _decode(self.magic, self.path(step))
         if header["step"] != step:
             raise LogCorrupt(f"{self.path(step)}: holds step {header['step']}")
-        parts = {}
+        parts: dict[str, Any] = {}
         for name, t in tables.items():
             w = t.column(WEIGHT).to_numpy()
             data = t.drop_columns([WEIGHT]).combine_chunks().to_batches()
             batch = data[0] if data else pa.RecordBatch.from_pylist([], schema=t.schema)
             parts[name] = (batch, w)
+        for name, sp in header.get("spans", {}).items():
+            parts[name] = Span(int(sp["start"]), int(sp["end"]), int(sp["rows"]), int(sp["crc"]))
         return parts, header["positions"], header.get("meta", {})
 
     def position(self, name: str) -> Optional[int]:

@@ -57,7 +57,7 @@ from ..api import StreamContext
 from ..operators.proc_time import StepClock, WallClock
 from ..storage.config import StorageConfig
 from .generator import (AUCTION_SCHEMA, BID_SCHEMA, PERSON_SCHEMA, SIDE_INPUT_SCHEMA,
-                        NexmarkGenerator, side_input)
+                        EventReader, NexmarkGenerator, side_input)
 from .queries import QUERIES, VARIANTS, QueryEnv
 from .reference import compare_results, reference_results, step_proc_times
 from .source import GeneratorChannel, GeneratorProcesses
@@ -214,7 +214,11 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str,
                         storage=_storage(args, f"{name}-w{workers}"),
                         checkpoint_seconds=getattr(args, "checkpoint_seconds", None))
     # events arrive in event-time order: no lateness (a late event would be counted and dropped)
-    streams = {kind: ctx.stream(gen_schema(kind), name=kind, time="date_time")
+    # the input log records event ranges, not rows: recovery generates them again
+    readers: dict = {}
+    gen = NexmarkGenerator(seed=args.seed)
+    streams = {kind: ctx.stream(gen_schema(kind), name=kind, time="date_time",
+                                reread=EventReader(gen, kind, readers))
                for kind in ("person", "auction", "bid")}
     streams["side_input"] = ctx.stream(SIDE_INPUT_SCHEMA, name="side_input")
     clock = StepClock(PROC_CLOCK_START_MS, PROC_CLOCK_TICK_MS) if args.verify else WallClock()
@@ -237,9 +241,10 @@ def run_query(name: str, workers: int, args: argparse.Namespace, out_dir: str,
             t_start = time.perf_counter()
             for batch in batches:
                 t0 = time.perf_counter()
+                span = (batch.start_event, batch.start_event + batch.count)
                 for kind, rb in batch.as_dict().items():
                     if rb.num_rows:
-                        streams[kind].push(rb)
+                        streams[kind].push(rb, span=span)
                 ctx.step()
                 push_step += time.perf_counter() - t0
                 bar.update(batch.count)

@@ -87,6 +87,7 @@ __all__ = [
     "FIRST_PERSON_ID",
     "NUM_CATEGORIES",
     "PERSON_SCHEMA",
+    "EventReader",
     "NexmarkBatch",
     "NexmarkConfig",
     "NexmarkGenerator",
@@ -759,6 +760,30 @@ class NexmarkGenerator:
     def tables(self, total_events: int, chunk: int = 100_000) -> dict[str, pa.Table]:
         """All events ``[0, total_events)`` as one table per kind (input of the reference)."""
         return collect_tables(self.iter_batches(total_events, chunk))
+
+
+class EventReader:
+    """The events of one kind among the event numbers ``[start, end)`` again, for an input log
+    that records event ranges instead of rows (:class:`dbsp.ft.Rereadable`):
+    ``EventReader(gen, "bid").reread(start, end)``. Readers of the three kinds made with one
+    ``cache`` (a dict) share the last chunk generated, so a replayed step generates its events
+    once, not once per kind."""
+
+    def __init__(self, gen: "NexmarkGenerator", kind: str, cache: dict | None = None) -> None:
+        if kind not in ("person", "auction", "bid"):
+            raise ValueError(f"EventReader: kind must be person, auction or bid, got {kind!r}")
+        self.gen, self.kind = gen, kind
+        self.cache = cache if cache is not None else {}
+
+    def reread(self, start: int, end: int) -> pa.RecordBatch:
+        if not 0 <= start <= end:
+            raise ValueError(f"EventReader: bad event range [{start}, {end})")
+        b = self.cache.get((start, end))
+        if b is None:
+            b = self.gen.generate(start, end - start)
+            self.cache.clear()
+            self.cache[(start, end)] = b
+        return getattr(b, self.kind)
 
 
 def collect_tables(batches: Iterable[NexmarkBatch]) -> dict[str, pa.Table]:

@@ -9,7 +9,11 @@ The pipeline (:func:`child_main`): an input ``ev(seq, k, v)`` fed with a sequenc
 stream (event ``seq`` has ``k = seq % 7``, ``v = (seq * 7919) % 1000 - 500``; every fifth event
 also retracts the event three before it, so min and max must handle retractions), and an input
 ``dims(k, w)`` filled once. The producer pushes each chunk with ``position=`` its last sequence
-number + 1 and, after a restart, continues from the position the input log recorded. Views:
+number + 1 and, after a restart, continues from the position the input log recorded. With
+``--source reread`` the ``ev`` stream is re-readable (``ctx.stream(..., reread=...)``: the events
+``[lo, hi)`` are computed again from their sequence numbers) and each push carries its
+``span=(lo, hi)``: the input log records positions, not rows, and recovery reads them again
+(:mod:`dbsp.ft.logs`). Views:
 
 * ``ids``: the live events themselves (a loss or a duplicate of one event is one bad row);
 * ``agg``: count, sum, min, max of ``v`` per ``k``;
@@ -77,6 +81,19 @@ def expected(n: int) -> dict[str, dict[tuple, int]]:
     }
 
 
+def ev_table(lo: int, hi: int) -> Any:
+    """The rows pushed for events ``[lo, hi)``: the events (weight 1), then the retractions of
+    the events three before every fifth one (weight -1), with a ``__weight`` column."""
+    import pyarrow as pa
+    ins = [event(s) for s in range(lo, hi)]
+    dels = [event(s - 3) for s in range(lo, hi) if s % 5 == 4 and s >= 3]
+    rows = ins + dels
+    return pa.table({"seq": pa.array([r[0] for r in rows], pa.int64()),
+                     "k": pa.array([r[1] for r in rows], pa.int64()),
+                     "v": pa.array([r[2] for r in rows], pa.int64()),
+                     "__weight": pa.array([1] * len(ins) + [-1] * len(dels), pa.int64())})
+
+
 # -- the child ---------------------------------------------------------------------------------
 
 def child_main(args: argparse.Namespace) -> int:
@@ -86,7 +103,9 @@ def child_main(args: argparse.Namespace) -> int:
     storage = StorageConfig(args.dir, min_file_rows=64, merge_process_rows=None)
     ctx = StreamContext(workers=args.workers, storage=storage, checkpoint_every=every,
                         durable=True, runtime=args.runtime)
-    ev = ctx.stream(pa.schema([(n, getattr(pa, t)()) for n, t in EV_SCHEMA]), name="ev")
+    reread = getattr(args, "source", "pushed") == "reread"
+    ev = ctx.stream(pa.schema([(n, getattr(pa, t)()) for n, t in EV_SCHEMA]), name="ev",
+                    reread=ev_table if reread else None)
     dm = ctx.stream(pa.schema([("k", pa.int64()), ("w", pa.int64())]), name="dims")
     ev.collect(name="ids")
     ev.group_by("k").agg(n=count(), s=sum_("v"), lo=min_("v"), hi=max_("v")).collect(name="agg")
@@ -98,12 +117,7 @@ def child_main(args: argparse.Namespace) -> int:
     chunk = args.chunk
     while pos < args.events:
         hi = min(pos + chunk, args.events)
-        ins = [event(s) for s in range(pos, hi)]
-        dels = [event(s - 3) for s in range(pos, hi) if s % 5 == 4 and s >= 3]
-        rows = ins + dels
-        ev.push(pa.table({"seq": [r[0] for r in rows], "k": [r[1] for r in rows],
-                          "v": [r[2] for r in rows]}),
-                [1] * len(ins) + [-1] * len(dels), position=hi)
+        ev.push(ev_table(pos, hi), position=hi, span=(pos, hi) if reread else None)
         ctx.step()
         pos = hi
     ctx.close()
@@ -328,18 +342,22 @@ class _Forked:
 
 def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
               kill_at: Optional[str] = None, kills: int = 3, runtime: str = "threads",
-              keep: bool = False, max_starts: int = 30, fork: bool = True) -> dict:
+              keep: bool = False, max_starts: int = 30, fork: bool = True,
+              source: str = "pushed") -> dict:
     """One round: a fresh directory, the child killed ``kills`` times at random moments (or at
     ``kill_at``, a named kill point, at a random passage of it), restarted until it finishes;
     then :func:`check`. ``fork``: children forked from this process (else a fresh
-    interpreter each run: ``python -m dbsp.testing.crash child``)."""
+    interpreter each run: ``python -m dbsp.testing.crash child``). ``source``: ``pushed``
+    (the input log holds the rows) or ``reread`` (it holds positions; see the module doc)."""
+    if source not in ("pushed", "reread"):
+        raise ValueError(f"source must be 'pushed' or 'reread', got {source!r}")
     rng = random.Random(seed)
     d = tempfile.mkdtemp(prefix="dbsp-crash-")
     cmd = [sys.executable, "-m", "dbsp.testing.crash", "child", "--dir", d,
            "--workers", str(workers), "--every", str(every), "--events", str(events),
-           "--chunk", str(chunk), "--runtime", runtime]
+           "--chunk", str(chunk), "--runtime", runtime, "--source", source]
     cargs = argparse.Namespace(dir=d, workers=workers, every=every, events=events, chunk=chunk,
-                               runtime=runtime)
+                               runtime=runtime, source=source)
     starts = killed = self_killed = 0
     t0 = time.monotonic()
     try:
@@ -374,7 +392,8 @@ def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
             raise RuntimeError(f"round {seed}: the child failed (rc {p.returncode}):\n"
                                f"{err.decode(errors='replace')[-3000:]}")
         res = check(d, events)
-        res.update(seed=seed, workers=workers, every=every, starts=starts, killed=killed,
+        res.update(seed=seed, workers=workers, every=every, source=source, runtime=runtime,
+                   starts=starts, killed=killed,
                    self_killed=self_killed, seconds=round(time.monotonic() - t0, 2))
         return res
     finally:
@@ -393,7 +412,11 @@ def main(argv: Optional[list] = None) -> int:
         p.add_argument("--every", type=int, default=None)
         p.add_argument("--events", type=int, default=600)
         p.add_argument("--chunk", type=int, default=10)
-        p.add_argument("--runtime", default="threads")
+        p.add_argument("--runtime", default="threads", choices=["threads", "processes"],
+                       help="the workers' runtime (processes: a worker process each)")
+        p.add_argument("--source", default="pushed", choices=["pushed", "reread"],
+                       help="pushed: the input log holds the rows; reread: positions of a "
+                            "re-readable source")
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-at", default=None, help="a named kill point (dbsp.storage.faults)")
@@ -411,7 +434,7 @@ def main(argv: Optional[list] = None) -> int:
     for r in range(args.rounds):
         w, e = combos[r % len(combos)]
         res = run_round(args.seed + r, w, e, args.events, args.chunk, args.kill_at, args.kills,
-                        args.runtime, fork=not args.exec)
+                        args.runtime, fork=not args.exec, source=args.source)
         print(res, flush=True)
         for k in ("ok", "lost", "duplicated", "unexpected", "killed", "starts"):
             total[k] += res[k]
