@@ -54,6 +54,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Protocol
 
 from ..algebra.schema import conform
@@ -148,6 +149,15 @@ class DurableCircuit:
                             f"end) method")
         self.sources[name] = source
 
+    def _replay_input(self, step: int) -> dict:
+        """``{input: (batch, weights)}`` of a logged step, spans read again from their
+        sources."""
+        parts, _, _ = self.input_log.read(step)
+        for name, p in parts.items():
+            if isinstance(p, Span):
+                parts[name] = self._reread(name, step, p)
+        return parts
+
     def _reread(self, name: str, step: int, span: Span) -> tuple:
         """The rows of ``span`` (input ``name``, step ``step``) read again from the input's
         source, checked against the log."""
@@ -206,21 +216,30 @@ class DurableCircuit:
         if self.output_log.end == self.output_log.first and self.output_log.end < start:
             self.output_log.start_at(start)
         self.step_no = start
-        for s in range(start, log.end):
-            parts, _, _ = log.read(s)
-            for name, inp in c.inputs.items():
-                inp.take_pending()
-                p = parts.get(name)
-                if isinstance(p, Span):
-                    p = parts[name] = self._reread(name, s, p)
-                if p is not None:
-                    inp.put_pending(*p, record_keys=True)
-            c.step()
-            self._write_outputs(s)
-            if self.on_replay is not None:
-                self.on_replay(s, parts)
-            self.step_no = s + 1
-            self.replayed += 1
+        # the next step's input is read (and re-read from its sources) on a thread while the
+        # circuit runs this one: reading, checksums and IPC decoding release the GIL
+        pool = ThreadPoolExecutor(1, thread_name_prefix="dbsp-replay-read") \
+            if log.end - start > 1 else None
+        try:
+            ahead = None
+            for s in range(start, log.end):
+                parts = ahead.result() if ahead is not None else self._replay_input(s)
+                ahead = pool.submit(self._replay_input, s + 1) \
+                    if pool is not None and s + 1 < log.end else None
+                for name, inp in c.inputs.items():
+                    inp.take_pending()
+                    p = parts.get(name)
+                    if p is not None:
+                        inp.put_pending(*p, record_keys=True)
+                c.step()
+                self._write_outputs(s)
+                if self.on_replay is not None:
+                    self.on_replay(s, parts)
+                self.step_no = s + 1
+                self.replayed += 1
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         self.recovery_seconds = time.perf_counter() - t0
         self.opened = True
         return self
@@ -328,9 +347,11 @@ class DurableCircuit:
 
     def _write_outputs(self, step: int) -> None:
         outs = {}
+        # a replayed step the output log holds already is discarded there: not converted
+        discard = step < self.output_log.end and not self.output_log.check
         for h in self.circuit.outputs:
             d = h.delta()
-            if len(d):
+            if len(d) and not discard:
                 outs[h.name] = d.to_arrow()
         if self.fence is not None and step >= self.output_log.end:  # an append
             self.fence("output log")

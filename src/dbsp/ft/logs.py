@@ -260,7 +260,9 @@ def _encode(magic: bytes, header: dict, tables: list[tuple[str, pa.Table]]) -> l
     return [head, *blobs, struct.pack("<I", crc)]
 
 
-def _decode(magic: bytes, path: str) -> tuple[dict, dict[str, pa.Table]]:
+def _decode(magic: bytes, path: str, tables: bool = True) -> tuple[dict, dict[str, pa.Table]]:
+    """``(header, {name: table})`` of a record, its checksum checked (``tables=False``: only
+    checked, the Arrow streams are not read)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -282,13 +284,15 @@ def _decode(magic: bytes, path: str) -> tuple[dict, dict[str, pa.Table]]:
         (zlib.crc32(view) == crc)
     if not ok:
         raise LogCorrupt(f"{path}: checksum mismatch (the record is damaged)")
+    if not tables:
+        return header, {}
     base = h0 + hl
     whole = pa.py_buffer(data)
-    tables = {}
+    out = {}
     for e in header["tables"]:
         buf = whole.slice(base + e["offset"], e["length"])  # no copy
-        tables[e["name"]] = pa.ipc.open_stream(buf).read_all()
-    return header, tables
+        out[e["name"]] = pa.ipc.open_stream(buf).read_all()
+    return header, out
 
 
 class _StepLog:
@@ -512,7 +516,7 @@ class OutputLog(_StepLog):
         bad = None
         for s in range(max(start, self.first), self.end):
             try:
-                header, _ = _decode(self.magic, self.path(s))
+                header, _ = _decode(self.magic, self.path(s), tables=False)  # checksum
                 if header["step"] != s:
                     raise LogCorrupt(f"{self.path(s)}: holds step {header['step']}")
             except (LogCorrupt, ValueError, KeyError, pa.ArrowInvalid):
