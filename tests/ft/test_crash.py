@@ -64,3 +64,35 @@ def test_checker_sees_losses_and_duplicates():
         assert res["lost"] > 0, res
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_random_kills_with_a_rereadable_source():
+    """The input log records positions of the ``ev`` stream (``--source reread``): recovery
+    reads them again, exactly once."""
+    combos = [(1, 1), (2, 4), (1, 10), (2, 1), (1, 4), (2, 10)]
+    killed = 0
+    for r in range(max(6, ROUNDS // 5)):
+        w, e = combos[r % len(combos)]
+        res = crash.run_round(3000 + r, w, e, events=200, chunk=10, kills=2, source="reread")
+        killed += res["killed"]
+        assert res["lost"] == res["duplicated"] == res["unexpected"] == 0, res
+    assert killed >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_named_kill_points_with_a_rereadable_source(point):
+    res = crash.run_round(8, 2, 2, events=300, chunk=10, kill_at=point, kills=3, source="reread")
+    assert res["self_killed"] == 3, res
+    assert res["lost"] == res["duplicated"] == res["unexpected"] == 0, res
+
+
+@pytest.mark.slow
+def test_random_kills_with_worker_processes():
+    """A few rounds with a worker process per worker (``--runtime processes``); the long run is
+    ``python -m dbsp.testing.crash --runtime processes --rounds 1000``."""
+    for r, (e, src) in enumerate([(1, "pushed"), (4, "reread"), (10, "pushed")]):
+        res = crash.run_round(4000 + r, 2, e, events=100, chunk=10, kills=2,
+                              runtime="processes", source=src)
+        assert res["lost"] == res["duplicated"] == res["unexpected"] == 0, res

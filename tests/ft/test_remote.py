@@ -44,6 +44,23 @@ def test_runs_to_the_end_without_failures(tmp_path):
                                                           "unexpected": 0}
 
 
+def test_checkpoints_are_written_beside_the_next_steps(tmp_path):
+    """Replicas write a checkpoint's state on a thread of their own while the driver steps on
+    (the writer polls them for the results between steps)."""
+    with launch_durable(P.crash_views, 2, tmp_path) as job:
+        d = job.open()
+        assert d.background
+        for step in range(3):
+            for name, part in crash.step_input(step, EVENTS, CHUNK).items():
+                d.circuit.inputs[name].put_pending(*part)
+            d.step()
+            if step == 0:
+                assert d.checkpoint(wait=False) is None  # returns once the state is captured
+        d.wait_checkpoint()
+        assert d.last_checkpoint.step == 1 and len(d.store.checkpoints) == 1
+        d.checkpoint_on_close = False
+
+
 def test_old_generation_cannot_write_output_or_checkpoints(tmp_path):
     """The driver and the replicas of generation 1 after generation 2 started: every append
     to the logs, every checkpoint (a replica's state file, the catalog) is refused."""

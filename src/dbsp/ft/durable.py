@@ -14,8 +14,8 @@ what it already holds. Then each :meth:`DurableCircuit.step`
    log as step ``n`` (fsynced in bulk before the next checkpoint is published: output after the
    last checkpoint is re-produced by replay);
 4. every ``checkpoint_every`` steps (or ``checkpoint_seconds``), takes a checkpoint: the state is
-   captured at this step boundary and written on a background thread (in worker processes, on
-   a thread of each worker) while the circuit steps on; once published, the input log is trimmed below the oldest
+   captured at this step boundary and written on a background thread (in worker processes and
+   remote replicas, on a thread of each worker) while the circuit steps on; once published, the input log is trimmed below the oldest
    checkpoint kept.
 
 Resuming with another number of workers is a cold layout change (seed 000, "Layout changes"): the
@@ -109,7 +109,8 @@ class DurableCircuit:
         self.input_log = InputLog(os.path.join(root, "input"))
         self.output_log = OutputLog(os.path.join(root, "output"), check=check_output)
         # checkpoints are written beside the next steps (worker processes write their own
-        # state on a thread of their own); not with remote replicas (one control socket)
+        # state on a thread of their own); a remote executor must say so (background=True:
+        # dbsp.ft.remote's replicas write on a thread and the writer polls for the results)
         remote = getattr(circuit, "remote", False)
         self.background = (not remote) if background is None else background
         #: ``fence(what)`` raises when this circuit may no longer write its logs (a replica

@@ -165,6 +165,10 @@ class _Executor:
     def apply(self, fn: Callable, *args: Any) -> list:
         return self.coordinator.apply(fenced_apply, self.root, self.generation, fn, args)
 
+    def apply_background(self, fn: Callable, *args: Any) -> Any:
+        return self.coordinator.apply_background(fenced_apply, self.root, self.generation, fn,
+                                                 args)
+
     def close(self) -> None:
         self.gen.close(failed=self.coordinator.broken is not None)
 
@@ -254,7 +258,7 @@ class DurableJob:
         self.durable = DurableCircuit(circuit, store, os.path.join(self.root, "ft"),
                                       checkpoint_every=self.checkpoint_every,
                                       checkpoint_seconds=self.checkpoint_seconds,
-                                      check_output=self.check_output, background=False,
+                                      check_output=self.check_output, background=True,
                                       fence=check,
                                       # a dead replica ends this generation: the job starts the
                                       # next one (run), not the circuit its workers in place

@@ -38,6 +38,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -114,6 +115,33 @@ def build_outputs(circuit: Circuit, build: Callable[[Circuit], Any]) -> dict:
     return outs
 
 
+class PolledApply:
+    """The results of :meth:`Coordinator.apply_background`, in worker order: :meth:`result`
+    asks every worker (``bg_result``, between steps) until each has finished."""
+
+    POLL_SECONDS = 0.02
+
+    def __init__(self, co: "Coordinator"):
+        self.co = co
+        self._result: Optional[list] = None
+
+    def result(self) -> list:
+        if self._result is not None:
+            return self._result
+        while True:
+            with self.co._lock:
+                self.co._send({w: ("bg_result",) for w in self.co.ctrl})
+                replies = self.co._replies()
+            if all(r is not None for r in replies):
+                break
+            time.sleep(self.POLL_SECONDS)
+        errs = [r[1] for r in replies if r[0] == "err"]
+        if errs:
+            raise errs[0]
+        self._result = [r[1] for r in replies]
+        return self._result
+
+
 class Coordinator:
     """The driver's side of a launch: rendezvous, then the executor of the circuit's steps.
 
@@ -141,6 +169,9 @@ class Coordinator:
         self.mesh_seconds = 0.0
         #: called while waiting for workers; raises to give up (their launcher failed)
         self.watch = watch
+        # one request / reply exchange at a time: a checkpoint writer polls its background
+        # apply from another thread between the steps
+        self._lock = threading.RLock()
 
     def connect(self) -> None:
         """Wait for all workers, hand out the mesh, wait until it stands."""
@@ -220,6 +251,10 @@ class Coordinator:
         """One step on every worker; a failure (or ``check(outputs)`` refusing it) rolls it
         back on every worker before the error is raised. Workers commit a step when the next
         one starts."""
+        with self._lock:
+            return self._step(inputs, check)
+
+    def _step(self, inputs: list[dict], check=None) -> list[dict]:
         self._send({w: ("step", inputs[w]) for w in self.ctrl})
         try:
             outs = self._replies()
@@ -235,6 +270,10 @@ class Coordinator:
 
     def rollback(self) -> None:
         """Undo the failed step on every worker over a new mesh (see the module doc)."""
+        with self._lock:
+            self._rollback()
+
+    def _rollback(self) -> None:
         try:
             self._send({w: ("remesh_listen",) for w in self.ctrl})
             addresses = self._replies()
@@ -246,14 +285,26 @@ class Coordinator:
     def apply(self, fn: Callable, *args: Any) -> list:
         """``fn(replica, *args)`` on every worker between steps (``fn`` a module-level function:
         it travels by reference), results in worker order."""
-        self._send({w: ("apply", fn, args) for w in self.ctrl})
-        return self._replies()
+        with self._lock:
+            self._send({w: ("apply", fn, args) for w in self.ctrl})
+            return self._replies()
+
+    def apply_background(self, fn: Callable, *args: Any) -> "PolledApply":
+        """Start ``fn(replica, *args)`` on a thread of every worker and return at once; the
+        workers go on stepping meanwhile (``fn`` must be safe beside a step, as a checkpoint's
+        write is). :meth:`PolledApply.result` asks the workers for the results between steps
+        until all are in. One at a time: wait for the previous result first."""
+        with self._lock:
+            self._send({w: ("apply_bg", fn, args) for w in self.ctrl})
+            self._replies()
+        return PolledApply(self)
 
     def call(self, name: str) -> list:
         if name not in Scheduler.CALLS:
             raise ValueError(f"unknown call {name!r} (known: {', '.join(Scheduler.CALLS)})")
-        self._send({w: ("call", name) for w in self.ctrl})
-        return self._replies()
+        with self._lock:
+            self._send({w: ("call", name) for w in self.ctrl})
+            return self._replies()
 
     def close(self) -> None:
         for s in self.ctrl.values():

@@ -18,7 +18,11 @@ Protocol on each driver <-> worker control socket (one request, one reply):
   (pickled by reference), e.g. a checkpoint layer's save / load of the worker's state
 * ``("apply_bg", fn, args)`` -> ``("ok", None)`` at once: ``fn(replica, *args)`` runs on a thread
   of the worker beside its steps (e.g. writing a checkpoint's state) and its result, ``("ok",
-  value)`` or ``("err", exc)``, comes on the worker's second socket, the *background* one
+  value)`` or ``("err", exc)``, comes on the worker's second socket, the *background* one; a
+  worker without one (a launched replica: one connection to its driver) keeps the result until
+  the driver asks for it:
+* ``("bg_result",)`` -> ``("ok", None)`` while the last ``apply_bg`` runs, then ``("ok",
+  result)`` with its result as above
 * ``("stop",)`` -> the worker exits
 
 The driver's requests and their replies are one exchange at a time (a lock): a thread other than
@@ -69,6 +73,13 @@ def _run_bg(bg: socket.socket, replica: Scheduler, fn, args) -> None:
         pass
 
 
+def _run_boxed(box: list, replica: Scheduler, fn, args) -> None:
+    try:
+        box.append(("ok", replica.apply(fn, *args)))
+    except BaseException as e:  # reported to the driver when it asks
+        box.append(("err", portable_exception(e)))
+
+
 def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                   handlers: Optional[dict] = None,
                   bg: Optional[socket.socket] = None) -> None:
@@ -79,8 +90,9 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
 
     ``handlers``: more commands, ``name -> fn(msg, transport) -> (reply, new transport or
     None)`` (the launcher's workers rebuild their TCP mesh this way). ``bg``: the socket of
-    ``apply_bg`` results (None: no background applies)."""
+    ``apply_bg`` results (None: the driver asks for them with ``bg_result``)."""
     running: Optional[threading.Thread] = None
+    box: list = []  # the last apply_bg's result, without a background socket
     while True:
         try:
             msg = wire.recv(ctrl)
@@ -116,14 +128,23 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                     replica.ctx.transport = new
                 wire.send(ctrl, ("ok", reply))
             elif cmd == "apply_bg":
-                if bg is None:
-                    raise ValueError("this worker has no background socket")
                 if running is not None:
                     running.join()  # one at a time: results arrive in order
-                running = threading.Thread(target=_run_bg, args=(bg, replica, msg[1], msg[2]),
-                                           name="dbsp-apply-bg", daemon=True)
+                if bg is not None:
+                    running = threading.Thread(target=_run_bg,
+                                               args=(bg, replica, msg[1], msg[2]),
+                                               name="dbsp-apply-bg", daemon=True)
+                else:
+                    box = []
+                    running = threading.Thread(target=_run_boxed,
+                                               args=(box, replica, msg[1], msg[2]),
+                                               name="dbsp-apply-bg", daemon=True)
                 running.start()
                 wire.send(ctrl, ("ok", None))
+            elif cmd == "bg_result":
+                if bg is not None or running is None:
+                    raise ValueError("no background apply to report on")
+                wire.send(ctrl, ("ok", None if running.is_alive() else box[0]))
             else:
                 wire.send(ctrl, ("err", ValueError(f"unknown command {cmd!r}")))
         except BaseException as e:  # reported to the driver

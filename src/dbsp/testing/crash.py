@@ -414,9 +414,9 @@ def main(argv: Optional[list] = None) -> int:
         p.add_argument("--chunk", type=int, default=10)
         p.add_argument("--runtime", default="threads", choices=["threads", "processes"],
                        help="the workers' runtime (processes: a worker process each)")
-        p.add_argument("--source", default="pushed", choices=["pushed", "reread"],
+        p.add_argument("--source", default="pushed", choices=["pushed", "reread", "both"],
                        help="pushed: the input log holds the rows; reread: positions of a "
-                            "re-readable source")
+                            "re-readable source; both: rounds alternate")
     ap.add_argument("--rounds", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-at", default=None, help="a named kill point (dbsp.storage.faults)")
@@ -425,16 +425,19 @@ def main(argv: Optional[list] = None) -> int:
                     help="start each child as a fresh interpreter (default: fork)")
     args = ap.parse_args(argv)
     if args.cmd == "child":
+        if args.source == "both":
+            ap.error("child: --source is pushed or reread")
         args.workers = args.workers or 1
         args.every = 3 if args.every is None else args.every
         return child_main(args)
     total = Counter()
-    combos = [(w, e) for w in ([args.workers] if args.workers else [1, 2])
-              for e in ([args.every] if args.every is not None else [1, 4, 10])]
+    combos = [(w, e, src) for w in ([args.workers] if args.workers else [1, 2])
+              for e in ([args.every] if args.every is not None else [1, 4, 10])
+              for src in (["pushed", "reread"] if args.source == "both" else [args.source])]
     for r in range(args.rounds):
-        w, e = combos[r % len(combos)]
+        w, e, src = combos[r % len(combos)]
         res = run_round(args.seed + r, w, e, args.events, args.chunk, args.kill_at, args.kills,
-                        args.runtime, fork=not args.exec, source=args.source)
+                        args.runtime, fork=not args.exec, source=src)
         print(res, flush=True)
         for k in ("ok", "lost", "duplicated", "unexpected", "killed", "starts"):
             total[k] += res[k]
