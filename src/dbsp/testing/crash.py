@@ -84,7 +84,6 @@ def expected(n: int) -> dict[str, dict[tuple, int]]:
 def ev_table(lo: int, hi: int) -> Any:
     """The rows pushed for events ``[lo, hi)``: the events (weight 1), then the retractions of
     the events three before every fifth one (weight -1), with a ``__weight`` column."""
-    import pyarrow as pa
     ins = [event(s) for s in range(lo, hi)]
     dels = [event(s - 3) for s in range(lo, hi) if s % 5 == 4 and s >= 3]
     rows = ins + dels
