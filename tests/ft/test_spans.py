@@ -18,6 +18,7 @@ from dbsp.api import StreamContext
 from dbsp.api.expr.aggregates import count, sum_
 from dbsp.ft import RecoveryError, Span, content_crc
 from dbsp.ft.logs import InputLog, rows_crc
+from dbsp.testing import reference as ref
 
 SCHEMA = pa.schema([("k", pa.int64()), ("s", pa.string()), ("v", pa.int64())])
 
@@ -169,25 +170,30 @@ def test_push_span_needs_a_rereadable_stream(tmp_path):
        crash_at=st.integers(0, 8), extra=st.lists(st.booleans(), min_size=8, max_size=8))
 def test_recovery_with_spans_matches_the_model(tmp_path_factory, sizes, every, crash_at, extra):
     """Steps of spans (some with hand-pushed rows beside them), a crash after ``crash_at``
-    steps, recovery, the rest of the steps: the views equal the naive model's."""
+    steps, recovery, the rest of the steps: the views equal the reference model's
+    (:mod:`dbsp.testing.reference`) at every step."""
     d = str(tmp_path_factory.mktemp("spans"))
     ctx, s, agg, raw = make(d, every=every)
     lo = 0
-    want = Counter()
+    deltas = []
     for i, n in enumerate(sizes):
         if i == crash_at:
             crash(ctx)
             ctx, s, agg, raw = make(d, every=every)
             ctx.open()
+        delta = Counter()
         if n:
             s.push(rows_of(lo, lo + n), span=(lo, lo + n))
-            want.update((r["k"], r["s"], r["v"]) for r in rows_of(lo, lo + n).to_pylist())
+            delta.update((r["k"], r["s"], r["v"]) for r in rows_of(lo, lo + n).to_pylist())
         if extra[i]:
             s.insert([(99, "x", i)])
-            want[(99, "x", i)] += 1
+            delta[(99, "x", i)] += 1
+        deltas.append(ref.zset(delta))
         lo += n
         ctx.step()
-        assert raw.view_dict() == dict(want)
+        want = ref.integrate(deltas)
+        assert raw.view_dict() == want
+        assert agg.view_dict() == ref.aggregate(want, [0], [("count", None), ("sum", 1)])
     ctx.close()
 
 
