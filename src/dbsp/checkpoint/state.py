@@ -159,7 +159,9 @@ class PendingState:
                     if self.storage is None:
                         raise CheckpointError("a checkpoint needs storage (StorageConfig) to "
                                               "write in-memory state to")
-                    fb = write_batch(self.storage, b, name=getattr(im.source, "name", ""))
+                    name = getattr(im.source, "name", "")
+                    wf = getattr(self.storage, "write_file", None)  # in the merge helper
+                    fb = wf(b, name) if wf is not None else write_batch(self.storage, b, name=name)
                     if fb is None:
                         continue
                     new_bytes += fb.file_bytes

@@ -361,8 +361,13 @@ class DurableCircuit:
     def _due(self) -> bool:
         if self.checkpoint_every is not None and self._since >= self.checkpoint_every:
             return True
-        return self.checkpoint_seconds is not None and \
-            time.monotonic() - self._t_last >= self.checkpoint_seconds
+        if self.checkpoint_seconds is None or \
+                time.monotonic() - self._t_last < self.checkpoint_seconds:
+            return False
+        # a periodic checkpoint while the last one is still being written waits for it to
+        # finish rather than making the step wait
+        w = self._writer
+        return w is None or not w.is_alive()
 
     # -- checkpoints -------------------------------------------------------------------------
     def checkpoint(self, wait: bool = True) -> Any:

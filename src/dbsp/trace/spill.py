@@ -313,6 +313,20 @@ class SpineStorage(WorkerStorage):
 
         return merge_fn, on_change
 
+    def write_file(self, batch, name: str = ""):
+        """Write in-memory ``batch`` to a new file (a checkpoint's write; None for an empty
+        batch): in the worker's merge helper process when it has at least
+        ``merge_process_rows`` rows - a merge of one part is a copy - so the encoding does not
+        hold this process's GIL beside the steps; else in this thread."""
+        rows = len(batch)
+        if rows and self.config.merge_process_rows is not None and \
+                rows >= self.config.merge_process_rows and \
+                not getattr(batch, "is_file", False):
+            out = self._merge_in_helper([batch], name, batch.nbytes_in_memory)
+            if out is not _NOT_DONE:
+                return out
+        return write_batch(self, batch, name)
+
     def _merge_in_helper(self, parts, name: str, size: int):
         """Merge ``parts`` into a file in this worker's merge helper process (see
         :mod:`dbsp.trace.merge_helper`); ``_NOT_DONE`` when no helper can take it now."""
