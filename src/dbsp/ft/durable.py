@@ -15,8 +15,8 @@ what it already holds. Then each :meth:`DurableCircuit.step`
    last checkpoint is re-produced by replay);
 4. every ``checkpoint_every`` steps (or ``checkpoint_seconds``), takes a checkpoint: the state is
    captured at this step boundary and written on a background thread (in worker processes and
-   remote replicas, on a thread of each worker) while the circuit steps on; once published, the input log is trimmed below the oldest
-   checkpoint kept.
+   remote replicas, on a thread of each worker) while the circuit steps on; once published,
+   the input log is trimmed below the oldest checkpoint kept.
 
 Resuming with another number of workers is a cold layout change (seed 000, "Layout changes"): the
 store re-shards the checkpoint's state for the new workers (each loads the shards it now owns,

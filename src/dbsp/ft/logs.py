@@ -47,15 +47,15 @@ and every later one (:meth:`OutputLog.repair`), and the replay writes them again
 
 Record layout (both logs)::
 
-    magic (8 bytes) | u32 header length | header JSON | Arrow IPC streams | u32 checksum of all before
+    magic (8 bytes) | u32 header length | header JSON | Arrow IPC streams | u32 checksum
 
-The checksum is CRC-32C (``header["checksum"] == "crc32c"``; the SSE4.2 instruction of
-:mod:`dbsp._native.block`, which releases the GIL on large buffers) - zlib's crc32 over a 20 MB
-Nexmark step took 40-60 ms of a loaded core, the native CRC-32C 1 ms unloaded; records written
-before it (no ``checksum`` in the header) carry zlib's crc32 and are still read. The Arrow IPC
-streams are not copied into one buffer: the IPC writer hands its pieces (the batch's own buffers
-for the data) to a collecting sink, and the pieces are checksummed and written one after the
-other.
+The checksum covers every byte before it; it is CRC-32C (``header["checksum"] == "crc32c"``;
+the SSE4.2 instruction of :mod:`dbsp._native.block`, which releases the GIL on large buffers):
+zlib's crc32 over a 20 MB Nexmark step took 40-60 ms of a loaded core, the native CRC-32C 1 ms
+unloaded. Records written before it (no ``checksum`` in the header) carry zlib's crc32 and are
+still read. The Arrow IPC streams are not copied into one buffer: the IPC writer hands its
+pieces (the batch's own buffers for the data) to a collecting sink, and the pieces are
+checksummed and written one after the other.
 """
 from __future__ import annotations
 
@@ -103,8 +103,8 @@ class Rereadable(Protocol):
 
     ``reread(start, end)`` returns the rows the source gave at positions ``[start, end)`` - a
     pyarrow RecordBatch or Table of the input's columns (a ``__weight`` column gives weights,
-    else every row has weight +1) - in the same order. Positions are the source's own (rows of a file, event numbers of a generator): only
-    the source interprets them."""
+    else every row has weight +1) - in the same order. Positions are the source's own (rows of
+    a file, event numbers of a generator): only the source interprets them."""
 
     def reread(self, start: int, end: int) -> Any: ...
 
