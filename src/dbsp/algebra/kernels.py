@@ -32,6 +32,7 @@ _NATIVE = {
     "concat": "search",
     "hash64": "hashing",
     "shard": "hashing",
+    "live_versions": "state",
 }
 
 
@@ -112,6 +113,7 @@ take = _resolve("take")
 concat = _resolve("concat")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
+live_versions = _resolve("live_versions")
 
 
 def using_native() -> dict[str, bool]:
