@@ -127,6 +127,22 @@ def test_numeric_insert_only_then_retraction(workers):
     _run_num(workers, steps)
 
 
+S1 = pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.int64(), nullable=False)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.dictionaries(st.tuples(st.integers(0, 2), st.integers(-3, 6)),
+                                      st.integers(-2, 3).filter(bool), max_size=8),
+                      min_size=1, max_size=6))
+def test_only_value_column_reuses_the_index_codes(workers, steps):
+    # the aggregated column is the indexed stream's only value column: its (key, value) pairs
+    # go to the value trace as the index sorted and encoded them
+    check_steps(workers, {"t": S1}, lambda t: t.index_by(["k"]).aggregate(
+                    {"lo": ("min", "x"), "hi": ("max", "x"), "cd": ("count_distinct", "x")}),
+                lambda z: ref.aggregate(z, [0], [("min", 0), ("max", 0), ("count_distinct", 0)]),
+                [{"t": s} for s in steps])
+
+
 # -- the probes against brute force -------------------------------------------------------------
 
 def _batches(rng, nb, strings):

@@ -990,6 +990,14 @@ class _ValueCounts(Stateful):
         """The consolidated ``key -> value`` delta of the column's non-null values (None if
         empty)."""
         arr = d.vals.column(self.col)
+        vf = d.vcodec.fields
+        if len(vf) == 1 and arr.null_count == 0 and vf[0].type == self.schema.field(0).type \
+                and vf[0].nullable == self.schema.field(0).nullable:
+            # the column is d's only value column and codes alike: d's (key, value) pairs are
+            # already consolidated, sorted and encoded as this trace keeps them
+            return OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
+                                  pa.RecordBatch.from_arrays([arr], schema=self.schema),
+                                  d.vcodes, d.weights, d.kcodec, self.codec) if len(d) else None
         ki = d.key_index()
         if arr.null_count:
             rows = np.flatnonzero(_valid(arr))
