@@ -76,6 +76,73 @@ def test_extremes_random(workers, steps):
     _run(workers, steps)
 
 
+# -- the numeric path: every state column fixed-width (integers, temporal, no strings) ----------
+
+SN = pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.int64()),
+                pa.field("t", pa.timestamp("us")), pa.field("u", pa.uint64()),
+                pa.field("d", pa.date32())])
+AGGS_NUM = {"lo": ("min", "x"), "hi": ("max", "x"), "cd": ("count_distinct", "x"),
+            "n": ("count", None), "nx": ("count", "x"), "s": ("sum", "x"), "a": ("avg", "x"),
+            "tlo": ("min", "t"), "thi": ("max", "t"), "uhi": ("max", "u"), "dlo": ("min", "d")}
+REF_NUM = [("min", 0), ("max", 0), ("count_distinct", 0), ("count", None), ("count", 0),
+           ("sum", 0), ("avg", 0), ("min", 1), ("max", 1), ("max", 2), ("min", 3)]
+
+
+def _run_num(workers, steps):
+    check_steps(workers, {"t": SN}, lambda t: t.index_by(["k"]).aggregate(AGGS_NUM),
+                lambda z: ref.aggregate(z, [0], REF_NUM), [{"t": s} for s in steps])
+
+
+@st.composite
+def _num_steps(draw):
+    import datetime as dt
+    t0 = dt.datetime(2020, 1, 1)
+    rows = st.tuples(st.integers(0, 2), st.one_of(st.none(), st.integers(-5, 9)),
+                     st.one_of(st.none(), st.integers(0, 4).map(
+                         lambda s: t0 + dt.timedelta(seconds=s))),
+                     st.one_of(st.none(), st.sampled_from([0, 7, 2**63 + 5, 2**64 - 1])),
+                     st.one_of(st.none(), st.integers(0, 3).map(
+                         lambda n: dt.date(2021, 1, 1) + dt.timedelta(days=n))))
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        out.append({r: w for r, w in draw(st.dictionaries(rows, st.integers(-2, 3),
+                                                          max_size=8)).items() if w})
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=_num_steps())
+def test_numeric_extremes_random(workers, steps):
+    _run_num(workers, steps)
+
+
+def test_numeric_insert_only_then_retraction(workers):
+    import datetime as dt
+    t = dt.datetime(2020, 1, 1)
+    steps = [{(k, x, t, x, None): 1 for k in range(3) for x in range(k, 20, 3)},
+             {(0, 100, None, 2**64 - 1, dt.date(2020, 1, 1)): 1, (1, -4, t, None, None): 1},
+             {(0, 100, None, 2**64 - 1, dt.date(2020, 1, 1)): -1, (1, -4, t, None, None): -1,
+              (2, 2, t, 2, None): -1},
+             {(2, 5, t, 5, None): -1, (2, 8, t, 8, None): -1}]
+    _run_num(workers, steps)
+
+
+S1 = pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.int64(), nullable=False)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.dictionaries(st.tuples(st.integers(0, 2), st.integers(-3, 6)),
+                                      st.integers(-2, 3).filter(bool), max_size=8),
+                      min_size=1, max_size=6))
+def test_only_value_column_reuses_the_index_codes(workers, steps):
+    # the aggregated column is the indexed stream's only value column: its (key, value) pairs
+    # go to the value trace as the index sorted and encoded them
+    check_steps(workers, {"t": S1}, lambda t: t.index_by(["k"]).aggregate(
+                    {"lo": ("min", "x"), "hi": ("max", "x"), "cd": ("count_distinct", "x")}),
+                lambda z: ref.aggregate(z, [0], [("min", 0), ("max", 0), ("count_distinct", 0)]),
+                [{"t": s} for s in steps])
+
+
 # -- the probes against brute force -------------------------------------------------------------
 
 def _batches(rng, nb, strings):

@@ -34,6 +34,7 @@ _NATIVE = {
     "shard": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
+    "live_versions": "state",
 }
 
 
@@ -116,6 +117,7 @@ hash64 = _resolve("hash64")
 shard = _resolve("shard")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
+live_versions = _resolve("live_versions")
 
 
 def using_native() -> dict[str, bool]:

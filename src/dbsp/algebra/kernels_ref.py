@@ -212,3 +212,42 @@ def mul_checked(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Optional[np.n
     """``(a * b wrapped, None when no product leaves int64 else the bool mask of those that
     do)`` for int64 arrays of one length."""
     return mul_overflows(np.asarray(a, np.int64), np.asarray(b, np.int64))
+
+
+def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, probes: np.ndarray):
+    """The live version of each sorted distinct u64 probe code in batches of *versioned rows*
+    (at most one live row per key; replacing a row adds ``(old, v, -1)``, ``(new, v', +1)`` with
+    ``v' > v``, so a key's weights sum to 1 exactly when it has a live row, and that row is its
+    largest version of positive weight).
+
+    ``kcodes[b]`` (sorted distinct keys), ``offsets[b]``, ``vcodes[b]`` (versions) and
+    ``weights[b]`` describe batch ``b``. ``None`` when some weight is not ±1 or some key's weights
+    do not sum to 0 or 1; else ``(pos, version, batch, row, hits)``: per probe with a live row
+    (ascending ``pos``) its version and the batch and value row holding it, and per batch the
+    number of probes it matched.
+    """
+    q = [int(x) for x in np.asarray(probes, dtype=np.uint64)]
+    best: dict = {}
+    tot = [0] * len(q)
+    hits = np.zeros(len(kcodes), dtype=np.int64)
+    for b, (k, off, v, w) in enumerate(zip(kcodes, offsets, vcodes, weights)):
+        at = {int(c): j for j, c in enumerate(np.asarray(k, dtype=np.uint64))}
+        for i, c in enumerate(q):
+            j = at.get(c)
+            if j is None:
+                continue
+            hits[b] += 1
+            for r in range(int(off[j]), int(off[j + 1])):
+                wr, vr = int(w[r]), int(v[r])
+                if wr not in (1, -1):
+                    return None
+                tot[i] += wr
+                if wr == 1 and (i not in best or vr > best[i][0]):
+                    best[i] = (vr, b, r)
+    if any(t not in (0, 1) for t in tot):
+        return None
+    pos = [i for i in range(len(q)) if tot[i] == 1 and i in best]
+    return (np.asarray(pos, dtype=np.int64),
+            np.asarray([best[i][0] for i in pos], dtype=np.uint64),
+            np.asarray([best[i][1] for i in pos], dtype=np.int64),
+            np.asarray([best[i][2] for i in pos], dtype=np.int64), hits)

@@ -85,7 +85,7 @@ from ..circuit.exchange import shard_rows
 from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, ZSet, match_batches, ranges
+from ..trace.batch import DistinctZSet, OrdIndexedZSet, ZSet, match_batches, ranges
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
@@ -372,6 +372,39 @@ def touched_groups(trace: Spine, d: OrdIndexedZSet) -> OrdIndexedZSet:
 
 # -- one versioned state row per key ------------------------------------------------------------
 
+_INT_OF_WIDTH = {32: pa.int32(), 64: pa.int64()}
+
+
+def np_dtype(t: pa.DataType):
+    """numpy dtype holding a column of type ``t`` in the order of its values (integers as
+    themselves, temporal types as their integer storage), or None (not fixed-width ordered)."""
+    if pa.types.is_integer(t):
+        return np.dtype(t.to_pandas_dtype())
+    if pa.types.is_temporal(t) and getattr(t, "bit_width", 0) in _INT_OF_WIDTH:
+        return np.dtype(np.int64 if t.bit_width == 64 else np.int32)
+    return None
+
+
+def np_values(col: pa.Array, dtype) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """``(values, valid)`` of a fixed-width column as numpy (temporal types as their integer
+    storage, nulls as 0; ``valid`` None when there is no null)."""
+    if pa.types.is_temporal(col.type):
+        col = col.view(_INT_OF_WIDTH[col.type.bit_width])
+    ok = None
+    if col.null_count:
+        ok = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        col = col.fill_null(0)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype), ok
+
+
+def np_array(values: np.ndarray, t: pa.DataType, mask: Optional[np.ndarray] = None) -> pa.Array:
+    """Arrow array of type ``t`` from numpy ``values`` (:func:`np_values`' inverse; ``mask``:
+    true where null)."""
+    if pa.types.is_temporal(t):
+        return pa.array(values, _INT_OF_WIDTH[t.bit_width], mask=mask).view(t)
+    return pa.array(values, t, mask=mask)
+
+
 def rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
     """Row-wise equality of two aligned batches (null equals null)."""
     eq = np.ones(a.num_rows, dtype=bool)
@@ -433,16 +466,19 @@ class VersionedRows(Stateful):
         vals = got.take(pa.array(where, mask=where < 0))
         return has, vals, ver
 
-    def get_numpy(self, kcodes, G: int, dtypes: list):
+    def get_numpy(self, kcodes, G: int, dtypes: list, valid: bool = False):
         """:meth:`get` for fixed-width columns read as numpy: ``(has, [one array of dtype
-        dtypes[j] per column j, 0 where a key has no row or a null], version)``. No Arrow call
-        per step beyond a zero-copy view of each matched batch's columns."""
+        dtypes[j] per column j, 0 where a key has no row or a null], version)``; with ``valid``
+        also ``[one bool array per column: false where a key has no row or a null]`` (temporal
+        columns are read as their integer storage, see :func:`np_values`). No Arrow call per
+        step beyond a zero-copy view of each matched batch's columns."""
         has = np.zeros(G, dtype=bool)
         ver = np.zeros(G, dtype=np.uint64)
         cols = [np.zeros(G, dtype=dt) for dt in dtypes]
+        oks = [np.zeros(G, dtype=bool) for _ in dtypes] if valid else None
         found = self._live(kcodes, G)
         if found is None:
-            return has, cols, ver
+            return (has, cols, ver, oks) if valid else (has, cols, ver)
         parts, p, v, bq, rq = found
         has[p] = True
         ver[p] = v
@@ -452,16 +488,31 @@ class VersionedRows(Stateful):
             at, rows = (p, rq) if sel is None else (p[sel], rq[sel])
             vals = parts[bno][0].vals
             for j, out in enumerate(cols):
-                col = vals.column(j)
-                if col.null_count:
-                    col = col.fill_null(0)
-                out[at] = col.to_numpy(zero_copy_only=False)[rows]
-        return has, cols, ver
+                x, ok = np_values(vals.column(j), out.dtype)
+                out[at] = x[rows]
+                if oks is not None:
+                    oks[j][at] = True if ok is None else ok[rows]
+        return (has, cols, ver, oks) if valid else (has, cols, ver)
 
     def _live(self, kcodes, G: int):
         """The live row of each of the sorted distinct keys ``kcodes`` that has one: None, or
         ``(matched parts, key position, version, part number, row in the part's values)``."""
-        parts = list(match_batches(self.trace.batches(), kcodes)) if G else []
+        if not G:
+            return None
+        batches = self.trace.batches()
+        if isinstance(kcodes, np.ndarray) and all(
+                not b.is_file and isinstance(b.kcodes, np.ndarray) and
+                isinstance(b.vcodes, np.ndarray) for b in batches):
+            # u64 keys, every batch in memory: one native pass (see K.live_versions)
+            got = K.live_versions([b.kcodes for b in batches], [b.offsets for b in batches],
+                                  [b.vcodes for b in batches], [b.weights for b in batches],
+                                  kcodes)
+            if got is not None:
+                p, v, bq, rq, hits = got
+                for b, h in zip(batches, hits.tolist()):
+                    b.hits += h
+                return ([(b,) for b in batches], p, v, bq, rq) if len(p) else None
+        parts = list(match_batches(batches, kcodes))
         if not parts:
             return None
         ps, vs, ws, bs, rs = [], [], [], [], []
@@ -476,6 +527,18 @@ class VersionedRows(Stateful):
         p, v, w = np.concatenate(ps), np.concatenate(vs), np.concatenate(ws)
         bq, rq = np.concatenate(bs), np.concatenate(rs)
         if len(parts) > 1:
+            # Versions only grow and each put retracts the live version of a key as it adds
+            # the next: a key's weights over all batches sum to 1 when it has a live row, and
+            # that row is its largest version of positive weight (no sort needed).
+            add = w > 0
+            if bool((w[add] == 1).all()) and bool((w[~add] == -1).all()):
+                alive = np.bincount(p, weights=w, minlength=G) > 0
+                top = np.zeros(G, dtype=np.uint64)
+                np.maximum.at(top, p[add], v[add])
+                live = np.flatnonzero(add & alive[p] & (v == top[p]))
+                if len(live) == 0:
+                    return None
+                return parts, p[live], v[live], bq[live], rq[live]
             perm, w = K.sort_consolidate(p.astype(np.uint64), v, w)
             p, v, bq, rq = p[perm], v[perm], bq[perm], rq[perm]
         live = np.flatnonzero(w > 0)  # at most one live version per key
@@ -489,9 +552,12 @@ class VersionedRows(Stateful):
 
     def put(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec, has_old: np.ndarray,
             old_vals: pa.RecordBatch, old_ver: np.ndarray, keep_new: np.ndarray,
-            new_vals: pa.RecordBatch, changed: np.ndarray) -> None:
+            new_vals: pa.RecordBatch, changed: np.ndarray, old_valid: Optional[list] = None,
+            new_valid: Optional[list] = None) -> None:
         """Retract the old row and insert the new one for every ``changed`` key. ``old_vals`` /
-        ``new_vals``: record batches, or lists of numpy columns (:meth:`get_numpy`)."""
+        ``new_vals``: record batches, or lists of numpy columns (:meth:`get_numpy`), with
+        ``old_valid`` / ``new_valid`` their validity (a bool array or None per column; None:
+        all valid)."""
         rm = has_old & changed
         add = keep_new & changed
         counts = rm.astype(np.int64) + add.astype(np.int64)
@@ -510,9 +576,17 @@ class VersionedRows(Stateful):
         new_ver[add[kk]] = self._versions(int(add.sum()))
         vcodes = np.where(is_old, old_ver[g], new_ver[np.repeat(np.arange(len(kk)), c)])
         if isinstance(old_vals, list):  # numpy columns: pick old / new rows, one Arrow batch
-            vals = pa.RecordBatch.from_arrays(
-                [pa.array(np.where(is_old, o[g], n[g]), f.type)
-                 for o, n, f in zip(old_vals, new_vals, self.val_schema)], schema=self.val_schema)
+            cols = []
+            for j, (o, n, f) in enumerate(zip(old_vals, new_vals, self.val_schema)):
+                ov = old_valid[j] if old_valid is not None else None
+                nv = new_valid[j] if new_valid is not None else None
+                mask = None
+                if ov is not None or nv is not None:
+                    ok = np.where(is_old, True if ov is None else ov[g],
+                                  True if nv is None else nv[g])
+                    mask = None if ok.all() else ~ok
+                cols.append(np_array(np.where(is_old, o[g], n[g]), f.type, mask))
+            vals = pa.RecordBatch.from_arrays(cols, schema=self.val_schema)
         else:
             G = old_vals.num_rows
             both = pa.concat_batches([pa.RecordBatch.from_arrays(old_vals.columns,
@@ -543,6 +617,24 @@ def _emit(out_schema: pa.Schema, keys: pa.RecordBatch, old_out: pa.RecordBatch,
         cols.append(pa.concat_arrays([o.take(pa.array(io)), n.take(pa.array(ia))]))
     w = np.concatenate([-np.ones(len(io), np.int64), np.ones(len(ia), np.int64)])
     return ZSet(pa.RecordBatch.from_arrays(cols, schema=out_schema), w)
+
+
+def _emit_np(out_schema: pa.Schema, keys: pa.RecordBatch, old_out: list, new_out: list,
+             rm: np.ndarray, add: np.ndarray) -> ZSet:
+    """:func:`_emit` of numpy ``(values, valid)`` aggregate columns; the caller leaves out the
+    keys whose row is unchanged, so the rows are distinct (a :class:`DistinctZSet`)."""
+    io, ia = np.flatnonzero(rm), np.flatnonzero(add)
+    if len(io) == 0 and len(ia) == 0:
+        return ZSet.empty(out_schema)
+    kidx = np.concatenate([io, ia])
+    cols = list(take(keys, kidx).columns)
+    nk = len(cols)
+    for f, (ov, ook), (nv, nok) in zip(list(out_schema)[nk:], old_out, new_out):
+        ok = np.concatenate([ook[io], nok[ia]])
+        cols.append(np_array(np.concatenate([ov[io], nv[ia]]), f.type,
+                             None if ok.all() else ~ok))
+    w = np.concatenate([np.full(len(io), -1, np.int64), np.ones(len(ia), np.int64)])
+    return DistinctZSet(pa.RecordBatch.from_arrays(cols, schema=out_schema), w)
 
 
 # -- the operators ----------------------------------------------------------------------------
@@ -898,6 +990,14 @@ class _ValueCounts(Stateful):
         """The consolidated ``key -> value`` delta of the column's non-null values (None if
         empty)."""
         arr = d.vals.column(self.col)
+        vf = d.vcodec.fields
+        if len(vf) == 1 and arr.null_count == 0 and vf[0].type == self.schema.field(0).type \
+                and vf[0].nullable == self.schema.field(0).nullable:
+            # the column is d's only value column and codes alike: d's (key, value) pairs are
+            # already consolidated, sorted and encoded as this trace keeps them
+            return OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
+                                  pa.RecordBatch.from_arrays([arr], schema=self.schema),
+                                  d.vcodes, d.weights, d.kcodec, self.codec) if len(d) else None
         ki = d.key_index()
         if arr.null_count:
             rows = np.flatnonzero(_valid(arr))
@@ -967,10 +1067,18 @@ class GeneralAggregateOperator(Operator):
         for s in self.others:
             if s.column not in self.values:
                 self.values[s.column] = _ValueCounts(s.column, s.in_type)
+        # numeric state (no decimal sum; min / max of integers or temporal values): the whole
+        # step runs on numpy columns, Arrow only to read the delta and write state and output
+        xt = [np.dtype(np.int64) if s.kind == "count_distinct" else np_dtype(s.in_type)
+              for s in self.others]
+        self.np_dtypes = None if self.partials.dtypes is None or any(t is None for t in xt) \
+            else [np.dtype(t) for t in self.partials.dtypes] + xt
 
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
+        if self.np_dtypes is not None:
+            return self._eval_numeric(d)
         P, G = self.partials, d.num_keys
         flags: list = []
         delta = P.of_delta(d, flags)
@@ -1007,6 +1115,145 @@ class GeneralAggregateOperator(Operator):
         new_present = new[0] != 0
         return _emit(self.out_schema, d.keys, self._finish(old, old_x),
                      self._finish(new, new_x), old_present & changed, new_present & changed)
+
+    def _eval_numeric(self, d: OrdIndexedZSet) -> ZSet:
+        """:meth:`eval` with every state column fixed-width: state read, updated, compared and
+        written back as numpy columns (see :meth:`VersionedRows.get_numpy`); only the keys whose
+        output row changes are emitted, so the output's rows are distinct."""
+        P, G = self.partials, d.num_keys
+        nl = len(P.schema)
+        flags: list = []
+        delta = P.of_delta(d, flags)
+        if flags:  # (rare) keys whose sums leave int64: raise, or set their rows aside
+            d = bad_groups(self, d, flags)
+            return self.eval(d) if len(d) else ZSet.empty(self.out_schema)
+        has_old, cols, old_ver, oks = self.state.get_numpy(d.kcodes, G, self.np_dtypes,
+                                                           valid=True)
+        old = cols[:nl]
+        new = P.add(old, delta, flags)
+        if self.positive and (new[0] < 0).any():
+            flags.append((new[0] < 0, NEGATIVE))
+        if flags:  # checked before any state is touched
+            d = bad_groups(self, d, flags)
+            return self.eval(d) if len(d) else ZSet.empty(self.out_schema)
+        old_x = [(c, ok if s.kind != "count_distinct" else np.ones(G, dtype=bool))
+                 for s, c, ok in zip(self.others, cols[nl:], oks[nl:])]  # a count is never null
+        new_x = list(old_x)
+        for col, vc in self.values.items():
+            specs = [(i, s) for i, s in enumerate(self.others) if s.column == col]
+            self._update_column_np(d, vc, specs, old_x, new_x)
+        changed = ~has_old | ~P.equal(old, new)
+        keep = ~P.all_zero(new)
+        for s, (ov, ook), (nv, nok) in zip(self.others, old_x, new_x):
+            changed |= (ov != nv) | (ook != nok)
+            keep |= nok if s.kind != "count_distinct" else nv != 0
+        lin_valid = [None] * nl
+        self.state.put(d.keys, d.kcodes, d.kcodec, has_old, old + [v for v, _ in old_x], old_ver,
+                       keep, new + [v for v, _ in new_x], changed,
+                       lin_valid + [ok for _, ok in old_x], lin_valid + [ok for _, ok in new_x])
+        old_out, new_out = self._finish_np(old, old_x), self._finish_np(new, new_x)
+        rm = has_old & (old[0] != 0) & changed
+        add = (new[0] != 0) & changed
+        both = rm & add
+        if both.any():  # a key whose output row is unchanged emits nothing
+            same = both.copy()
+            for (ov, ook), (nv, nok) in zip(old_out, new_out):
+                eq = ov == nv
+                if ov.dtype.kind == "f":
+                    eq |= np.isnan(ov) & np.isnan(nv)
+                same &= eq & (ook == nok)
+            rm &= ~same
+            add &= ~same
+        return _emit_np(self.out_schema, d.keys, old_out, new_out, rm, add)
+
+    def _finish_np(self, lin: list, xs: list) -> list:
+        """Output columns as ``(values, valid)`` numpy pairs (values 0 where null)."""
+        out, li, xi = [], 0, 0
+        for s in self.specs:
+            if s.kind in LINEAR:
+                ci, si, _ = self.partials.plan[li]
+                li += 1
+                if s.kind == "count":
+                    v = lin[0] if ci is None else lin[ci]
+                    out.append((v, np.ones(len(v), dtype=bool)))
+                    continue
+                n = lin[ci]
+                ok = n != 0
+                if s.kind == "sum":
+                    v = np.where(ok, lin[si], 0)
+                else:
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        v = np.where(ok, lin[si].astype(np.float64) / np.where(ok, n, 1), 0.0)
+                out.append((v, ok))
+            else:
+                out.append(xs[xi])
+                xi += 1
+        return out
+
+    def _update_column_np(self, d: OrdIndexedZSet, vc: _ValueCounts, specs: list, old_x: list,
+                          new_x: list) -> None:
+        """:meth:`_update_column` on numpy ``(values, valid)`` columns."""
+        dv = vc.delta(d)
+        if dv is None:
+            return
+        G = d.num_keys
+        ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
+        gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
+        insert_only = vc.monotone and bool((dv.weights > 0).all())
+        need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
+        old_w = pair_weights(vc.trace.batches(), d.kcodes, gpos, dv.vcodes) if need_w else None
+        vc.trace.insert(dv)
+        if not insert_only:
+            vc.monotone = False
+        if old_w is not None:
+            new_w = old_w + dv.weights
+            pos = new_w > 0
+            gone = (old_w > 0) & ~pos
+        else:
+            pos = np.ones(len(dv), dtype=bool)
+            gone = None
+        for i, s in specs:
+            if s.kind == "count_distinct":
+                became = (old_w <= 0) & pos
+                step = np.bincount(gpos, became.astype(np.int64) - gone.astype(np.int64),
+                                   minlength=G).astype(np.int64)
+                new_x[i] = (old_x[i][0] + step, np.ones(G, dtype=bool))
+            else:
+                new_x[i] = self._extreme_np(d, vc, dv, gpos, pos, gone, old_x[i], s.kind == "max")
+
+    def _extreme_np(self, d, vc: _ValueCounts, dv: OrdIndexedZSet, gpos: np.ndarray,
+                    pos: np.ndarray, gone: Optional[np.ndarray], old: tuple, last: bool) -> tuple:
+        """:meth:`_extreme` on numpy values (integer order is the codes' order)."""
+        G = d.num_keys
+        ov, ok = old
+        dvals, _ = np_values(dv.vals.column(0), ov.dtype)
+        alive = ok.copy()
+        if gone is not None:  # keys whose old extreme lost its positive weight
+            gq = np.flatnonzero(gone & ok[gpos])
+            if len(gq):
+                o, x = ov[gpos[gq]], dvals[gq]
+                hit = (o <= x) if last else (x <= o)
+                alive[gpos[gq[hit]]] = False
+        new = np.where(alive, ov, 0).astype(ov.dtype, copy=False)
+        cg, ce = _pick_first(gpos, pos, last)  # best positive value of the delta per key
+        if len(cg):
+            x = dvals[ce]
+            a = alive[cg]
+            cur = new[cg]
+            new[cg] = np.where(a, np.maximum(cur, x) if last else np.minimum(cur, x), x)
+        valid = alive.copy()
+        valid[cg] = True
+        lost = ok & ~alive
+        if lost.any():
+            lk = np.flatnonzero(lost)
+            found, bs, rows = first_positive(vc.trace.batches(), K.take(d.kcodes, lk), last)
+            fk = lk[found]
+            valid[lk] = False
+            new[lk] = 0
+            for k, b, r in zip(fk.tolist(), bs, rows.tolist()):
+                new[k] = np_values(b.vals.column(0).slice(r, 1), ov.dtype)[0][0]
+            valid[fk] = True
+        return new, valid
 
     def savepoint(self):
         return [vc._monotone for vc in self.values.values()]

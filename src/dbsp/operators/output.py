@@ -15,7 +15,8 @@ import pyarrow as pa
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..algebra.schema import WEIGHT
+from ..trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.spine import Spine
 from ._values import add
 
@@ -144,7 +145,13 @@ class OutputHandle(Stateful):
         return add(ZSetType(self.schema), self._parts)  # type: ignore[return-value]
 
     def to_arrow(self) -> pa.Table:
-        """The last step's delta as a table with a ``__weight`` column."""
+        """The last step's delta as a table with a ``__weight`` column (consolidated; in code
+        order, or as made when the parts are already consolidated: no sort then)."""
+        if self._delta is None and self._parts and \
+                all(type(p) is DistinctZSet for p in self._parts):
+            t = pa.Table.from_batches([p.data for p in self._parts], schema=self.schema)
+            return t.append_column(WEIGHT, pa.array(np.concatenate(
+                [p.weights for p in self._parts]), pa.int64()))
         return self.delta().to_arrow()
 
     def to_pandas(self):

@@ -143,6 +143,15 @@ class ZSet:
         return f"{type(self).__name__}({len(self)} rows, {self.schema.names})"
 
 
+class DistinctZSet(ZSet):
+    """A loose Z-set known to be consolidated but in no order: distinct rows, non-zero weights
+    (an aggregate's change, one ``-old`` / ``+new`` row per key). The workers' parts of one such
+    stream are distinct from each other too (the operator making it is sharded by key), so a
+    reader needing no order can concatenate them without sorting."""
+
+    __slots__ = ()
+
+
 class OrdZSet(ZSet):
     """A consolidated Z-set: ``ColumnLayer`` over whole rows (see the module doc)."""
 
@@ -632,7 +641,7 @@ def merge_batches(batches: Sequence[Any]) -> Any:
         return OrdIndexedZSet.merge(batches)
     return OrdZSet.merge(batches)
 
-__all__ = ["ZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "merge_batches",
+__all__ = ["ZSet", "DistinctZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "merge_batches",
            "ranges", "EMPTY_I64"]
 
 
