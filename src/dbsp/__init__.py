@@ -56,7 +56,7 @@ from .runtime.circuit import Circuit  # noqa: E402
 from .storage.config import StorageConfig  # noqa: E402
 from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 
-__all__ = ["Circuit", "CircuitError", "ClosedError", "RowError", "InputError",
+__all__ = ["__version__", "Circuit", "CircuitError", "ClosedError", "RowError", "InputError",
            "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
            "StorageConfig", "durable",
            "StreamContext", "col", "lit", "when", "coalesce", "count", "sum_", "avg", "min_",

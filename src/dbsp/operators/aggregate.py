@@ -1224,7 +1224,6 @@ class GeneralAggregateOperator(Operator):
     def _extreme_np(self, d, vc: _ValueCounts, dv: OrdIndexedZSet, gpos: np.ndarray,
                     pos: np.ndarray, gone: Optional[np.ndarray], old: tuple, last: bool) -> tuple:
         """:meth:`_extreme` on numpy values (integer order is the codes' order)."""
-        G = d.num_keys
         ov, ok = old
         dvals, _ = np_values(dv.vals.column(0), ov.dtype)
         alive = ok.copy()
