@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import pickle
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -17,10 +15,7 @@ from dbsp.storage import wire
 
 
 def _roundtrip(obj):
-    frames = wire.dumps(obj)
-    # received frames are fresh writable memory, as wire.recv gives them
-    return pickle.loads(bytes(memoryview(frames[1]).cast("B")),
-                        buffers=[bytearray(memoryview(f).cast("B")) for f in frames[2:]])
+    return wire.loads(b"".join(bytes(memoryview(f).cast("B")) for f in wire.dumps(obj)))
 
 
 def _sent_bytes(obj) -> int:
@@ -93,3 +88,27 @@ def test_numpy_arrays_come_back_equal(arr):
     back = _roundtrip(arr)
     assert back.dtype == arr.dtype and back.shape == arr.shape
     assert (back == arr).all()
+
+
+def test_messages_travel_over_a_socket_and_bad_ones_are_refused():
+    import socket
+    a, b = socket.socketpair()
+    big = _batch(5000, ["i64", "str", "bool"], 3)
+    msgs = [("step", {1: big, 2: np.arange(7)}), None, ("x", big.slice(17, 99)), b"\x01" * 3]
+    for m in msgs:
+        wire.send(a, m)
+    for m in msgs:
+        got = wire.recv(b)
+        assert repr(got) == repr(m) if not isinstance(m, tuple) else got[0] == m[0]
+    raw = b"".join(bytes(memoryview(f).cast("B")) for f in wire.dumps(("x", 1)))
+    with pytest.raises(wire.WireError, match="magic"):
+        wire.loads(b"\0" * 4 + raw[4:])
+    with pytest.raises(wire.WireError):
+        wire.loads(raw[:-1])
+    a.sendall(b"\xff" * 24)
+    with pytest.raises(wire.WireError, match="magic"):
+        wire.recv(b)
+    a.close()
+    with pytest.raises(wire.WireError, match="closed"):
+        wire.recv(b)
+    b.close()

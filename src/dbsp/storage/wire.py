@@ -1,10 +1,12 @@
 """Wire format for batches crossing a process boundary: pickle protocol 5, buffers out of band.
 
-A message is ``header | pickle bytes | buffer 0 | buffer 1 | ...``. The header is
-``magic u32, npickle u64, nbuf u32`` then ``nbuf`` u64 lengths. Numpy arrays and Arrow buffers
-(record batches column by column, see :class:`_Pickler`) travel as raw bytes (no copy into the
-pickle stream; one copy into the socket), and are rebuilt over the received memory without
-another copy.
+A message is a header ``magic u32, nbuf u32, npickle u64, body u64`` and a body of ``body``
+bytes: ``nbuf`` u64 buffer lengths, the pickle bytes, then the buffers, each part starting at a
+multiple of 8 bytes (zero padding), so that a receiver reads a message in two reads (header,
+body) into one allocation and every buffer is 8-byte aligned in it. Numpy arrays and Arrow
+buffers (record batches column by column, see :class:`_Pickler`) travel as raw bytes (no copy
+into the pickle stream; one copy into the socket), and are rebuilt over the received memory
+without another copy.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-MAGIC = 0xDB5B0001
-_HEAD = struct.Struct("<IQI")
+MAGIC = 0xDB5B0002
+_HEAD = struct.Struct("<IIQQ")  # magic, buffers, pickle bytes, body bytes
 
 
 class WireError(ConnectionError):
@@ -161,16 +163,68 @@ def _record_batch_from_buffers(schema: bytes, n: int, cols: list) -> "pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=sch)
 
 
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+_ZEROS = bytes(8)
+
+
 def dumps(obj: Any) -> list:
-    """``obj`` as a list of byte-like frames ready for ``sendmsg``."""
+    """``obj`` as a list of byte-like frames ready for ``sendmsg`` (the layout of the module
+    doc)."""
     bufs: list[pickle.PickleBuffer] = []
     out = io.BytesIO()
     _Pickler(out, protocol=5, buffer_callback=bufs.append).dump(obj)
     payload = out.getbuffer()
     raws = [b.raw() for b in bufs]
-    head = _HEAD.pack(MAGIC, len(payload), len(raws)) + struct.pack(
-        f"<{len(raws)}Q", *[r.nbytes for r in raws])
-    return [head, payload, *raws]
+    lens = [r.nbytes for r in raws]
+    npickle = len(payload)
+    frames: list = [b"", struct.pack(f"<{len(lens)}Q", *lens), payload]
+    body = 8 * len(lens) + _pad8(npickle)
+    if npickle & 7:
+        frames.append(_ZEROS[:8 - (npickle & 7)])
+    for r, n in zip(raws, lens):
+        frames.append(r)
+        if n & 7:
+            frames.append(_ZEROS[:8 - (n & 7)])
+        body += _pad8(n)
+    frames[0] = _HEAD.pack(MAGIC, len(lens), npickle, body)
+    return frames
+
+
+def _unpack_body(body: bytearray, nbuf: int, npickle: int) -> Any:
+    """The object of a message whose body (after the header) is ``body``."""
+    mv = memoryview(body)
+    lens = struct.unpack_from(f"<{nbuf}Q", body) if nbuf else ()
+    at = 8 * nbuf
+    payload = mv[at:at + npickle]
+    at += _pad8(npickle)
+    bufs = []
+    for n in lens:
+        bufs.append(mv[at:at + n])
+        at += _pad8(n)
+    if at != len(body):
+        raise WireError(f"message body of {len(body)} bytes does not match its layout ({at})")
+    return pickle.loads(payload, buffers=bufs)
+
+
+def _head(raw: bytes) -> tuple[int, int, int]:
+    magic, nbuf, npickle, body = _HEAD.unpack(raw)
+    if magic != MAGIC:
+        raise WireError(f"bad message magic {magic:#x}")
+    if 8 * nbuf + npickle > body:
+        raise WireError(f"bad message header ({nbuf} buffers, {npickle} + {body} bytes)")
+    return nbuf, npickle, body
+
+
+def loads(message: Any) -> Any:
+    """The object of one whole message (header and body, as :func:`dumps` frames joined)."""
+    mv = memoryview(message).cast("B")
+    nbuf, npickle, body = _head(bytes(mv[:_HEAD.size]))
+    if len(mv) != _HEAD.size + body:
+        raise WireError(f"message of {len(mv)} bytes, its header says {_HEAD.size + body}")
+    return _unpack_body(bytearray(mv[_HEAD.size:]), nbuf, npickle)
 
 
 def send(sock: socket.socket, obj: Any) -> int:
@@ -207,14 +261,9 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
 
 
 def recv(sock: socket.socket) -> Any:
-    head = _recv_exact(sock, _HEAD.size)
-    magic, npickle, nbuf = _HEAD.unpack(head)
-    if magic != MAGIC:
-        raise WireError(f"bad message magic {magic:#x}")
-    lens = struct.unpack(f"<{nbuf}Q", _recv_exact(sock, 8 * nbuf)) if nbuf else ()
-    payload = _recv_exact(sock, npickle)
-    bufs = [_recv_exact(sock, n) for n in lens]
-    return pickle.loads(payload, buffers=bufs)
+    """Receive one message (blocking): two reads, the header and the whole body."""
+    nbuf, npickle, body = _head(bytes(_recv_exact(sock, _HEAD.size)))
+    return _unpack_body(_recv_exact(sock, body), nbuf, npickle)
 
 
 class Receiver:
@@ -224,16 +273,14 @@ class Receiver:
     then :meth:`value` unpickles it.
     """
 
-    __slots__ = ("sock", "_stage", "_buf", "_got", "_lens", "_payload", "_bufs")
+    __slots__ = ("sock", "_stage", "_buf", "_got", "_head")
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
-        self._stage = 0  # 0 header, 1 lengths, 2 payload, 3 + i: buffer i
+        self._stage = 0  # 0 header, 1 body, 2 done
         self._buf = bytearray(_HEAD.size)
         self._got = 0
-        self._lens: tuple = ()
-        self._payload = b""
-        self._bufs: list = []
+        self._head: tuple = ()
 
     def feed(self) -> bool:
         while True:
@@ -248,35 +295,15 @@ class Receiver:
                 self._got += k
                 if k < need:
                     continue
-            if self._advance():
+            if self._stage == 1:
+                self._stage = 2
                 return True
-
-    def _advance(self) -> bool:
-        """The current part is complete: move to the next; True when the message is."""
-        if self._stage == 0:
-            magic, npickle, nbuf = _HEAD.unpack(self._buf)
-            if magic != MAGIC:
-                raise WireError(f"bad message magic {magic:#x}")
-            self._lens = (npickle, nbuf)
-            self._stage, self._buf, self._got = 1, bytearray(8 * nbuf), 0
-            return False
-        if self._stage == 1:
-            npickle, nbuf = self._lens
-            self._lens = struct.unpack(f"<{nbuf}Q", self._buf) if nbuf else ()
-            self._stage, self._buf, self._got = 2, bytearray(npickle), 0
-            return False
-        if self._stage == 2:
-            self._payload = self._buf
-        else:
-            self._bufs.append(self._buf)
-        i = self._stage - 2  # buffers received so far
-        if i >= len(self._lens):
-            return True
-        self._stage, self._buf, self._got = 3 + i, bytearray(self._lens[i]), 0
-        return False
+            self._head = _head(bytes(self._buf))
+            self._stage, self._buf, self._got = 1, bytearray(self._head[2]), 0
 
     def value(self) -> Any:
-        return pickle.loads(self._payload, buffers=self._bufs)
+        nbuf, npickle, _ = self._head
+        return _unpack_body(self._buf, nbuf, npickle)
 
 
 class Sender:
