@@ -7,7 +7,8 @@
   the figure is a full step's exchange.
 * ``test_parallel_efficiency``: CPU seconds (user + system, over the driver and every worker
   process) of the launcher with W = 2 over W = 1 on the same work, the keyed-count aggregate
-  at steps of 10K and 100K events. This 2-core machine cannot show a wall-clock speed-up, but
+  at steps of 10K and 100K events (the launcher row of ``bench_efficiency.py``, which has the
+  other runtimes and workloads). This 2-core machine cannot show a wall-clock speed-up, but
   the CPU ratio says how much extra work two workers do (exchange, split, merge): 1.0 is
   perfect. Warm-up steps (imports, first allocation) are outside the count.
 """
@@ -22,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dbsp.runtime.launcher import launch
+from _efficiency import efficiency, report
 from dbsp.runtime.socket_transport import MeshAuth, tcp_mesh
-from dbsp.testing import pipelines as P
 
 ROUNDS = int(os.environ.get("DBSP_BENCH_MESH_ROUNDS", 2000))
 
@@ -79,39 +79,15 @@ def test_exchange_step(benchmark, kind):
           f"p90 {np.quantile(times, .9) * 1e3:.3f} ms over {rounds} steps")
 
 
-def _cpu_of_run(workers: int, step_events: int, steps: int, warm: int = 2) -> tuple[float, float]:
-    """(CPU seconds over all processes, wall seconds) of ``steps`` steps after ``warm``."""
-    batches = [P.keyed_events(step_events, 1_000_000, seed=s) for s in range(warm + steps)]
-    with launch(P.keyed_count, workers=workers) as job:
-        ev = job.inputs["events"]
-        for b in batches[:warm]:
-            ev.push(b)
-            job.step()
-        cpu0 = time.process_time() + sum(job.circuit._executor.call("cpu_seconds"))
-        w0 = time.perf_counter()
-        for b in batches[warm:]:
-            ev.push(b)
-            job.step()
-        wall = time.perf_counter() - w0
-        cpu = time.process_time() + sum(job.circuit._executor.call("cpu_seconds")) - cpu0
-    return cpu, wall
-
-
 @pytest.mark.parametrize("step_events", [10_000, 100_000])
 def test_parallel_efficiency(benchmark, step_events):
-    steps = int(os.environ.get("DBSP_BENCH_EFF_STEPS", 20 if step_events == 10_000 else 8))
-    ratios, rows = [], []
-
-    def run():
-        # interleaved A/B: W=1 then W=2 on the same batches, several times
-        c1, w1 = _cpu_of_run(1, step_events, steps)
-        c2, w2 = _cpu_of_run(2, step_events, steps)
-        ratios.append(c2 / c1)
-        rows.append((c1, c2, w1, w2))
-
-    benchmark.pedantic(run, rounds=3, iterations=1)
-    med = float(np.median(ratios))
-    benchmark.extra_info.update(cpu_ratio_w2_over_w1=med, runs=rows)
-    print(f"\nCPU seconds W=2 / W=1 at {step_events} events per step: median {med:.3f} "
-          f"(runs {', '.join(f'{r:.3f}' for r in ratios)}; CPU s W=1 / W=2: "
-          f"{', '.join(f'{a:.2f}/{b:.2f}' for a, b, _, _ in rows)})")
+    """The launcher's row of ``bench_efficiency.py`` (the keyed count), kept here under the
+    name issue 13 gave it."""
+    steps = int(os.environ.get("DBSP_BENCH_EFF_STEPS", 40 if step_events == 10_000 else 10))
+    out: list = []
+    benchmark.pedantic(lambda: out.append(efficiency("launcher", "keyed_count", step_events,
+                                                     steps, 3)), rounds=1, iterations=1)
+    r = out[0]
+    benchmark.extra_info.update(cpu_ratio_w2_over_w1=r["cpu_ratio"], runs=r["ratios"],
+                                floor=r["floor"], speedup=r["speedup"], ceiling=r["ceiling"])
+    print("\n" + report(r))

@@ -114,3 +114,61 @@ def test_placed_join_and_aggregate_match_one_worker(runtime):
     assert want
     assert _run(2, runtime, steps) == want
     assert _run(3, runtime, steps) == want
+
+
+def _counts(c):
+    b = c.add_input("b", B)
+    out = b.index_by(["auction"]).aggregate({"n": ("count", None), "s": ("sum", "price")})
+    return b, out.output()
+
+
+class _Counting:
+    """An in-process transport that counts its exchanges."""
+
+    def __init__(self, workers):
+        from dbsp.runtime.threads import InProcTransport
+        self.inner = InProcTransport(workers)
+        self.workers = workers
+        self.calls = 0
+
+    def exchange(self, worker, parts):
+        self.calls += 1
+        return self.inner.exchange(worker, parts)
+
+    def all_gather(self, worker, value):
+        return self.inner.all_gather(worker, value)
+
+    def abort(self):
+        self.inner.abort()
+
+    def reset(self):
+        self.inner.reset()
+
+
+def test_plan_deals_an_input_by_the_key_of_a_linear_aggregate_on_it():
+    c = dbsp.Circuit(workers=2)
+    b, _ = _counts(c)
+    p = plan(c.nodes, 2)
+    assert {n: k[0] for n, k in p.input_keys.items()} == {b.node: ("auction",)}
+    assert _names(c, p.local_exchanges) == ["aggregate(linear)"]
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_placed_linear_aggregate_swaps_no_partials_and_matches_one_worker(workers):
+    rng = np.random.default_rng(3)
+    steps = []
+    for s in range(5):
+        rows = [((None if j % 13 == 0 else int(rng.integers(0, 40)), int(rng.integers(1, 9))),
+                 1 if j % 7 else -1) for j in range(80)]
+        steps.append(_weighted(B, rows))
+    views = []
+    for W in (1, workers):
+        t = _Counting(W)
+        with dbsp.Circuit(workers=W, transport=t) as c:
+            b, out = _counts(c)
+            for batch, w in steps:
+                b.push(batch, w)
+                c.step()
+            views.append(out.view_dict())
+        assert t.calls == 0  # the input arrived dealt by key: no partials crossed
+    assert views[0] and views[1] == views[0]

@@ -853,12 +853,18 @@ class LinearAggregateOperator(Operator):
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.key_schema = pa.schema(list(out_schema)[:nk])
         self.preaggregate = preaggregate and ctx.workers > 1
-        # an empty delta changes nothing, unless the partials must cross the exchange
-        self.passes_empty = not self.preaggregate
+        #: set by the replica when the input arrives already sharded by its key (an input the
+        #: driver dealt by this key, :mod:`dbsp.runtime.placement`): no partials to swap
+        self.local = False
+
+    @property
+    def passes_empty(self) -> bool:  # type: ignore[override]
+        """An empty delta changes nothing, unless the partials must cross the exchange."""
+        return not self.preaggregate or self.local
 
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         P = self.partials
-        if self.preaggregate:
+        if self.preaggregate and not self.local:
             got = self._exchange_partials(d)
             if got is None:
                 return ZSet.empty(self.out_schema)
@@ -1432,11 +1438,14 @@ def aggregate(stream, aggs: dict, positive: bool = False):
     if linear:  # partial sums cross the exchange, not rows (see LinearAggregateOperator)
         # the combiner is on whatever the worker count (the operator skips it with one worker):
         # the graph does not depend on the number of workers, so a checkpoint resumes on another
-        return stream.circuit.add_node(
+        node = stream.circuit.add_node(
             LinearAggregateOperator.name,
             lambda ctx: LinearAggregateOperator(ctx, specs, out, preaggregate=True,
                                                 positive=positive), [stream],
             ZSetType(out))
+        # the input placement may deal its input by this key (dbsp.runtime.placement)
+        stream.circuit.nodes[node.node].info["combiner"] = True
+        return node
     if any(isinstance(x.kind, Aggregator) for x in specs):
         return stream.circuit.add_node(
             GroupAggregateOperator.name,

@@ -13,7 +13,11 @@ input through: no split, no transfer, no wait.
 :func:`plan` picks, for each input of the top-level circuit, the key used by the most exchanges
 directly downstream of an ``index_by`` of it (ties: the first built), and names the exchanges
 that this makes local (also through a join's ``recode_keys``, which only widens the key's
-nullability: the driver then encodes with the widened schema). Exchanges over other keys, over
+nullability: the driver then encodes with the widened schema). A *combiner* counts as such an
+exchange: a linear aggregate right after ``index_by`` of an input sums each worker's rows per
+key and swaps those partials by key hash; on an input dealt by that key each worker owns every
+key it holds, so it skips the swap (``local``) and the step costs what it costs one worker on
+its rows. Exchanges over other keys, over
 streams derived further (a map, a join output), and inside nested circuits are unaffected.
 With one worker there is nothing to place.
 """
@@ -29,7 +33,8 @@ from typing import Sequence
 class Placement:
     #: input node id -> ``(key column names, key schema at the exchange)`` its rows are dealt by
     input_keys: dict = field(default_factory=dict)
-    #: exchange node ids whose input arrives already sharded (they pass it through)
+    #: exchange (and combiner) node ids whose input arrives already sharded (they pass it
+    #: through, or skip the swap of partials)
     local_exchanges: frozenset = frozenset()
 
 
@@ -39,7 +44,7 @@ def plan(nodes: Sequence, workers: int) -> Placement:
         return Placement()
     uses: dict = defaultdict(list)  # input id -> [((names, key schema), exchange id)]
     for e in nodes:
-        if not e.info.get("exchange") or not e.inputs:
+        if not e.inputs or not (e.info.get("exchange") or e.info.get("combiner")):
             continue
         src = nodes[e.inputs[0]]
         if src.info.get("recode_keys"):  # a join aligning key nullability: same columns
@@ -47,8 +52,10 @@ def plan(nodes: Sequence, workers: int) -> Placement:
         names = src.info.get("index_key")
         if names is None or nodes[src.inputs[0]].kind != "input":
             continue
-        # the exchange hashes codes of its own key schema (nullability included)
-        uses[src.inputs[0]].append(((names, e.type.key), e.id))
+        # the exchange hashes codes of its own key schema (nullability included); a combiner
+        # (a linear aggregate swapping partials by key) those of its input's key
+        key = e.type.key if e.info.get("exchange") else nodes[e.inputs[0]].type.key
+        uses[src.inputs[0]].append(((names, key), e.id))
     keys: dict = {}
     local: set = set()
     for inp, us in uses.items():

@@ -6,7 +6,9 @@ a spawned ``dbsp worker`` or a Spark executor, can import them by name.
 
 * :func:`join_agg_closure`: a join (bids with auctions on the auction id), an aggregate (count and
   sum of prices per category of that join) and a recursive query (transitive closure of edges);
-* :func:`keyed_count`: one aggregate over a keyed stream, the parallel-efficiency workload;
+* :func:`keyed_count`: one aggregate over a keyed stream, and :func:`join_avg`: bids joined with
+  auctions and the average price per category, the parallel-efficiency workloads (inputs from
+  :func:`keyed_events` and :func:`join_avg_steps`);
 * (the Nexmark pipeline of the same tests is :mod:`dbsp.nexmark.pipelines`, beside its queries);
 * :func:`crash_views`: the views of the crash harness (:mod:`dbsp.testing.crash`), for the
   kill tests of replicas on the launcher and on Spark.
@@ -48,6 +50,34 @@ def keyed_count(c) -> dict:
     ev = c.add_input("events", EVENTS)
     return {"counts": ev.index_by(["k"]).aggregate(
         {"n": ("count", None), "s": ("sum", "v")}).output()}
+
+
+def join_avg(c) -> dict:
+    """``avg = (bids.index_by(auction) ⋈ auctions.index_by(id)).index_by(category).avg(price)``,
+    read as deltas only (no integrated view)."""
+    auctions = c.add_input("auctions", AUCTIONS)
+    bids = c.add_input("bids", BIDS)
+    joined = bids.index_by(["auction"]).join(auctions.index_by(["id"]))
+    avg = joined.index_by(["category"]).aggregate({"avg_price": ("avg", "price")})
+    return {"avg": avg.output(view=False)}
+
+
+def join_avg_steps(events: int, steps: int, seed: int = 1, categories: int = 100) -> list[dict]:
+    """``steps`` steps of about ``events`` events for :func:`join_avg`, ``{"auctions": batch,
+    "bids": batch}``: one auction for every ten bids, each bid on an auction announced in the
+    same step or earlier."""
+    rng = np.random.default_rng(seed)
+    a_per = max(1, events // 11)
+    b_per = events - a_per
+    out = []
+    for s in range(steps):
+        ids = np.arange(s * a_per, (s + 1) * a_per, dtype=np.int64)
+        auc = (rng.random(b_per) * ((s + 1) * a_per)).astype(np.int64)
+        out.append({"auctions": pa.record_batch([ids, rng.integers(0, categories, a_per)],
+                                                schema=AUCTIONS),
+                    "bids": pa.record_batch([auc, rng.integers(1, 10_000, b_per)],
+                                            schema=BIDS)})
+    return out
 
 
 CRASH_EV = pa.schema([pa.field("seq", pa.int64(), nullable=False),

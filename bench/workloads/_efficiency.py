@@ -1,0 +1,157 @@
+"""Parallel efficiency: CPU seconds of W workers over 1 on the same work (issues 13 and 14).
+
+A 2-core machine cannot show the wall-clock speed-up of many workers, but it can show how much
+*extra work* parallelism costs: the CPU seconds (user + system) of every process and thread
+taking part in a run of W workers, over those of the same run with 1 worker. 1.0 is perfect;
+what is above it is the exchange, the driver's input split and copies, and the per-step fixed
+cost every worker pays again.
+
+:func:`cpu_of_run` measures one run in the steady state: the circuit is built and stepped
+through ``warm`` steps first (imports, forks, first allocations), then the CPU of every process
+is read before and after the measured steps:
+
+* ``threads``: the driver process (``time.process_time``: every thread, spine merges included);
+* ``processes``: the driver (worker 0) and each forked worker (``Circuit``'s ``cpu_seconds``
+  call: ``time.process_time`` inside each worker process);
+* ``launcher``: the driver (coordinator) plus each worker process, as above.
+
+Run as a script for a quick interleaved report::
+
+    python bench/workloads/_efficiency.py [--events 10000,100000] [--rounds 3]
+        [--runtimes threads,processes,launcher] [--workloads keyed_count,join_avg]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import dbsp
+from dbsp.runtime.launcher import launch
+from dbsp.testing import pipelines as P
+
+WORKLOADS = ("keyed_count", "join_avg")
+RUNTIMES = ("threads", "processes", "launcher")
+
+
+def steps_of(workload: str, events: int, steps: int, seed: int = 1) -> list[dict]:
+    """``steps`` steps of about ``events`` events each: ``{input name: record batch}``."""
+    if workload == "keyed_count":
+        return [{"events": P.keyed_events(events, 1_000_000, seed=seed + s)}
+                for s in range(steps)]
+    if workload == "join_avg":
+        return P.join_avg_steps(events, steps, seed=seed)
+    raise ValueError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+
+
+def _cpu(circuit, runtime: str) -> float:
+    """CPU seconds so far of every process of ``circuit``'s run."""
+    if runtime == "threads" or circuit.workers == 1 and runtime == "processes":
+        return time.process_time()
+    per_worker = circuit._executor.call("cpu_seconds")
+    if runtime == "processes":  # worker 0 is this process
+        return sum(per_worker)
+    return time.process_time() + sum(per_worker)
+
+
+def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
+               warm: int = 3) -> tuple[float, float]:
+    """(CPU seconds over every process, wall seconds) of the steps ``data[warm:]``, each step's
+    change read as Arrow."""
+    build = getattr(P, workload)
+    if runtime == "launcher":
+        job = launch(build, workers=workers)
+        circuit, outs = job.circuit, job.outputs
+    else:
+        job = None
+        circuit = dbsp.Circuit(workers=workers, runtime=runtime)
+        outs = build_outputs(circuit, build)
+    try:
+        inputs = circuit.inputs
+
+        def one(step: dict) -> None:
+            for name, batch in step.items():
+                inputs[name].push(batch)
+            circuit.step()
+            for o in outs.values():
+                o.delta()
+
+        for st in data[:warm]:
+            one(st)
+        c0, t0 = _cpu(circuit, runtime), time.perf_counter()
+        for st in data[warm:]:
+            one(st)
+        wall = time.perf_counter() - t0
+        cpu = _cpu(circuit, runtime) - c0
+    finally:
+        (job or circuit).close()
+    return cpu, wall
+
+
+def build_outputs(circuit, build) -> dict:
+    out = build(circuit)
+    return out if isinstance(out, dict) else {"output": out}
+
+
+def efficiency(runtime: str, workload: str, events: int, steps: int, rounds: int,
+               warm: int = 3) -> dict:
+    """W = 1 and W = 2 interleaved ``rounds`` times on the same steps; medians and the
+    per-round ratios, with two references measured in the same rounds:
+
+    * ``floor``: the CPU ratio two workers would have if exchanges, the driver's split and every
+      copy between processes were free: 2 x CPU(1 worker, steps of half the events) / CPU(1
+      worker, these steps). Each of 2 workers runs every operator on half the rows, so it pays
+      the per-step fixed cost of the whole circuit once more: what is above 1 here is that cost,
+      what is between ``floor`` and ``cpu_ratio`` is the cost of parallelism itself;
+    * ``ceiling``: the wall-clock speed-up 2 workers could reach at most on this machine,
+      T(1 worker, these steps) / T(1 worker, steps of half the events), capped by the cores.
+    """
+    import os
+    data = steps_of(workload, events, warm + steps)
+    half = steps_of(workload, events // 2, warm + steps, seed=1000)
+    c1, c2, w1, w2, ch, wh = [], [], [], [], [], []
+    for _ in range(rounds):
+        c, w = cpu_of_run(runtime, workload, 1, data, warm)
+        c1.append(c), w1.append(w)
+        c, w = cpu_of_run(runtime, workload, 2, data, warm)
+        c2.append(c), w2.append(w)
+        c, w = cpu_of_run("threads", workload, 1, half, warm)
+        ch.append(c), wh.append(w)
+    ratios = [b / a for a, b in zip(c1, c2)]
+    floors = [2 * h / a for a, h in zip(c1, ch)]
+    ncpu = len(os.sched_getaffinity(0))
+    med = statistics.median
+    return {"runtime": runtime, "workload": workload, "events": events, "steps": steps,
+            "cpu_ratio": med(ratios), "ratios": ratios, "floor": med(floors),
+            "cpu_ms_per_step_w1": med(c1) / steps * 1e3,
+            "cpu_ms_per_step_w2": med(c2) / steps * 1e3,
+            "speedup": med(w1) / med(w2),
+            "ceiling": min(float(min(2, ncpu)), med(w1) / med(wh))}
+
+
+def report(r: dict) -> str:
+    return (f"{r['workload']:12s} {r['runtime']:9s} {r['events']:>7d} ev/step x{r['steps']}: "
+            f"CPU W2/W1 {r['cpu_ratio']:.2f} (rounds "
+            f"{', '.join(f'{x:.2f}' for x in r['ratios'])}; {r['cpu_ms_per_step_w1']:.1f} / "
+            f"{r['cpu_ms_per_step_w2']:.1f} ms CPU a step; floor {r['floor']:.2f}); wall "
+            f"speed-up {r['speedup']:.2f} (ceiling {r['ceiling']:.2f})")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", default="10000,100000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--steps", type=int, default=0,
+                    help="steps a run (default: 40 at 10K events, 10 at 100K)")
+    a = ap.parse_args(argv)
+    for wl in a.workloads.split(","):
+        for ev in (int(x) for x in a.events.split(",")):
+            steps = a.steps or max(10, min(40, 400_000 // ev))
+            for rt in a.runtimes.split(","):
+                print(report(efficiency(rt, wl, ev, steps, a.rounds)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
