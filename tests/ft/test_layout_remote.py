@@ -127,6 +127,7 @@ def test_rolling_upgrade_by_layout_change(tmp_path):
     with launch_durable(P.crash_views, 2, root, checkpoint_every=4, hosts=[A, B]) as job:
         job.open()
         feed(job, 6)
+        job.durable.wait_checkpoint()  # checkpoints are written in the background
         assert catalog(root)[-1]["layout"]["versions"] == [old, old]
         out = job.relayout(1, hosts=[A])                       # 1. B's shards onto A
         assert out["moved_fraction"] > 0
@@ -141,6 +142,7 @@ def test_rolling_upgrade_by_layout_change(tmp_path):
         feed(job, 6)
         inplace = job.relayout(2, hosts=[A, B], env=env_new)   # 3. A upgraded in place
         assert inplace["moved_fraction"] == 0.0 and inplace["hosts_after"] == [A, B]
+        job.durable.wait_checkpoint()
         assert catalog(root)[-1]["layout"]["versions"] == [new, new]
         feed(job, STEPS)
         assert job.durable.step_no == STEPS
