@@ -25,8 +25,8 @@ The caller declares a span only when the step's rows of the input are exactly th
 (rows pushed by hand beside them are logged as data).
 
 *Group commit.* :meth:`InputLog.append` hands the record to one logger thread and returns at
-once: encoding (Arrow IPC, crc32), the write and both fsyncs run there (``os.write``,
-``os.fsync`` and ``zlib.crc32`` of large buffers release the GIL) while the circuit computes the
+once: encoding (Arrow IPC, CRC-32C), the write and both fsyncs run there (``os.write``,
+``os.fsync`` and the native CRC-32C of large buffers release the GIL) while the circuit computes the
 step; :meth:`InputLog.wait` blocks until the record is durable, and the caller releases no
 output of the step before that. A failed write or fsync is never retried: the log refuses every
 later append (restart to recover) and :meth:`InputLog.wait` raises it.
