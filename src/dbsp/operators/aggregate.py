@@ -1033,6 +1033,29 @@ def _pick_first(gpos: np.ndarray, mask: np.ndarray, last: bool) -> tuple[np.ndar
     return g[edge], idx[edge]
 
 
+def _pair_changes(d: OrdIndexedZSet, vc: _ValueCounts, specs: list):
+    """Fold this step's (key, value) change into ``vc``'s trace; what the per-column updates
+    (Arrow and numpy) read: ``(dv, gpos, old_w, pos, gone)`` -- the change, each entry's key
+    position in ``d``, each pair's weight before it (None when insert-only and no count_distinct
+    needs it), whether the pair is present after it, and whether it was present before and is
+    not now (None when insert-only). None when the step changes no pair."""
+    dv = vc.delta(d)
+    if dv is None:
+        return None
+    ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
+    gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
+    insert_only = vc.monotone and bool((dv.weights > 0).all())
+    need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
+    old_w = pair_weights(vc.trace.batches(), d.kcodes, gpos, dv.vcodes) if need_w else None
+    vc.trace.insert(dv)
+    if not insert_only:
+        vc.monotone = False
+    if old_w is None:
+        return dv, gpos, None, np.ones(len(dv), dtype=bool), None
+    pos = old_w + dv.weights > 0
+    return dv, gpos, old_w, pos, (old_w > 0) & ~pos
+
+
 class GeneralAggregateOperator(Operator):
     """count / sum / avg from running partials, min / max / count_distinct from per-(key, value)
     weights: every step reads only the keys and values its delta touches.
@@ -1199,25 +1222,11 @@ class GeneralAggregateOperator(Operator):
     def _update_column_np(self, d: OrdIndexedZSet, vc: _ValueCounts, specs: list, old_x: list,
                           new_x: list) -> None:
         """:meth:`_update_column` on numpy ``(values, valid)`` columns."""
-        dv = vc.delta(d)
-        if dv is None:
+        ch = _pair_changes(d, vc, specs)
+        if ch is None:
             return
+        dv, gpos, old_w, pos, gone = ch
         G = d.num_keys
-        ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
-        gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
-        insert_only = vc.monotone and bool((dv.weights > 0).all())
-        need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
-        old_w = pair_weights(vc.trace.batches(), d.kcodes, gpos, dv.vcodes) if need_w else None
-        vc.trace.insert(dv)
-        if not insert_only:
-            vc.monotone = False
-        if old_w is not None:
-            new_w = old_w + dv.weights
-            pos = new_w > 0
-            gone = (old_w > 0) & ~pos
-        else:
-            pos = np.ones(len(dv), dtype=bool)
-            gone = None
         for i, s in specs:
             if s.kind == "count_distinct":
                 became = (old_w <= 0) & pos
@@ -1281,25 +1290,12 @@ class GeneralAggregateOperator(Operator):
 
     def _update_column(self, d: OrdIndexedZSet, vc: _ValueCounts, specs: list, old_x: list,
                        new_x: list) -> None:
-        dv = vc.delta(d)
-        if dv is None:
+        ch = _pair_changes(d, vc, specs)
+        if ch is None:
             return
+        dv, gpos, old_w, pos, gone = ch
         G = d.num_keys
-        ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
-        gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
-        insert_only = vc.monotone and bool((dv.weights > 0).all())
-        need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
-        batches = vc.trace.batches()
-        old_w = pair_weights(batches, d.kcodes, gpos, dv.vcodes) if need_w else None
-        vc.trace.insert(dv)
-        if not insert_only:
-            vc.monotone = False
-        if old_w is not None:
-            new_w = old_w + dv.weights
-            pos = new_w > 0
-            gone = (old_w > 0) & ~pos
-        else:
-            pos = np.ones(len(dv), dtype=bool)
+        if gone is None:
             gone = np.zeros(len(dv), dtype=bool)
         for i, s in specs:
             if s.kind == "count_distinct":
