@@ -20,19 +20,23 @@ BIDS = pa.schema([pa.field("auction", pa.int64(), False), pa.field("price", pa.i
 CATEGORIES = 100
 
 
-def workload_steps(n_bids: int, n_auctions: int, steps: int, seed: int = 1) -> list:
-    """``steps`` pairs ``(auctions batch, bids batch)``: auctions and bids spread evenly."""
+def iter_workload_steps(n_bids: int, n_auctions: int, steps: int, seed: int = 1):
+    """``steps`` pairs ``(auctions batch, bids batch)``, auctions and bids spread evenly,
+    generated one step at a time (so a memory benchmark does not hold the data)."""
     rng = np.random.default_rng(seed)
     a_per, b_per = n_auctions // steps, n_bids // steps
     cat = rng.integers(0, CATEGORIES, n_auctions, dtype=np.int64)
-    out = []
     for s in range(steps):
         ids = np.arange(s * a_per, (s + 1) * a_per, dtype=np.int64)
         auc = (rng.random(b_per) * ((s + 1) * a_per)).astype(np.int64)
         price = rng.integers(1, 10_000, b_per, dtype=np.int64)
-        out.append((pa.record_batch([ids, cat[ids]], schema=AUCTIONS),
-                    pa.record_batch([auc, price], schema=BIDS)))
-    return out
+        yield (pa.record_batch([ids, cat[ids]], schema=AUCTIONS),
+               pa.record_batch([auc, price], schema=BIDS))
+
+
+def workload_steps(n_bids: int, n_auctions: int, steps: int, seed: int = 1) -> list:
+    """:func:`iter_workload_steps` as a list."""
+    return list(iter_workload_steps(n_bids, n_auctions, steps, seed))
 
 
 def build_query(c: dbsp.Circuit):

@@ -25,11 +25,9 @@ import os
 import sys
 import time
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
-from _workload import AUCTIONS, BIDS, CATEGORIES, build_query
+from _workload import build_query, iter_workload_steps
 
 N_BIDS = int(os.environ.get("DBSP_BENCH_BIDS", 10_000_000))
 N_AUCTIONS = N_BIDS // 10
@@ -44,26 +42,13 @@ def _status_kib(field: str) -> int:
     return 0
 
 
-def _steps(seed: int = 1):
-    """The steps of ``_workload.workload_steps``, generated one at a time."""
-    rng = np.random.default_rng(seed)
-    a_per, b_per = N_AUCTIONS // STEPS, N_BIDS // STEPS
-    cat = rng.integers(0, CATEGORIES, N_AUCTIONS, dtype=np.int64)
-    for s in range(STEPS):
-        ids = np.arange(s * a_per, (s + 1) * a_per, dtype=np.int64)
-        auc = (rng.random(b_per) * ((s + 1) * a_per)).astype(np.int64)
-        price = rng.integers(1, 10_000, b_per, dtype=np.int64)
-        yield (pa.record_batch([ids, cat[ids]], schema=AUCTIONS),
-               pa.record_batch([auc, price], schema=BIDS))
-
-
 def _child() -> dict:
     import dbsp
     rss0 = _status_kib("VmRSS")
     with dbsp.Circuit() as c:
         auctions, bids, out = build_query(c)
         t0 = time.perf_counter()
-        for a, b in _steps():
+        for a, b in iter_workload_steps(N_BIDS, N_AUCTIONS, STEPS):
             auctions.push(a)
             bids.push(b)
             c.step()

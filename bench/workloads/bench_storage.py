@@ -73,7 +73,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "operators"))
-from _workload import build_query, workload_steps  # noqa: E402
+from _workload import build_query, iter_workload_steps, workload_steps  # noqa: E402
 
 N_BIDS = int(os.environ.get("DBSP_BENCH_BIDS", 1_000_000))
 N_AUCTIONS = N_BIDS // 10
@@ -215,24 +215,6 @@ H_BACKEND = os.environ.get("DBSP_BENCH_HISTORY_BACKEND", "auto")
 FIXED_OVERHEAD_MIB = 96
 
 
-def _history_steps(n_bids: int, steps: int, seed: int = 1):
-    """The steps of ``_workload.workload_steps``, generated one at a time in the child (so the
-    data is no part of its memory)."""
-    import numpy as np
-    import pyarrow as pa
-    from _workload import AUCTIONS, BIDS, CATEGORIES
-    n_auctions = n_bids // 10
-    rng = np.random.default_rng(seed)
-    a_per, b_per = n_auctions // steps, n_bids // steps
-    cat = rng.integers(0, CATEGORIES, n_auctions, dtype=np.int64)
-    for s in range(steps):
-        ids = np.arange(s * a_per, (s + 1) * a_per, dtype=np.int64)
-        auc = (rng.random(b_per) * ((s + 1) * a_per)).astype(np.int64)
-        price = rng.integers(1, 10_000, b_per, dtype=np.int64)
-        yield (pa.record_batch([ids, cat[ids]], schema=AUCTIONS),
-               pa.record_batch([auc, price], schema=BIDS))
-
-
 def _pss_kib(pid: int) -> int:
     """Proportional set size of a process (shared pages split among their users), KiB."""
     try:
@@ -258,7 +240,7 @@ def _history_child(case: str) -> dict:
     with dbsp.Circuit(storage=storage) as c:
         auctions, bids, out = build_query(c)
         t_all = time.perf_counter()
-        for s, (a, b) in enumerate(_history_steps(H_BIDS, H_STEPS)):
+        for s, (a, b) in enumerate(iter_workload_steps(H_BIDS, H_BIDS // 10, H_STEPS)):
             t = time.perf_counter()
             auctions.push(a)
             bids.push(b)
