@@ -21,15 +21,21 @@ from dbsp.runtime.socket_transport import HandshakeRefused, MeshAuth
 from dbsp.testing import pipelines as P
 
 
+def _views_per_step(runner, outputs: dict, steps) -> list:
+    """Push each step's input into ``runner`` (a circuit or a launched job), step it, and take
+    every output's view after the step."""
+    got = []
+    for st in steps:
+        P.push_step(runner.inputs, st)
+        runner.step()
+        got.append({k: o.to_dict() for k, o in outputs.items()})
+    return got
+
+
 def _embedded(steps, workers=1):
     with dbsp.Circuit(workers=workers) as c:
         outs = build_outputs(c, P.join_agg_closure)
-        got = []
-        for st in steps:
-            P.push_step(c.inputs, st)
-            c.step()
-            got.append({k: o.to_dict() for k, o in outs.items()})
-        return got
+        return _views_per_step(c, outs, steps)
 
 
 @pytest.mark.slow
@@ -40,11 +46,7 @@ def test_launcher_matches_embedded(procs):
     assert all(want[0][k] for k in ("join", "agg", "closure"))  # not a vacuous comparison
     with launch(P.join_agg_closure, workers=procs) as job:
         assert len(job.procs) == procs
-        got = []
-        for st in steps:
-            P.push_step(job.inputs, st)
-            job.step()
-            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+        got = _views_per_step(job, job.outputs, steps)
         rows = job.circuit.state_rows()
         assert rows > 0
     for s, (g, w) in enumerate(zip(got, want)):
@@ -64,11 +66,7 @@ def test_launcher_shards_by_the_layout_given():
         assert job.circuit.layout == layout
         job.circuit.start()
         assert job.circuit._executor.call("layout") == [layout.to_dict()] * 2
-        got = []
-        for st in steps:
-            P.push_step(job.inputs, st)
-            job.step()
-            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+        got = _views_per_step(job, job.outputs, steps)
     assert got == want
 
 
@@ -85,11 +83,7 @@ def test_workers_started_by_hand_as_on_other_hosts(tmp_path):
                                job.coordinator.address, "--worker", str(i)], env=env)
              for i in range(2)]
     try:
-        got = []
-        for st in steps:
-            P.push_step(job.inputs, st)
-            job.step()
-            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+        got = _views_per_step(job, job.outputs, steps)
     finally:
         job.close()
         codes = [p.wait(timeout=30) for p in procs]
@@ -203,11 +197,7 @@ def test_workers_with_descriptors_above_1024_still_step():
     try:
         for t in ws:
             t.start()
-        got = []
-        for st in steps:
-            P.push_step(job.inputs, st)
-            job.step()
-            got.append({k: o.to_dict() for k, o in job.outputs.items()})
+        got = _views_per_step(job, job.outputs, steps)
         assert got == want
         assert min(seen) >= 1024, seen  # the mesh really was on high descriptors
     finally:
