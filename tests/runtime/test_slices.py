@@ -4,7 +4,6 @@ driver-fed path, embedded and on the launcher with 2 and 3 processes; the driver
 row of a sliced input."""
 from __future__ import annotations
 
-import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,45 +21,10 @@ from dbsp.testing import reference as R
 
 
 def _table(schema, rows, weights) -> pa.Table:
-    cols = list(zip(*rows)) if rows else [[] for _ in schema]
-    return pa.table({**{f.name: pa.array(c, f.type) for f, c in zip(schema, cols)},
-                     "__weight": pa.array(weights, pa.int64())})
+    return P._table(schema, rows, weights)
 
 
-def bids_files(d, steps, fmt="parquet", group=47) -> FileSlices:
-    """Each step's bids of ``steps`` (``P.sample_steps``) as one file of several units."""
-    os.makedirs(d, exist_ok=True)
-    for s, stp in enumerate(steps):
-        t = _table(P.BIDS, *stp["bids"])
-        if fmt == "parquet":
-            pq.write_table(t, os.path.join(d, f"bids-{s:03d}.parquet"), row_group_size=group)
-        else:
-            with pa.OSFile(os.path.join(d, f"bids-{s:03d}.arrow"), "wb") as f:
-                with pa.ipc.new_file(f, t.schema) as w:
-                    for b in t.to_batches(max_chunksize=group):
-                        w.write_batch(b)
-    return FileSlices(d)
-
-
-def _pushed(steps, workers=1):
-    with dbsp.Circuit(workers=workers) as c:
-        outs = build_outputs(c, P.join_agg_closure)
-        got = []
-        for stp in steps:
-            P.push_step(c.inputs, stp)
-            c.step()
-            got.append({k: o.to_dict() for k, o in outs.items()})
-    return got
-
-
-def _sliced_views(runner, outputs, steps, src):
-    got = []
-    for s, stp in enumerate(steps):
-        P.push_step(runner.inputs, {k: v for k, v in stp.items() if k != "bids"})
-        assert runner.read_slices("bids", src, s) > 1
-        runner.step()
-        got.append({k: o.to_dict() for k, o in outputs.items()})
-    return got
+bids_files, _pushed, _sliced_views = P.bids_files, P.views_pushed, P.views_sliced
 
 
 # -- the file source -------------------------------------------------------------------------------
