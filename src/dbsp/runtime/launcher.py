@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
-from .._version import __version__
+from .._version import __version__, formats, incompatibility
 from ..circuit.errors import check_policy
 from ..circuit.exchange import ShardMap, TransportAborted
 from ..circuit.scheduler import Scheduler
@@ -54,7 +54,7 @@ from .process import WorkerDied, serve_replica
 from .slices import SliceReader
 from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
-__all__ = ["Coordinator", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs",
+__all__ = ["Coordinator", "VersionMismatch", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs",
            "pipeline_spec", "per_worker", "resolve_pipeline", "AUTH_ENV"]
 
 #: the directory this package was loaded from (a worker reports it: which code it runs)
@@ -143,6 +143,12 @@ class PolledApply:
         return self._result
 
 
+class VersionMismatch(RuntimeError):
+    """A worker runs a package whose formats (wire protocol, checkpoint, layer files) this
+    driver cannot work with (:func:`dbsp._version.incompatibility`): the generation is not
+    formed."""
+
+
 class Coordinator:
     """The driver's side of a launch: rendezvous, then the executor of the circuit's steps.
 
@@ -168,6 +174,9 @@ class Coordinator:
         self.ctrl: dict[int, socket.socket] = {}
         self.info: dict[int, dict] = {}
         self.mesh_seconds = 0.0
+        #: the formats this driver speaks (:func:`dbsp._version.formats`): a worker whose
+        #: formats do not interoperate with them is refused (:class:`VersionMismatch`)
+        self.formats = formats()
         #: called while waiting for workers; raises to give up (their launcher failed)
         self.watch = watch
         # one request / reply exchange at a time: a checkpoint writer polls its background
@@ -196,6 +205,7 @@ class Coordinator:
                 raise RuntimeError(f"worker {w} sent {msg[0]!r} instead of registering")
             addresses[w] = msg[1]
             self.info[w] = msg[2]
+        self._check_versions()
         for w, s in self.ctrl.items():
             wire.send(s, ("mesh", addresses, self.pipeline, self.settings))
         for w in self.ctrl:
@@ -206,6 +216,26 @@ class Coordinator:
         for s in self.ctrl.values():
             s.settimeout(None)
         self.mesh_seconds = time.perf_counter() - t0
+
+    def _check_versions(self) -> None:
+        """Refuse to form a generation whose members cannot interoperate: each worker's formats
+        against this driver's (so, through it, against each other's). Different package
+        versions with the same formats (a rolling upgrade) are fine."""
+        for w, info in sorted(self.info.items()):
+            why = incompatibility(self.formats, info.get("formats"))
+            if why is None:
+                continue
+            err = VersionMismatch(
+                f"worker {w} on host {info.get('address') or info.get('host', '?')} runs dbsp "
+                f"{info.get('version', '?')}, the driver dbsp {__version__}: they cannot work "
+                f"together ({why}; the driver's formats {self.formats}, the worker's "
+                f"{info.get('formats')}); the generation is not formed")
+            for s in self.ctrl.values():  # the workers stop waiting for the mesh
+                try:
+                    wire.send(s, ("err", err))
+                except OSError:
+                    pass
+            raise err
 
     def _recv(self, w: int) -> Any:
         try:
@@ -346,8 +376,10 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
         wire.send(ctrl, ("register", address,
                          {**(info or {}), "pid": os.getpid(), "host": socket.gethostname(),
                           "address": advertise_host or listen_host, "version": __version__,
-                          "code": _PACKAGE_DIR}))
+                          "formats": formats(), "code": _PACKAGE_DIR}))
         msg = wire.recv(ctrl)
+        if msg[0] == "err":
+            raise msg[1]
         if msg[0] != "mesh":
             raise RuntimeError(f"coordinator sent {msg[0]!r} instead of the mesh")
         _, addresses, spec, settings = msg
