@@ -120,9 +120,10 @@ def main(argv=None) -> int:
             t1 = step_time(1, N, p, sliced)
             row = "".join(f"{t1 / step_time(w, N, p, sliced):10.1f}" for w in Ws)
             print(f"  {N:11d} {row}   {t1 * 1e3:8.1f} / {step_time(Ws[-1], N, p, sliced) * 1e3:.1f}")
-    print("\nlimits of the model: S(W) -> T(1) / (F + driver) as W grows: the fixed step cost "
-          "every worker pays and the serial driver bound it; past W ~ b N / F the workers are "
-          "mostly paying F.")
+    print("\nwhat bounds it: every worker pays F whatever W, the serial driver pays d_w per "
+          "worker and each worker (W - 1) e0 per exchange, so past W ~ sqrt(b N / d_w) adding "
+          "workers makes a step slower; the driver's per-event cost d_r N (driver-fed input) "
+          "is serial too.")
     return 0
 
 

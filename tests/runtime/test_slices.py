@@ -83,6 +83,12 @@ def test_reader_checks_what_a_replay_reads(tmp_path):
     bad = {SLICES: {0: SliceRead("events", src.reader(), (piece,), ((rows, crc ^ 1),))}}
     with pytest.raises(SliceMismatch, match="input 'events'.*source changed under the log"):
         reader.resolve(bad)
+    class Nothing:
+        def read(self, piece):
+            return pa.table({})
+    empty = {SLICES: {0: SliceRead("events", Nothing(), ("x",))}}
+    assert reader.resolve(empty) == {0: [(0, reader.resolve(
+        {SLICES: {0: SliceRead("events", Nothing(), ("y",))}})[0][0][1])]} and 0 not in empty
     gone = {SLICES: {0: SliceRead("events", src.reader(), ({**piece, "file": "/nope"},))}}
     with pytest.raises(SliceError, match="input 'events': reading"):
         reader.resolve(gone)

@@ -35,7 +35,7 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 
 from ..algebra.checksum import rows_crc
-from ..algebra.schema import concat_batches, conform
+from ..algebra.schema import concat_batches, conform, empty_batch
 from ..trace.batch import ZSet
 
 __all__ = ["SlicedSource", "SourceStep", "SliceRead", "SliceReader", "SliceMismatch", "SliceError",
@@ -52,7 +52,7 @@ class SlicedSource(Protocol):
     ``pieces(step)``: the pieces of step ``step`` (JSON-able, small), None when the source has
     no such step. ``read(piece)``: the rows of one piece (a pyarrow Table or RecordBatch of the
     input's columns; a ``__weight`` column gives weights, else +1 each), the same rows in the
-    same order every time it is asked. Optional ``reader()``: a light object with the same
+    same order every time it is asked (a table without rows or columns: nothing). Optional ``reader()``: a light object with the same
     ``read`` to ship to the workers instead of the source itself."""
 
     def pieces(self, step: int) -> Optional[Sequence[Any]]: ...
@@ -151,7 +151,10 @@ class SliceReader:
                 except Exception as e:
                     raise SliceError(f"input '{name}': reading {piece!r}: "
                                      f"{type(e).__name__}: {e}") from None
-                batch, w = conform(name, schema, data, None)
+                if data.num_rows == 0 and data.num_columns == 0:  # nothing, not even columns
+                    batch, w = empty_batch(schema), np.zeros(0, np.int64)
+                else:
+                    batch, w = conform(name, schema, data, None)
                 crc = rows_crc(batch, w) if (sr.checksum or sr.expect is not None) else 0
                 if sr.expect is not None:
                     rows0, crc0 = sr.expect[i]

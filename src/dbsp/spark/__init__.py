@@ -122,6 +122,7 @@ class PartitionReader:
         self._buf: list[pa.RecordBatch] = []
         self._lo = 0      # partition row of the first buffered row
         self._hi = 0      # partition row after the last buffered row
+        self._schema: Optional[pa.Schema] = None
         self.done = False
 
     def read(self, piece: dict) -> pa.Table:
@@ -135,14 +136,15 @@ class PartitionReader:
             except StopIteration:
                 self.done = True
                 break
+            self._schema = b.schema
             if b.num_rows:
                 self._buf.append(b)
                 self._hi += b.num_rows
         # let go of whole batches before lo
         while self._buf and self._lo + self._buf[0].num_rows <= lo:
             self._lo += self._buf.pop(0).num_rows
-        if not self._buf:
-            return pa.table({})  # nothing left: conform gives the input's empty batch
+        if not self._buf:  # nothing left (no schema seen: an empty partition)
+            return pa.table({}) if self._schema is None else self._schema.empty_table()
         t = pa.Table.from_batches(self._buf)
         a, b = lo - self._lo, min(hi, self._hi) - self._lo
         return t.slice(a, max(0, b - a))
