@@ -10,7 +10,13 @@ authenticated TCP mesh of the other tasks; then it serves steps until the driver
 Spark job, stage or shuffle runs per step: a step is one request per worker from the driver and
 the exchanges between workers over the mesh.
 
-Data in and out goes through Arrow, never row by row: :meth:`SparkJob.push` takes a Spark
+Data in and out goes through Arrow, never row by row. Input the tasks read themselves, no row
+crossing the driver: a sliced source (:mod:`dbsp.runtime.slices`, e.g. Parquet files dealt to
+the tasks by row group: ``SparkJob(sliced=[...])`` and :meth:`SparkJob.read_slices`), or an input
+DataFrame as the barrier job's own input (``SparkJob(partitioned=(name, df, rows_per_step))``:
+``df.repartition(W).mapInArrow(worker, ..., barrier=True)``, each task reading its partition's
+Arrow batches from the task iterator step by step, :meth:`SparkJob.read_partition`). Input
+through the driver: :meth:`SparkJob.push` takes a Spark
 DataFrame (collected with ``toArrow``) or an Arrow table, and :meth:`SparkJob.changes` returns a
 view's changes of the last step as a Spark DataFrame (built from an Arrow table, with a
 ``__weight`` column). :func:`run` does a whole list of steps and returns every output's changes
