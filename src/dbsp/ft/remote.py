@@ -282,9 +282,13 @@ class DurableJob:
         """End the current generation (failed) and recover in the next."""
         t0 = time.perf_counter()
         if self.durable is not None:
+            try:  # a checkpoint being written finishes (or fails) before the replicas stop
+                self.durable.wait_checkpoint()
+            except Exception:  # the broken generation's own errors are not news
+                pass
             try:
                 self.durable.circuit.close()
-            except Exception:  # the broken generation's own errors are not news
+            except Exception:
                 pass
         self.durable = None
         d = self.open()

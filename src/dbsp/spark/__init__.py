@@ -445,10 +445,26 @@ def run(spark: SparkSession, pipeline: Union[str, Callable], steps: Sequence[dic
 
 class SparkDurableJob(DurableJob):
     """A :class:`~dbsp.ft.remote.DurableJob` whose generations are barrier jobs
-    (:func:`durable`); :meth:`relayout` changes its worker count."""
+    (:func:`durable`); :meth:`relayout` changes its worker count.
 
-    def __init__(self, spark: SparkSession, build: Callable, cfg: dict, **kw: Any):
+    ``partitioned``: ``(input, DataFrame, rows_per_step)``, the DataFrame as every generation's
+    own barrier-job input (as :class:`SparkJob`'s): a step's input names it
+    ``SourceStep(k)`` (or ``d.step(slices={input: k})``), the input log records each task's
+    row range of its partition with its checksum, and a new generation's tasks read their
+    partitions again from the start (the rows before the replayed steps are skipped, the
+    replayed ones checked against the log). Its worker count is fixed: the partitions are the
+    tasks'."""
+
+    def __init__(self, spark: SparkSession, build: Callable, cfg: dict,
+                 partitioned: Optional[tuple] = None, **kw: Any):
         self.spark, self.build_fn_spark, self.cfg = spark, build, cfg
+        self.input_df = None
+        #: the partitioned input's name and source (None: no DataFrame input)
+        self.partitioned: Optional[tuple[str, PartitionSource]] = None
+        if partitioned is not None:
+            name, self.input_df, n = partitioned
+            self.partitioned = (name, PartitionSource(cfg["workers"], int(n)))
+            kw["sliced"] = {**(kw.get("sliced") or {}), name: self.partitioned[1]}
         super().__init__(build, cfg["workers"], cfg["storage"], self._starter(cfg["workers"]),
                          **kw)
 
@@ -458,8 +474,17 @@ class SparkDurableJob(DurableJob):
         def start(auth: MeshAuth, root: str) -> SparkGeneration:
             return SparkGeneration(self.spark, auth, self.build_fn_spark, workers, root,
                                    cfg["timeout"], cfg["coordinator_host"], cfg["worker_host"],
-                                   list(self.sliced))
+                                   list(self.sliced), self.input_df)
         return start
+
+    @property
+    def partition_ended(self) -> bool:
+        """Whether the last step read the end of every task's partition."""
+        if self.partitioned is None or self.durable is None:
+            return False
+        name, src = self.partitioned
+        last = self.durable.circuit.last_slices.get(name)
+        return last is not None and src.ended(last["report"])
 
     def relayout(self, workers: int) -> dict:
         """A cold layout change to ``workers`` barrier tasks
@@ -468,6 +493,9 @@ class SparkDurableJob(DurableJob):
         loading the state of the shards it now owns, a checkpoint in the new layout before any
         input."""
         W = _plan(self.spark, workers, self.cfg["storage"], self.cfg["timeout"])["workers"]
+        if self.partitioned is not None and W != self.workers:
+            raise ValueError(f"this job reads a DataFrame as its {self.workers} tasks' "
+                             f"partitions: its worker count cannot change")
         return self.change_layout(W, self._starter(W))
 
 
