@@ -122,13 +122,13 @@ def test_read_slices_needs_a_named_input(tmp_path):
 
 # -- same output as the driver-fed path --------------------------------------------------------------
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_embedded_sliced_equals_pushed(tmp_path, workers):
+@pytest.mark.parametrize("runtime,workers", [("threads", 1), ("threads", 2), ("processes", 2)])
+def test_embedded_sliced_equals_pushed(tmp_path, runtime, workers):
     steps = P.sample_steps(4)
     want = _pushed(steps)
     assert all(want[0][k] for k in ("join", "agg"))
     src = bids_files(tmp_path, steps)
-    with dbsp.Circuit(workers=workers) as c:
+    with dbsp.Circuit(workers=workers, runtime=runtime) as c:
         outs = build_outputs(c, P.join_agg_closure)
         c.slice_inputs("bids")
         got = _sliced_views(c, outs, steps, src)
