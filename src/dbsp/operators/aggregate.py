@@ -992,18 +992,25 @@ class _ValueCounts(Stateful):
     def monotone(self, v: bool) -> None:
         self._monotone = v
 
-    def delta(self, d: OrdIndexedZSet) -> Optional[OrdIndexedZSet]:
-        """The consolidated ``key -> value`` delta of the column's non-null values (None if
-        empty)."""
+    def delta(self, d: OrdIndexedZSet) -> Optional[tuple[OrdIndexedZSet, np.ndarray]]:
+        """The consolidated ``key -> value`` delta of the column's non-null values and the
+        position in ``d`` of each of its entries' key (None if empty).
+
+        ``d``'s keys are sorted and distinct already, so the pairs are sorted by ``(key
+        position, value code)``, two integers: the key columns are neither re-encoded nor
+        compared (a key of several columns has var-length codes, whose sort costs several
+        times more)."""
         arr = d.vals.column(self.col)
         vf = d.vcodec.fields
         if len(vf) == 1 and arr.null_count == 0 and vf[0].type == self.schema.field(0).type \
                 and vf[0].nullable == self.schema.field(0).nullable:
             # the column is d's only value column and codes alike: d's (key, value) pairs are
             # already consolidated, sorted and encoded as this trace keeps them
-            return OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
-                                  pa.RecordBatch.from_arrays([arr], schema=self.schema),
-                                  d.vcodes, d.weights, d.kcodec, self.codec) if len(d) else None
+            if not len(d):
+                return None
+            return (OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
+                                   pa.RecordBatch.from_arrays([arr], schema=self.schema),
+                                   d.vcodes, d.weights, d.kcodec, self.codec), d.key_index())
         ki = d.key_index()
         if arr.null_count:
             rows = np.flatnonzero(_valid(arr))
@@ -1012,10 +1019,17 @@ class _ValueCounts(Stateful):
             w = d.weights
         if len(ki) == 0:
             return None
-        dv = OrdIndexedZSet.from_parts(take(d.keys, ki), pa.RecordBatch.from_arrays(
-            [arr], schema=self.schema), w, kcodec=d.kcodec, vcodec=self.codec,
-            kcodes=K.take(d.kcodes, ki))
-        return dv if len(dv) else None
+        vals = pa.RecordBatch.from_arrays([arr], schema=self.schema)
+        vcodes = self.codec.encode(vals.columns, len(arr))
+        perm, w = K.sort_consolidate(ki.astype(np.uint64), vcodes, w)
+        if len(perm) == 0:
+            return None
+        gpos = ki[perm]
+        bounds = np.flatnonzero(np.r_[True, gpos[1:] != gpos[:-1], True])
+        uk = gpos[bounds[:-1]]
+        dv = OrdIndexedZSet(take(d.keys, uk), K.take(d.kcodes, uk), bounds.astype(np.int64),
+                            take(vals, perm), K.take(vcodes, perm), w, d.kcodec, self.codec)
+        return dv, gpos
 
     def clear(self) -> None:
         self.trace.clear()
@@ -1039,11 +1053,10 @@ def _pair_changes(d: OrdIndexedZSet, vc: _ValueCounts, specs: list):
     position in ``d``, each pair's weight before it (None when insert-only and no count_distinct
     needs it), whether the pair is present after it, and whether it was present before and is
     not now (None when insert-only). None when the step changes no pair."""
-    dv = vc.delta(d)
-    if dv is None:
+    got = vc.delta(d)
+    if got is None:
         return None
-    ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
-    gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
+    dv, gpos = got  # gpos: the position in d of each (key, value) entry's key
     insert_only = vc.monotone and bool((dv.weights > 0).all())
     need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
     old_w = pair_weights(vc.trace.batches(), d.kcodes, gpos, dv.vcodes) if need_w else None
