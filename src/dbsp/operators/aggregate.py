@@ -416,6 +416,10 @@ def rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
     return eq
 
 
+def _all_valid(n: int) -> np.ndarray:
+    return np.ones(n, dtype=bool)
+
+
 class VersionedRows(Stateful):
     """A spine holding at most one row per key; its value code is the row's version number.
 
@@ -482,16 +486,18 @@ class VersionedRows(Stateful):
         parts, p, v, bq, rq = found
         has[p] = True
         ver[p] = v
-        one = len(parts) == 1 or bool((bq == bq[0]).all())
-        for bno in ([int(bq[0])] if one else np.unique(bq).tolist()):
-            sel = None if one else np.flatnonzero(bq == bno)
-            at, rows = (p, rq) if sel is None else (p[sel], rq[sel])
-            vals = parts[bno][0].vals
-            for j, out in enumerate(cols):
-                x, ok = np_values(vals.column(j), out.dtype)
-                out[at] = x[rows]
-                if oks is not None:
-                    oks[j][at] = True if ok is None else ok[rows]
+        # one native gather per column over the batches holding a live row (no selection and
+        # fancy index per batch and column)
+        used = np.flatnonzero(np.bincount(bq, minlength=len(parts))).tolist()
+        for j, out in enumerate(cols):
+            none = np.zeros(0, dtype=out.dtype)
+            xs: list = [none] * len(parts)
+            vs: list = [None] * len(parts)  # validity; None: no null (gather fills True)
+            for bno in used:
+                xs[bno], vs[bno] = np_values(parts[bno][0].vals.column(j), out.dtype)
+            K.gather_rows(p, bq, rq, xs, out)
+            if oks is not None:
+                K.gather_rows(p, bq, rq, vs, oks[j], True)  # None: no null in that batch
         return (has, cols, ver, oks) if valid else (has, cols, ver)
 
     def _live(self, kcodes, G: int):
@@ -560,21 +566,13 @@ class VersionedRows(Stateful):
         all valid)."""
         rm = has_old & changed
         add = keep_new & changed
-        counts = rm.astype(np.int64) + add.astype(np.int64)
-        if not counts.any():
+        if not (rm.any() or add.any()):
             return
-        kk = np.flatnonzero(counts)
-        c = counts[kk]
-        offsets = np.zeros(len(kk) + 1, np.int64)
-        np.cumsum(c, out=offsets[1:])
-        g = np.repeat(kk, c)  # key position of each entry
-        first = np.zeros(len(g), dtype=bool)
-        first[offsets[:-1]] = True
-        is_old = first & rm[g]  # the old row comes first (its version is the smaller)
-        w = np.where(is_old, -1, 1).astype(np.int64)
-        new_ver = np.zeros(len(kk), dtype=np.uint64)
-        new_ver[add[kk]] = self._versions(int(add.sum()))
-        vcodes = np.where(is_old, old_ver[g], new_ver[np.repeat(np.arange(len(kk)), c)])
+        # per changed key: the old row (its version is the smaller) before the new one
+        self._versions(0)  # (finds the counter after a restore)
+        start = self._next
+        kk, offsets, g, is_old, vcodes, w = K.versioned_pairs(rm, add, old_ver, start)
+        self._next = start + int(add.sum())
         if isinstance(old_vals, list):  # numpy columns: pick old / new rows, one Arrow batch
             cols = []
             for j, (o, n, f) in enumerate(zip(old_vals, new_vals, self.val_schema)):
@@ -582,10 +580,10 @@ class VersionedRows(Stateful):
                 nv = new_valid[j] if new_valid is not None else None
                 mask = None
                 if ov is not None or nv is not None:
-                    ok = np.where(is_old, True if ov is None else ov[g],
-                                  True if nv is None else nv[g])
+                    ok = K.pick_rows(g, is_old, _all_valid(len(o)) if ov is None else ov,
+                                     _all_valid(len(n)) if nv is None else nv)
                     mask = None if ok.all() else ~ok
-                cols.append(np_array(np.where(is_old, o[g], n[g]), f.type, mask))
+                cols.append(np_array(K.pick_rows(g, is_old, o, n), f.type, mask))
             vals = pa.RecordBatch.from_arrays(cols, schema=self.val_schema)
         else:
             G = old_vals.num_rows
