@@ -28,6 +28,23 @@ cnp.import_array()
 
 cdef enum:
     GALLOP_RATIO = 16    # gallop through a batch this many times longer than the probes
+    SKIP_RATIO = 4       # skip blocks of 8 keys through a batch this many times longer
+
+
+cdef inline int64_t skip_ge(const uint64_t* k, int64_t j, int64_t n, uint64_t x) noexcept nogil:
+    """First i in [j, n) with k[i] >= x: whole blocks of 8 keys at a time (the count of keys
+    below x in a block, branch-free, is how far to move), then key by key for the tail."""
+    cdef int64_t c, t
+    while j + 8 <= n:
+        c = 0
+        for t in range(8):
+            c += k[j + t] < x
+        j += c
+        if c < 8:
+            return j
+    while j < n and k[j] < x:
+        j += 1
+    return j
 
 
 cdef inline int64_t gallop_ge(const uint64_t* k, int64_t lo, int64_t n, uint64_t x) noexcept nogil:
@@ -81,7 +98,7 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     cdef const uint64_t* pv
     cdef const int64_t* pw
     cdef uint64_t x, y, v
-    cdef bint bad = False, gal
+    cdef bint bad = False, gal, skip
     cdef int64_t m, t
     cdef cnp.ndarray mi_a = np.empty(G + 1, dtype=np.int64)
     cdef cnp.ndarray mj_a = np.empty(G + 1, dtype=np.int64)
@@ -101,14 +118,25 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
         pv = <const uint64_t*>cnp.PyArray_DATA(va)
         pw = <const int64_t*>cnp.PyArray_DATA(wa)
         gal = nk > GALLOP_RATIO * G
+        skip = not gal and nk > SKIP_RATIO * G
         with nogil:
-            # 1. the matches (probe i, key j): branchless walk, or gallop through a long batch
+            # 1. the matches (probe i, key j): branchless walk, skips of 8 keys through a
+            #    longer batch, or gallop through a much longer one
             m = 0
             i = 0
             j = 0
             if gal:
                 while i < G:
                     j = gallop_ge(pk, j, nk, pq[i])
+                    if j >= nk:
+                        break
+                    mi[m] = i
+                    mj[m] = j
+                    m += pk[j] == pq[i]
+                    i += 1
+            elif skip:
+                while i < G:
+                    j = skip_ge(pk, j, nk, pq[i])
                     if j >= nk:
                         break
                     mi[m] = i

@@ -72,6 +72,21 @@ def test_live_versions_matches_ref_and_truth(spine):
         assert batches[b][2][r] == v and batches[b][3][r] == 1
 
 
+@pytest.mark.parametrize("probes", [2000, 300, 40, 3])  # walk, skip blocks (ratio > 4), gallop
+def test_live_versions_over_a_long_batch(probes):
+    """One batch of 2,000 keys probed by few or many keys: every search strategy agrees with the
+    reference (keys every 3rd code, so about a third of the probes hit)."""
+    rng = np.random.default_rng(probes)
+    keys = np.arange(0, 6000, 3, dtype=np.uint64)
+    b = (keys, np.arange(len(keys) + 1, dtype=np.int64), np.arange(len(keys), dtype=np.uint64),
+         np.ones(len(keys), np.int64))
+    q = np.unique(rng.integers(0, 6100, probes)).astype(np.uint64)
+    got, want = _run(native.live_versions, [b], q), _run(ref.live_versions, [b], q)
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, y)
+    assert len(got[0]) == int(((q % 3 == 0) & (q < 6000)).sum())
+
+
 def test_live_versions_refuses_what_is_not_versioned_rows():
     two = [_batch({(1, 0): 2})]
     assert native.live_versions(*[[b[i] for b in two] for i in range(4)],
