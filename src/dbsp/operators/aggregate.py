@@ -1019,7 +1019,8 @@ class _ValueCounts(Stateful):
             return None
         vals = pa.RecordBatch.from_arrays([arr], schema=self.schema)
         vcodes = self.codec.encode(vals.columns, len(arr))
-        perm, w = K.sort_consolidate(ki.astype(np.uint64), vcodes, w)
+        got = _consolidate_runs(ki, vcodes, w)
+        perm, w = got if got is not None else K.sort_consolidate(ki.astype(np.uint64), vcodes, w)
         if len(perm) == 0:
             return None
         gpos = ki[perm]
@@ -1032,6 +1033,29 @@ class _ValueCounts(Stateful):
     def clear(self) -> None:
         self.trace.clear()
         self._monotone = True
+
+
+def _consolidate_runs(ki: np.ndarray, vcodes, w: np.ndarray):
+    """:func:`K.sort_consolidate` of ``(ki, vcodes)`` pairs that are sorted already: ``(first
+    row of each distinct pair, summed weight)``, zero sums dropped; None when the u64 codes are
+    not in order inside each key (or a sum leaves int64: the caller's sort then reports it).
+
+    A key's values sit in the order of their whole value code, whose first column leads, so the
+    pairs of the first value column arrive sorted (``group_by().agg()`` puts the column of a min /
+    max / count_distinct first): one pass finds the runs, no sort."""
+    if not isinstance(vcodes, np.ndarray):
+        return None
+    if len(ki) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    same = ki[1:] == ki[:-1]
+    if (same & (vcodes[1:] < vcodes[:-1])).any():
+        return None
+    starts = np.flatnonzero(np.r_[True, ~same | (vcodes[1:] != vcodes[:-1])])
+    sums, bad = group_sums(w, starts)
+    if bad.any():
+        return None
+    nz = sums != 0
+    return starts[nz], sums[nz]
 
 
 def _pick_first(gpos: np.ndarray, mask: np.ndarray, last: bool) -> tuple[np.ndarray, np.ndarray]:
