@@ -28,8 +28,11 @@ nothing (its last row stays in the view); without a watermark, all window state 
 
 Design
 ------
-*Tumbling / hopping*: a vectorised flat-map gives every row its window starts; the rows are
-indexed by ``(window_start, keys...)`` - the window start is the *leading key column*, so key
+*Tumbling / hopping*: a hopping window's rows are first consolidated by (pane, keys, aggregated
+columns), a pane being the slice of width ``gcd(size, every)`` holding the row's time (every time
+of a pane falls in the same windows), so a burst of rows on one key is copied into its windows
+once, with its summed weight. Then a vectorised flat-map gives every row its window starts; the
+rows are indexed by ``(window_start, keys...)`` - the window start is the *leading key column*, so key
 codes order by time - sharded by key hash, and aggregated by the engine's aggregate operators
 (running partials for count/sum/avg, per-(key, value) weights for min/max/count_distinct). After
 each step, every trace of that operator is cut below the key code of ``(cut, smallest keys)``
