@@ -669,16 +669,26 @@ class _Partials:
         key_index = None
         cols: list = [None] * len(self.schema)
         cols[0] = _checked(group_sums(d.weights, starts), flags, "the row count")
+        sums: dict = {}  # column -> (weighted sum, non-null count): sum and avg of one column
+        counts: dict = {}  # column -> non-null count
         for s, (ci, si, nk) in zip(self.specs, self.plan):
             arr = d.vals.column(s.column) if s.column is not None else None
             if si is not None:
-                if key_index is None:
-                    key_index = np.repeat(np.arange(d.num_keys, dtype=np.int64), np.diff(d.offsets))
-                cols[si], cols[ci] = weighted_sum(arr, d.weights, starts, key_index, flags,
+                if s.column not in sums:
+                    if key_index is None:
+                        key_index = np.repeat(np.arange(d.num_keys, dtype=np.int64),
+                                              np.diff(d.offsets))
+                    sums[s.column] = weighted_sum(arr, d.weights, starts, key_index, flags,
                                                   f"'{s.column}'")
+                cols[si], cols[ci] = sums[s.column]
             elif ci is not None:
-                cols[ci] = _checked(group_sums(d.weights * _valid(arr), starts), flags,
-                                    f"count({s.column})")
+                if s.column in sums:
+                    cols[ci] = sums[s.column][1]
+                    continue
+                if s.column not in counts:
+                    counts[s.column] = _checked(group_sums(d.weights * _valid(arr), starts),
+                                                flags, f"count({s.column})")
+                cols[ci] = counts[s.column]
         return cols
 
     def from_arrow(self, batch: pa.RecordBatch, has: np.ndarray) -> list:
