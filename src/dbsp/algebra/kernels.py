@@ -35,6 +35,9 @@ _NATIVE = {
     "is_identity": "step",
     "mul_checked": "step",
     "live_versions": "state",
+    "gather_rows": "state",
+    "versioned_pairs": "state",
+    "pick_rows": "state",
 }
 
 
@@ -118,6 +121,9 @@ shard = _resolve("shard")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 live_versions = _resolve("live_versions")
+gather_rows = _resolve("gather_rows")
+versioned_pairs = _resolve("versioned_pairs")
+pick_rows = _resolve("pick_rows")
 
 
 def using_native() -> dict[str, bool]:
