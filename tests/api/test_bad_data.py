@@ -3,6 +3,7 @@ policies, atomic steps, the lifecycle, and the hypothesis test of random bad row
 random valid streams, under both policies, with 1 and 2 workers."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -99,6 +100,54 @@ def test_sum_overflow_in_a_general_aggregate():
     s.insert([(1, -2 ** 62), (1, -2 ** 62)])   # exactly INT64_MIN: fits
     ctx.step()
     assert out.rows() == [(1, -2 ** 63, -2 ** 62)]
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["linear", "general"])
+def test_a_uint64_value_past_int64_is_out_of_range_not_a_wrapped_sum(workers, general):
+    from dbsp import max_
+    ctx = _ctx(workers)
+    s = ctx.stream({"k": pa.int64(), "v": pa.uint64()})
+    aggs = dict(t=sum_("v"), m=max_("v")) if general else dict(t=sum_("v"))
+    out = s.group_by("k").agg(**aggs).collect()
+    s.insert([(1, 2 ** 63 + 5), (2, 3)])     # one value alone: its int64 sum would be negative
+    with pytest.raises(RowError, match=r"k=1.*sum of 'v' is out of the int64 range"):
+        ctx.step()
+    s.insert([(1, 2 ** 63 - 1), (2, 3)])     # the largest that fits
+    ctx.step()
+    assert sorted(r[:2] for r in out.rows()) == [(1, 2 ** 63 - 1), (2, 3)]
+    ctx2 = _ctx(workers, errors="skip_and_report")
+    s2 = ctx2.stream({"k": pa.int64(), "v": pa.uint64()})
+    out2 = s2.group_by("k").agg(**aggs).collect()
+    s2.insert([(1, 2 ** 64 - 1), (2, 3)])
+    ctx2.step()
+    assert [r[:2] for r in out2.rows()] == [(2, 3)]
+    assert [r["row"]["k"] for r in ctx2.errors.records] == [1]
+
+
+def test_a_decimal_sum_past_38_digits_is_out_of_range(workers):
+    from decimal import Decimal
+    big = Decimal(9 * 10 ** 37)
+    for policy in ("raise", "skip_and_report"):
+        ctx = _ctx(workers, errors=policy)
+        s = ctx.stream({"k": pa.int64(), "v": pa.decimal128(38, 0)})
+        out = s.group_by("k").agg(t=sum_("v")).collect()
+        s.insert([(1, big), (2, Decimal(1))])
+        ctx.step()
+        s.insert([(1, big), (3, Decimal(1))])  # 18 * 10**37: 39 digits
+        if policy == "raise":
+            with pytest.raises(RowError, match=r"k=1.*sum of 'v' is out of the decimal128\(38\) "
+                                               r"range"):
+                ctx.step()
+            assert sorted(out.rows()) == [(1, big), (2, 1)]
+        else:
+            ctx.step()
+            assert sorted(out.rows()) == [(1, big), (2, 1), (3, 1)]
+            [rec] = ctx.errors.records
+            assert rec["row"]["k"] == 1 and "decimal128(38)" in rec["reason"]
+        s.insert([(4, Decimal(-1))])          # the circuit keeps stepping
+        ctx.step()
+        assert (4, -1) in out.rows()
+        ctx.close()
 
 
 # -- item 5: pandas frames with mixed columns --------------------------------------------------
@@ -349,6 +398,15 @@ BAD = st.one_of(
 STEP = st.lists(st.one_of(GOOD.map(lambda r: (r, None)), BAD), max_size=12)
 
 
+# the reason recorded for each kind of bad row: (source, k is null) -> pattern
+_REASONS = {
+    ("in", False): r"^input 'in', column 'v', row \d+: value 'wrong type' does not fit type int64",
+    ("in", True): r"^input 'in', column 'k', row \d+: null in a column that is not nullable",
+    ("map", False): r"overflow",
+    ("map_rows", False): r"^ValueError: unlucky value$",
+}
+
+
 def _pipeline(ctx):
     s = ctx.stream(SCHEMA, name="in")
 
@@ -416,7 +474,11 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
         want = sorted(((r, {"push": "in", "map": "map", "map_rows": "map_rows"}[why], st_)
                        for r, why, st_ in expected_bad), key=repr)
         assert got == want
-        assert all(r["reason"] for r in ctx.errors.records)
+        for r in ctx.errors.records:  # each with the reason of its kind
+            row = r["row"] if isinstance(r["row"], tuple) else (r["row"]["k"], r["row"]["v"])
+            assert re.search(_REASONS[r["source"], row[0] is None], r["reason"]), r
+            if r["source"] == "map":
+                assert r["expression"].startswith("q = ")
     else:
         assert len(ctx.errors) == 0
     s.insert([(0, 1)])                # the circuit keeps stepping
