@@ -543,3 +543,15 @@ def test_a_wider_sum_where_the_user_asks_for_one():
     s.insert([(3, 2 ** 62), (3, 2 ** 62), (3, 2 ** 62)])
     ctx.step()
     assert out.rows() == [(3, Decimal(3 * 2 ** 62))]
+
+
+@pytest.mark.parametrize("errors", ["raise", "skip_and_report"])
+def test_pushing_something_that_is_not_rows_names_the_input(errors):
+    ctx = _ctx(errors=errors)
+    s = ctx.stream(KV, name="orders")
+    for bad in (42, 1.5, None):
+        with pytest.raises(InputError, match=r"^input 'orders': cannot push a \w+: push a "):
+            s.push(bad)
+    s.insert([(1, 1)])
+    ctx.step()
+    ctx.close()

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from ..algebra.schema import WEIGHT, InputError, concat_batches, conform, empty_batch, take
+from ..algebra.schema import (WEIGHT, InputError, concat_batches, conform, empty_batch, row_list,
+                              take)
 from ..circuit.errors import check_policy
 from ..circuit.exchange import as_shard_map, deal
 from ..circuit.operator import Operator
@@ -232,7 +233,7 @@ def conform_rows(name: str, schema: pa.Schema, data: Any,
     """
     if not isinstance(data, (pa.Table, pa.RecordBatch)) and \
             not (hasattr(data, "to_dict") and hasattr(data, "columns")):
-        data = list(data)  # an iterator is read once
+        data = row_list(name, data)  # an iterator is read once
     try:
         batch, w = conform(name, schema, data, weights)
         return batch, w, []
