@@ -555,3 +555,36 @@ def test_pushing_something_that_is_not_rows_names_the_input(errors):
     s.insert([(1, 1)])
     ctx.step()
     ctx.close()
+
+
+def test_a_keyed_input_refuses_to_delete_a_row_it_does_not_hold(workers):
+    # item 10 where the engine knows the rows: an input with key= holds its current rows, so a
+    # delete of a row never inserted is caught at push time even when the group stays non-empty
+    ctx = _ctx(workers)
+    s = ctx.stream(KV, name="prices", key="k")
+    out = s.group_by("k").agg(n=count()).collect()
+    view = s.collect()
+    s.insert([(1, 1), (2, 2)])
+    ctx.step()
+    with pytest.raises(InputError, match=r"^input 'prices', row 1: a row was deleted that was "
+                                         r"never inserted .*\{'k': 1, 'v': 2\}"):
+        s.delete([(2, 2), (1, 2)])
+    s.insert([(3, 3)])
+    s.delete([(3, 3), (2, 2)])              # rows pushed earlier in the step are held
+    s.upsert([(1, 5)])                      # upsert retracts what the key holds: accepted
+    ctx.step()
+    assert view.view_dict() == {(1, 5): 1}
+    assert out.view_dict() == {(1, 1): 1}
+    ctx2 = _ctx(workers, errors="skip_and_report")
+    s2 = ctx2.stream(KV, name="prices", key="k")
+    view2 = s2.collect()
+    s2.insert([(1, 1)])
+    ctx2.step()
+    s2.delete([(1, 2), (1, 1), (1, 2)])
+    ctx2.step()
+    assert view2.view_dict() == {}
+    recs = ctx2.errors.records
+    assert [(r["source"], r["row"], r["weight"]) for r in recs] == [("prices", (1, 2), -1)] * 2
+    assert all("never inserted" in r["reason"] for r in recs)
+    ctx.close()
+    ctx2.close()

@@ -26,7 +26,7 @@ from ..circuit.errors import check_policy
 from ..circuit.exchange import as_shard_map, deal
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
-from ..trace.batch import ZSet
+from ..trace.batch import OrdIndexedZSet, ZSet
 from .stream import Stream
 from .upsert import upsert_push
 
@@ -96,8 +96,12 @@ class InputStream(Stream):
                 raise InputError(self.name, f"the weights of this step's rows add up to {mass:.3g}"
                                             f" in absolute value, beyond the int64 range of "
                                             f"weights (step between such pushes)", WEIGHT)
-            self._pending_mass = mass
             keyed = self._key.indexed(batch, w) if self._key is not None else None
+            if keyed is not None and (w < 0).any():
+                batch, w, keyed = self._never_inserted(batch, w, keyed)
+                if not batch.num_rows:
+                    return 0
+            self._pending_mass = mass
             self._pending.append((batch, w))
             self._pending_rows += batch.num_rows
             self._rows_pushed += batch.num_rows
@@ -105,6 +109,31 @@ class InputStream(Stream):
                 self._key.record(keyed)
                 self._keyed.append(keyed)
         return batch.num_rows
+
+    def _never_inserted(self, batch: pa.RecordBatch, w: np.ndarray, keyed: Any):
+        """A keyed input knows its current rows: a retraction of a row it does not hold (as
+        many times) is refused (``raise``: an InputError naming the row, nothing applied) or,
+        under ``skip_and_report``, every retraction of that row in this push is set aside."""
+        old = self._key.trace.lookup(keyed.kcodes)
+        total = keyed if old is None else OrdIndexedZSet.merge([old, keyed])
+        neg = total.weights < 0
+        if not neg.any():
+            return batch, w, keyed
+        held = total.flatten()
+        bad_rows = {_frozen(r) for r in take(held.data, np.flatnonzero(neg))
+                    .select(self.schema.names).to_pylist()}
+        rows = batch.to_pylist()
+        bad = np.array([wi < 0 and _frozen(r) in bad_rows for r, wi in zip(rows, w)], bool)
+        reason = "a row was deleted that was never inserted (the keyed input does not hold it)"
+        if self.policy == "raise":
+            raise InputError(self.name, f"{reason}: {rows[int(np.flatnonzero(bad)[0])]}",
+                             row=int(np.flatnonzero(bad)[0]))
+        log = self.circuit.error_log
+        for i in np.flatnonzero(bad):
+            log.add(self.circuit.steps, self.name, reason, tuple(rows[i].values()), int(w[i]))
+        keep = np.flatnonzero(~bad)
+        batch, w = take(batch, keep), w[keep]
+        return batch, w, (self._key.indexed(batch, w) if len(keep) else None)
 
     def insert(self, data: Any) -> int:
         """Add rows with weight +1."""
@@ -207,6 +236,17 @@ class BadInput:
 
     def __repr__(self) -> str:
         return f"BadInput(row {self.index}: {self.reason})"
+
+
+def _frozen(row: dict) -> tuple:
+    """A row (a dict of Python values, nested lists and dicts included) as a hashable tuple."""
+    def f(v: Any) -> Any:
+        if isinstance(v, list):
+            return tuple(f(x) for x in v)
+        if isinstance(v, dict):
+            return tuple((k, f(x)) for k, x in v.items())
+        return v
+    return tuple(f(v) for v in row.values())
 
 
 def _rows_of(data: Any) -> Any:
