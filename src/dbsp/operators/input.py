@@ -87,7 +87,9 @@ class InputStream(Stream):
         batch, w, bad = conform_rows(self.name, self.schema, data, weights)
         return self._accept(batch, w), bad
 
-    def _accept(self, batch: pa.RecordBatch, w: np.ndarray) -> int:
+    def _accept(self, batch: pa.RecordBatch, w: np.ndarray, held: bool = False) -> int:
+        """Queue a conformed batch for the next step (``held``: its retractions are rows the
+        keyed input holds, as an upsert's are: not checked again)."""
         if batch.num_rows:
             # the weights of one step may be summed in any order (consolidation): refuse a push
             # that would let that sum leave int64, rather than wrap (float: no overflow here)
@@ -97,7 +99,7 @@ class InputStream(Stream):
                                             f" in absolute value, beyond the int64 range of "
                                             f"weights (step between such pushes)", WEIGHT)
             keyed = self._key.indexed(batch, w) if self._key is not None else None
-            if keyed is not None and (w < 0).any():
+            if keyed is not None and not held and (w < 0).any():
                 batch, w, keyed = self._never_inserted(batch, w, keyed)
                 if not batch.num_rows:
                     return 0
