@@ -430,9 +430,14 @@ def _reference(rows):
 
 @settings(max_examples=25)
 @given(steps=st.lists(STEP, min_size=1, max_size=4), policy=st.sampled_from(
-    ["raise", "skip_and_report"]))
-@example(steps=[[((1, 13), "map_rows"), ((1, 1), None)], [((2, 2), None)]], policy="raise")
-def test_random_bad_rows_in_random_streams(workers, steps, policy):
+    ["raise", "skip_and_report"]),
+    deletes=st.lists(st.lists(st.integers(0, 40), max_size=3), max_size=4))
+@example(steps=[[((1, 13), "map_rows"), ((1, 1), None)], [((2, 2), None)]], policy="raise",
+         deletes=[])
+@example(steps=[[((1, 1), None), ((1, 2), None)], [((1, 4), "map"), ((2, 2), None)]],
+         policy="raise", deletes=[[], [0]])
+def test_random_bad_rows_in_random_streams(workers, steps, policy, deletes):
+    # each step may also delete some of the good rows accepted before (valid retractions)
     ctx = _ctx(workers, errors=policy)
     s, out = _pipeline(ctx)
     es = ctx.error_stream().collect()
@@ -440,11 +445,21 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
     expected_bad: list = []
     for step_no, rows in enumerate(steps):
         step_rows = [r for r, _ in rows]
+        picks = deletes[step_no] if step_no < len(deletes) and good_rows else []
+        gone = [good_rows[i] for i in sorted({i % len(good_rows) for i in picks})]
+
+        def applied(accepted):
+            good_rows.extend(accepted)
+            for r in gone:
+                good_rows.remove(r)
         if policy == "skip_and_report":
             s.insert(step_rows)
+            if gone:
+                s.delete(gone)
             ctx.step()
-            good_rows += [r for r, why in rows if why is None]
+            applied([r for r, why in rows if why is None])
             expected_bad += [(r, why, ctx.steps - 1) for r, why in rows if why is not None]
+            assert out.view_dict() == _reference(good_rows)
             continue
         # raise: a bad push is refused whole; a bad row at run time rolls the step back
         try:
@@ -453,19 +468,25 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
             assert any(why == "push" for _, why in rows)
             step_rows = [r for r, why in rows if why != "push"]
             s.insert(step_rows)
+        if gone:
+            s.delete(gone)
         try:
             ctx.step()
             assert all(why is None for r, why in rows if r in step_rows)
-            good_rows += step_rows
+            applied(step_rows)
         except RowError as e:
             assert any(why in ("map", "map_rows") for _, why in rows)
             assert e.operator in ("map", "map_rows") and e.step == ctx.steps
             assert tuple(e.row.values()) in [r for r, why in rows if why in ("map", "map_rows")]
-            # the rejected input is handed back: push its good rows again
+            assert out.view_dict() == _reference(good_rows)   # rolled back: as before
+            # the rejected input is handed back: push its good rows (and deletes) again
             good = [r for r, why in rows if why is None]
             s.insert(good)
+            if gone:
+                s.delete(gone)
             ctx.step()
-            good_rows += good
+            applied(good)
+        assert out.view_dict() == _reference(good_rows)
     assert out.view_dict() == _reference(good_rows)
     if policy == "skip_and_report":
         got = sorted(((tuple(r["row"]) if isinstance(r["row"], tuple) else
