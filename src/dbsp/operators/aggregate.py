@@ -223,9 +223,22 @@ def _dec_zero(n: int, scale: int) -> pa.Array:
     return pa.array([Decimal(0)] * 1, _dec_t(scale)).take(np.zeros(n, np.int64))
 
 
-def _dec_add(a: pa.Array, b: pa.Array, scale: int) -> pa.Array:
-    w = pa.decimal256(38, scale)
-    return pc.add(a.cast(w), b.cast(w)).cast(_dec_t(scale))
+def _dec_add(a: pa.Array, b: pa.Array, scale: int, flags: Optional[list] = None,
+             what: str = "the sum") -> pa.Array:
+    w = pa.decimal256(40, scale)
+    return _dec_fit(pc.add(a.cast(w), b.cast(w)), scale, flags, what)
+
+
+def _dec_fit(v: pa.Array, scale: int, flags: Optional[list], what: str) -> pa.Array:
+    """``v`` (a wider decimal) as ``decimal128(38, scale)``: values of more than 38 digits
+    are out of range (SQL), checked like integer sums (:func:`_checked`; set to 0 when flagged)."""
+    bound = pa.scalar(Decimal(10) ** (38 - scale), pa.decimal256(76, scale))
+    over = pc.fill_null(pc.greater_equal(pc.abs(v.cast(pa.decimal256(76, scale))), bound), False)
+    if pc.any(over).as_py():
+        bad = np.asarray(over.to_numpy(zero_copy_only=False), dtype=bool)
+        v = pc.if_else(over, pa.scalar(Decimal(0), v.type), v)
+        _checked((None, bad), flags, what, "decimal128(38)")
+    return v.cast(_dec_t(scale))
 
 
 def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np.ndarray,
@@ -243,20 +256,31 @@ def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np
                            pa.array(w).cast(pa.decimal256(19, 0)))
         tab = pa.table({"g": key_index, "v": prod}).group_by("g", use_threads=False)
         res = tab.aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
-        return res.fill_null(Decimal(0)).cast(_dec_t(t.scale)), n
+        return _dec_fit(res.fill_null(Decimal(0)), t.scale, flags, f"the sum of {what}"), n
     x = arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else \
         arr.to_numpy(zero_copy_only=False)
     if nk == "i":
+        big = None
+        if t == pa.uint64():  # values past int64 would wrap in the int64 sum
+            over = np.asarray(x, dtype=np.uint64) > np.uint64(np.iinfo(np.int64).max)
+            if over.any():
+                big = np.zeros(len(starts), dtype=bool)
+                big[key_index[over]] = True
+                x = np.where(over, np.uint64(0), x)
         x = np.asarray(x, dtype=np.int64)
-        return _checked(weighted_group_sums(x, w, starts), flags, f"the sum of {what}"), n
+        sums, bad = weighted_group_sums(x, w, starts)
+        if big is not None:
+            bad = bad | big
+        return _checked((sums, bad), flags, f"the sum of {what}"), n
     x = np.asarray(x, dtype=np.float64)
     return _reduce(x * w.astype(np.float64), starts), n
 
 
-def _checked(res: tuple[np.ndarray, np.ndarray], flags: Optional[list], what: str) -> np.ndarray:
+def _checked(res: tuple[Any, np.ndarray], flags: Optional[list], what: str,
+             range_: str = "int64") -> Any:
     sums, bad = res
     if bad.any():
-        reason = f"{what} is out of the int64 range (SQL: numeric value out of range)"
+        reason = f"{what} is out of the {range_} range (SQL: numeric value out of range)"
         if flags is None:
             raise OverflowError(reason)
         flags.append((bad, reason))
@@ -713,7 +737,7 @@ class _Partials:
                 w = pa.decimal256(38, f.type.scale)
                 res = pa.table({"g": g, "v": c.cast(w)}).group_by("g", use_threads=False) \
                     .aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
-                out.append(res.cast(f.type))
+                out.append(_dec_fit(res, f.type.scale, flags, self._what(f.name)))
             elif pa.types.is_integer(f.type):
                 out.append(_checked(group_sums(c, starts), flags, self._what(f.name)))
             else:
@@ -736,7 +760,7 @@ class _Partials:
         out = []
         for f, x, y in zip(self.schema, a, b):
             if pa.types.is_decimal(f.type):
-                out.append(_dec_add(x, y, f.type.scale))
+                out.append(_dec_add(x, y, f.type.scale, flags, self._what(f.name)))
             elif pa.types.is_integer(f.type):
                 out.append(_checked(add_overflows(x, y), flags, self._what(f.name)))
             else:
