@@ -48,7 +48,7 @@ from ._version import __version__  # noqa: E402
 
 from .algebra.schema import WEIGHT, InputError  # noqa: E402
 from .api import (StreamContext, avg, coalesce, col, count, count_distinct,  # noqa: E402
-                  hopping, lit, max_, min_, session, sum_, tumbling, when)
+                  hopping, lit, max_, min_, session, sum_, try_divide, tumbling, when)
 from .api.durable import durable  # noqa: E402
 from .circuit.errors import RowError  # noqa: E402
 from .circuit.graph import CircuitError, ClosedError  # noqa: E402
@@ -59,5 +59,5 @@ from .trace.batch import OrdIndexedZSet, OrdZSet, ZSet  # noqa: E402
 __all__ = ["__version__", "Circuit", "CircuitError", "ClosedError", "RowError", "InputError",
            "WEIGHT", "ZSet", "OrdZSet", "OrdIndexedZSet",
            "StorageConfig", "durable",
-           "StreamContext", "col", "lit", "when", "coalesce", "count", "sum_", "avg", "min_",
+           "StreamContext", "col", "lit", "when", "coalesce", "try_divide", "count", "sum_", "avg", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session"]

@@ -185,6 +185,53 @@ def test_failed_step_rolls_back_and_names_operator_expression_row(workers, runti
     ctx.close()
 
 
+@pytest.mark.parametrize("op", ["/", "//", "%"])
+def test_division_by_zero_is_an_error_not_a_null(workers, op):
+    """ANSI SQL and Spark 4: a zero divisor fails the row; ``try_divide`` is the null-on-zero
+    form."""
+    from dbsp import try_divide
+    ops = {"/": lambda a, b: a / b, "//": lambda a, b: a // b, "%": lambda a, b: a % b}
+    ctx = _ctx(workers)
+    s = ctx.stream(KV)
+    q = s.select("k", q=ops[op](col("k"), col("v"))).collect()
+    safe = s.select("k", q=try_divide(col("k"), col("v"))).collect()
+    s.insert([(7, 2)])
+    ctx.step()
+    s.insert([(1, 0), (4, 4)])
+    with pytest.raises(RowError, match="division by zero") as ei:
+        ctx.step()
+    assert ei.value.row == {"k": 1, "v": 0} and op in ei.value.expression
+    s.insert([(4, 4)])
+    ctx.step()
+    assert sorted(r[0] for r in q.rows()) == [4, 7]
+    assert sorted(safe.rows()) == [(4, 1.0), (7, 3.5)]
+    ctx.close()
+    ctx = _ctx(workers)
+    s = ctx.stream(KV)
+    safe = s.select("k", q=try_divide(col("k"), col("v"))).collect()
+    s.insert([(2, 0), (3, 2)])
+    ctx.step()
+    assert sorted(safe.rows()) == [(2, None), (3, 1.5)]
+    ctx.close()
+    ctx = _ctx(workers, errors="skip_and_report")
+    s = ctx.stream(KV)
+    q = s.select("k", q=ops[op](col("k"), col("v"))).collect()
+    s.insert([(1, 0), (4, 4)])
+    ctx.step()
+    assert [r[0] for r in q.rows()] == [4]
+    [rec] = ctx.errors.records
+    assert "division by zero" in rec["reason"] and rec["row"] == {"k": 1, "v": 0}
+    ctx.close()
+
+
+def test_a_literal_zero_divisor_is_refused_when_the_pipeline_is_built():
+    ctx = _ctx()
+    s = ctx.stream(KV)
+    with pytest.raises(ValueError, match="division by zero.*try_divide"):
+        s.select(q=col("v") / 0)
+    ctx.close()
+
+
 def test_rollback_restores_every_kind_of_state(workers):
     """join traces, distinct, a general aggregate, a delay (integrate) and a watermark: a failed
     step leaves all of them as before, so the pipeline's results equal a run without it."""

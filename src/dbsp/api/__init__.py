@@ -26,13 +26,13 @@ from ..operators.aggregate import Aggregator
 from ..operators.window import hopping, session, tumbling
 from .context import SourceStream, StreamContext
 from .expr import (AggExpr, ColumnNotFoundError, Expr, avg, coalesce, col, concat_str, count,
-                   count_distinct, lit, max_, mean, min_, sum_, udf, when)
+                   count_distinct, lit, max_, mean, min_, sum_, try_divide, udf, when)
 from .sink import Collector
 from .source import AdaptiveBatching, FixedBatching, no_batching
 from .stream import DataStream, GroupedStream, RollingStream, WindowedStream
 
 __all__ = ["StreamContext", "SourceStream", "DataStream", "GroupedStream", "WindowedStream",
            "RollingStream", "Collector", "Expr", "AggExpr", "ColumnNotFoundError", "col", "lit",
-           "when", "coalesce", "concat_str", "udf", "count", "sum_", "avg", "mean", "min_",
+           "when", "coalesce", "try_divide", "concat_str", "udf", "count", "sum_", "avg", "mean", "min_",
            "max_", "count_distinct", "tumbling", "hopping", "session", "FixedBatching",
            "AdaptiveBatching", "no_batching", "Aggregator"]

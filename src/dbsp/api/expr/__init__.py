@@ -8,7 +8,7 @@ errors are raised then, naming the expression) and runs as Arrow kernels over wh
 The package, by concern (each module imports only those above it in this list):
 
 * :mod:`.tree`: the expression nodes, their binding and semantics (nulls, arithmetic, division,
-  literals, casts), the constructors ``col``, ``lit``, ``when``, ``coalesce``, ``udf``;
+  literals, casts), the constructors ``col``, ``lit``, ``when``, ``coalesce``, ``try_divide``, ``udf``;
 * :mod:`.strings`: the ``.str`` namespace and ``concat_str``;
 * :mod:`.datetime`: the ``.dt`` namespace;
 * :mod:`.aggregates`: :class:`AggExpr` and ``count``, ``sum_``, ``avg``, ``min_``, ``max_``...
@@ -30,10 +30,10 @@ from .datetime import DtNamespace
 from .strings import StrNamespace, concat_str
 from .tree import (Alias, Arith, Cast, Coalesce, Col, ColumnNotFoundError, Compare, Compiled,
                    EvalFn, Expr, Func, IsIn, Lit, Logic, Unary, Value, When, coalesce, col, lit,
-                   udf, when)
+                   try_divide, udf, when)
 
 __all__ = ["Expr", "Col", "Lit", "When", "AggExpr", "Compiled", "ColumnNotFoundError", "col", "lit",
-           "when", "coalesce", "concat_str", "udf", "count", "sum_", "avg", "mean", "min_", "max_",
+           "when", "coalesce", "try_divide", "concat_str", "udf", "count", "sum_", "avg", "mean", "min_", "max_",
            "count_distinct", "common_type", "duration_to_units", "physical_int", "from_physical",
            "is_time_type", "Arith", "Compare", "Logic", "Unary", "Func", "Alias", "Cast", "IsIn",
            "Coalesce", "StrNamespace", "DtNamespace", "AGG_KINDS", "Value", "EvalFn"]

@@ -31,8 +31,12 @@ Semantics
 * **Division** ``/`` is true division and always returns ``float64``. ``//`` and ``%`` follow
   **Python's floor semantics** (``-7 // 2 == -4``, ``-7 % 2 == 1``: the remainder has the sign of
   the divisor; ``a == (a // b) * b + a % b``); on two integers they return an integer, otherwise
-  ``float64``. **Division by zero** (``/``, ``//``, ``%``) returns **null** rather than failing the
-  step (like Spark outside ANSI mode) - an incremental pipeline should not die on one row.
+  ``float64``. **Division by zero** (``/``, ``//``, ``%``) is an error, as in ANSI SQL and
+  Spark 4's default (ANSI mode): a number is right or an error, never a silent null. At run time
+  the row is a :class:`~dbsp.circuit.errors.RowError` under ``errors="raise"`` (the step rolls
+  back) or an error-stream record under ``"skip_and_report"``; a literal zero divisor is refused
+  when the pipeline is built. :func:`try_divide` is the null-on-zero division (Spark's
+  ``try_divide``).
 * **Literals**: Python values are wrapped by :func:`lit` automatically. A string literal compared
   with (or added to) a temporal column is parsed as that column's type (``col("ts") >=
   "2024-01-01"``); a ``timedelta`` literal takes the unit of the timestamp it is combined with.
@@ -471,6 +475,10 @@ class Arith(_Binary):
             if op in ("//", "%") and (pa.types.is_decimal(ta) or pa.types.is_decimal(tb)):
                 raise TypeMismatch(f"{bad}: '{op}' is not supported on decimals "
                                 f"(cast to float64 or int64 first)")
+            if b.literal and isinstance(b.proto, pa.Scalar) and b.proto.is_valid \
+                    and b.proto.as_py() == 0:
+                raise ValueError(f"division by zero in {self!r}: the divisor {self.right!r} is 0 "
+                                 f"(try_divide gives a null instead)")
         fa, fb = a.fn, b.fn
         impl = _ARITH[op]
         proto = _proto_call(bad, lambda: impl(a.proto, b.proto))
@@ -478,7 +486,28 @@ class Arith(_Binary):
                       literal=a.literal and b.literal)
 
 
+def _refuse_zero(x: Value, y: Value) -> None:
+    """A zero divisor of a non-null dividend is an error (ANSI SQL, and Spark 4's default); a
+    null on either side gives null, as any operator on a null does."""
+    if isinstance(y, pa.Scalar):
+        if not (y.is_valid and y.as_py() == 0):
+            return
+        zero = x.is_valid if isinstance(x, pa.Scalar) else x.null_count < len(x)
+    elif isinstance(x, pa.Scalar):
+        zero = x.is_valid and pc.any(pc.equal(y, 0)).as_py() is True
+    else:
+        zero = pc.any(pc.and_(pc.equal(y, 0), pc.is_valid(x))).as_py() is True
+    if zero:
+        raise ZeroDivisionError("division by zero")
+
+
 def _div(x: Value, y: Value) -> Value:
+    x, y = cast_value(x, pa.float64()), cast_value(y, pa.float64())
+    _refuse_zero(x, y)
+    return pc.divide(x, y)
+
+
+def _div_or_null(x: Value, y: Value) -> Value:
     x, y = cast_value(x, pa.float64()), cast_value(y, pa.float64())
     y = _null_where(y, pc.equal(y, 0.0))
     return pc.divide(x, y)
@@ -497,13 +526,13 @@ def _int_or_float(x: Value, y: Value) -> tuple[Value, Value, bool]:
 
 def _mod(x: Value, y: Value) -> Value:
     x, y, ints = _int_or_float(x, y)
-    y = _null_where(y, pc.equal(y, 0))
+    _refuse_zero(x, y)
     return pc.modulo(x, y)  # floored: the sign of the divisor, like Python
 
 
 def _floordiv(x: Value, y: Value) -> Value:
     x, y, ints = _int_or_float(x, y)
-    y = _null_where(y, pc.equal(y, 0))
+    _refuse_zero(x, y)
     if ints:
         # exact: (x - x mod y) is a multiple of y; divide_checked catches INT_MIN // -1
         return pc.divide_checked(pc.subtract_checked(x, pc.modulo(x, y)), y)
@@ -868,6 +897,17 @@ def coalesce(*exprs: Any) -> Expr:
     return Coalesce([_wrap(e) for e in exprs])
 
 
+def try_divide(x: Any, y: Any) -> Expr:
+    """``x / y`` as ``float64``, null where ``y`` is 0 (Spark's ``try_divide``; plain ``/`` makes
+    a zero divisor an error)."""
+    def check(ts):
+        if not all(kind_of(t) in ("numeric", "null") for t in ts):
+            return "needs numbers"
+        return pa.float64()
+    return Func("try_divide", [_wrap(x), _wrap(y)], check,
+                lambda a, n: _div_or_null(a[0], a[1]), method=False)
+
+
 def udf(fn: Callable[..., Any], *args: Any, type_: Any) -> Expr:
     """A vectorised user function of whole columns: ``fn(*arrays) -> array-like`` of ``type_``."""
     t = as_type(type_)
@@ -889,4 +929,4 @@ def udf(fn: Callable[..., Any], *args: Any, type_: Any) -> Expr:
 
 __all__ = ["Expr", "Col", "Lit", "Arith", "Compare", "Logic", "Unary", "Func", "Alias", "Cast",
            "IsIn", "Coalesce", "When", "Compiled", "ColumnNotFoundError", "Value", "EvalFn",
-           "col", "lit", "when", "coalesce", "udf", "extension", "need"]
+           "col", "lit", "when", "coalesce", "try_divide", "udf", "extension", "need"]
