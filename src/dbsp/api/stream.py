@@ -743,8 +743,17 @@ class GroupedStream:
         column, or one per column (``ORDER BY b ASC, c DESC`` is ``by=["b", "c"],
         descending=[False, True]``)."""
         by = _listify(by)
-        core = self.stream._s.index_by(self.keys).topk(k, by, descending, rank)
-        return DataStream(self.stream.ctx, core)
+        src = self.stream
+        vals = [n for n in src.schema.names if n not in self.keys]
+        stored = [c for c in by if c in vals] + [c for c in vals if c not in by]
+        if stored != vals:
+            # the top-k's trace keeps the order-by columns first; index them in that order so
+            # the operator need not re-encode every delta's values in it
+            src = src.select(*self.keys, *stored)
+        core = src._s.index_by(self.keys).topk(k, by, descending, rank)
+        out = DataStream(self.stream.ctx, core)
+        order = list(self.keys) + vals + ([rank] if rank is not None else [])
+        return out.select(*order) if out.columns != order else out
 
     def window(self, spec: Any, time: Optional[str] = None) -> "WindowedStream":
         time = time or self.stream.time_column

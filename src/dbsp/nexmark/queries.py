@@ -135,19 +135,27 @@ def q8(s, env=None):
 
 def q9(s, env=None):
     """Winning bids: every auction with a winner, with its winning bid (the first qualifying bid
-    by price desc, then date_time, bidder, extra, channel, url)."""
+    by price desc, then date_time, bidder, extra, channel, url).
+
+    Planned narrow: the bids meet only the auction columns the qualifying rule reads (id,
+    opening time, expiry, reserve), top-1 picks each auction's winner from bid columns alone,
+    and only the winners (one row per auction, changing when a better bid arrives) are joined
+    with the whole auction row. Joining every bid with the whole auction first would copy the
+    auction's strings into every bid and index them in the top-k's state."""
     bids = s["bid"].select("auction", "bidder", "price", "channel", "url",
                            col("date_time").alias("bid_date_time"),
                            col("extra").alias("bid_extra"), (-col("price")).alias("neg_price"))
-    auctions = s["auction"]
-    j = bids.join(auctions, left_on="auction", right_on="id")
-    ok = j.filter(col("bid_date_time").between(col("date_time"), col("expires"))
-                  & (col("price") >= col("reserve")))
+    rules = s["auction"].select("id", col("date_time").alias("opened"), "expires", "reserve")
+    j = bids.join(rules, left_on="auction", right_on="id")
+    ok = j.filter(col("bid_date_time").between(col("opened"), col("expires"))
+                  & (col("price") >= col("reserve"))).select(*bids.columns)
     win = ok.group_by("auction").topk(1, by=["neg_price", "bid_date_time", "bidder",
                                              "bid_extra", "channel", "url"])
-    return win.select(col("auction").alias("id"), "item_name", "description", "initial_bid",
-                      "reserve", "date_time", "expires", "seller", "category", "extra",
-                      "auction", "bidder", "price", "bid_date_time", "bid_extra")
+    full = win.select("auction", "bidder", "price", "bid_date_time", "bid_extra") \
+        .join(s["auction"], left_on="auction", right_on="id")
+    return full.select(col("auction").alias("id"), "item_name", "description", "initial_bid",
+                       "reserve", "date_time", "expires", "seller", "category", "extra",
+                       "auction", "bidder", "price", "bid_date_time", "bid_extra")
 
 
 def q10(s, env=None):
