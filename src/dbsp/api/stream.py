@@ -386,6 +386,10 @@ class DataStream:
         ``on=[]`` is the cross join (every left row with every right row; with ``how="semi"``
         the left rows while the right is not empty). Its one empty key lives on one worker,
         so a cross join does not spread over workers: keep one side small.
+
+        State: when the first key column is the event time of both sides (declared with
+        ``time=`` / :meth:`with_watermark`), each side's rows below the other side's watermark
+        are dropped from the join's state: no new row can meet them (the result is unchanged).
         """
         return _join(self, other, on, left_on, right_on, how)
 
@@ -483,6 +487,19 @@ def _listify(x: Any) -> list[str]:
     return list(x)
 
 
+def _join_watermarks(left: DataStream, right: DataStream, lk: list, rk: list):
+    """``(left, right)`` watermark streams when both sides' event time is their leading join
+    key (then the join drops each side's rows below the other's watermark), else None."""
+    lt, rt = left._time, right._time
+    if not lk or lt is None or rt is None or lt.watermark is None or rt.watermark is None:
+        return None
+    if lk[0] != lt.column or rk[0] != rt.column:
+        return None
+    if left.schema.field(lk[0]).type != right.schema.field(rk[0]).type:
+        return None
+    return lt.watermark, rt.watermark
+
+
 def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) -> DataStream:
     if how not in ("inner", "left", "semi", "anti", "lookup"):
         raise ValueError(f"join: how must be 'inner', 'left', 'semi', 'anti' or 'lookup', "
@@ -524,11 +541,15 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
     lix = left._s.index_by(lk)
     rix = right._s.index_by(rk)
     lvals = [n for n in left.schema.names if n not in lk]
+    wms = _join_watermarks(left, right, lk, rk) if how != "lookup" else None
     if how in ("semi", "anti"):
-        core = lix.semijoin(rix) if how == "semi" else lix.antijoin(rix)
+        core = lix.semijoin(rix, wms) if how == "semi" else lix.antijoin(rix, wms)
         out = DataStream(left.ctx, core)
         return out.select(*left.schema.names) if out.columns != left.columns else out
-    core = {"inner": lix.join, "left": lix.left_join, "lookup": lix.lookup_join}[how](rix)
+    if how == "lookup":
+        core = lix.lookup_join(rix)
+    else:
+        core = (lix.join if how == "inner" else lix.left_join)(rix, watermarks=wms)
     out = DataStream(left.ctx, core)
     # core layout: lk ++ left values ++ right values; put the left's columns in its order
     rvals = out.columns[len(lk) + len(lvals):]
