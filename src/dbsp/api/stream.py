@@ -31,6 +31,7 @@ from ..algebra.schema import as_schema
 from ..circuit.types import ZSetType
 from ..connectors.files import ParquetSink
 from ..operators.aggregate import Aggregator
+from ..operators.lookup_join import lookup_join_rows
 from ..operators.proc_time import Clock, WallClock, proc_time
 from ..operators.rolling import rolling_aggregate
 from ..operators.window import Hopping, Session, Tumbling, window_aggregate
@@ -538,18 +539,20 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
         left = left.with_columns(**{k: col(k).cast(t) for k, t in lcast.items()})
     if rcast:
         right = right.with_columns(**{k: col(k).cast(t) for k, t in rcast.items()})
-    lix = left._s.index_by(lk)
-    rix = right._s.index_by(rk)
     lvals = [n for n in left.schema.names if n not in lk]
-    wms = _join_watermarks(left, right, lk, rk) if how != "lookup" else None
+    rix = right._s.index_by(rk)
+    if how == "lookup":  # the left rows are probed as they are: not indexed, not moved
+        out = DataStream(left.ctx, lookup_join_rows(left._s, lk, rix))
+        rvals = out.columns[len(lk) + len(lvals):]
+        order = list(left.schema.names) + rvals
+        return out.select(*order) if out.columns != order else out
+    lix = left._s.index_by(lk)
+    wms = _join_watermarks(left, right, lk, rk)
     if how in ("semi", "anti"):
         core = lix.semijoin(rix, wms) if how == "semi" else lix.antijoin(rix, wms)
         out = DataStream(left.ctx, core)
         return out.select(*left.schema.names) if out.columns != left.columns else out
-    if how == "lookup":
-        core = lix.lookup_join(rix)
-    else:
-        core = (lix.join if how == "inner" else lix.left_join)(rix, watermarks=wms)
+    core = (lix.join if how == "inner" else lix.left_join)(rix, watermarks=wms)
     out = DataStream(left.ctx, core)
     # core layout: lk ++ left values ++ right values; put the left's columns in its order
     rvals = out.columns[len(lk) + len(lvals):]
