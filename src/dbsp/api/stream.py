@@ -761,11 +761,13 @@ class GroupedStream:
         return self.agg(**{name: _count_rows()})
 
     def topk(self, k: int, by: Any, descending: Any = False,
-             rank: Optional[str] = None) -> DataStream:
+             rank: Optional[str] = None, append_only: bool = False) -> DataStream:
         """The first ``k`` rows of each group ordered by ``by`` (all columns kept; with
         ``rank=`` a 1-based rank column is added). ``descending``: one bool for every ``by``
         column, or one per column (``ORDER BY b ASC, c DESC`` is ``by=["b", "c"],
-        descending=[False, True]``)."""
+        descending=[False, True]``). ``append_only=True``: the stream only ever inserts (an
+        event stream), so only each group's top ``k`` rows are kept in state instead of every
+        row; a deletion is then an error."""
         by = _listify(by)
         src = self.stream
         vals = [n for n in src.schema.names if n not in self.keys]
@@ -774,7 +776,7 @@ class GroupedStream:
             # the top-k's trace keeps the order-by columns first; index them in that order so
             # the operator need not re-encode every delta's values in it
             src = src.select(*self.keys, *stored)
-        core = src._s.index_by(self.keys).topk(k, by, descending, rank)
+        core = src._s.index_by(self.keys).topk(k, by, descending, rank, append_only)
         out = DataStream(self.stream.ctx, core)
         order = list(self.keys) + vals + ([rank] if rank is not None else [])
         return out.select(*order) if out.columns != order else out

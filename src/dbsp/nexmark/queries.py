@@ -155,7 +155,7 @@ def q9(s, env=None):
     ok = j.filter(col("bid_date_time").between(col("opened"), col("expires"))
                   & (col("price") >= col("reserve"))).select(*bids.columns)
     win = ok.group_by("auction").topk(1, by=["neg_price", "bid_date_time", "bidder",
-                                             "bid_extra", "channel", "url"])
+                                             "bid_extra", "channel", "url"], append_only=True)
     full = win.select("auction", "bidder", "price", "bid_date_time", "bid_extra") \
         .join(s["auction"], left_on="auction", right_on="id")
     return full.select(col("auction").alias("id"), "item_name", "description", "initial_bid",
@@ -293,10 +293,11 @@ _BID = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 
 def q18(s, env=None):
     """Find last bid: per (bidder, auction) the latest bid (ties: higher price, then channel,
-    url, extra)."""
+    url, extra). Bids are only ever inserted, so the top-1 keeps each group's latest bid and
+    not every bid (``append_only``); likewise q19's top-10 and q9's winners."""
     bids = s["bid"].with_columns(neg_t=-col("date_time").dt.epoch_ms(), neg_price=-col("price"))
     last = bids.group_by("bidder", "auction").topk(
-        1, by=["neg_t", "neg_price", "channel", "url", "extra"])
+        1, by=["neg_t", "neg_price", "channel", "url", "extra"], append_only=True)
     return last.select(*_BID)
 
 
@@ -305,7 +306,7 @@ def q19(s, env=None):
     bids = s["bid"].with_columns(neg_price=-col("price"))
     top = bids.group_by("auction").topk(
         10, by=["neg_price", "date_time", "bidder", "channel", "url", "extra"],
-        rank="rank_number")
+        rank="rank_number", append_only=True)
     return top.select(*_BID, "rank_number")
 
 

@@ -208,10 +208,11 @@ class IndexedStream(_Base):
         return aggregate(self, aggs, positive)
 
     def topk(self, k: int, order_by: Sequence[str], descending: Any = False,
-             rank: Optional[str] = None) -> Stream:
+             rank: Optional[str] = None, append_only: bool = False) -> Stream:
         """The first ``k`` values of each key by ``order_by`` (optionally with a rank column);
-        ``descending``: one bool, or one per ``order_by`` column."""
-        return topk(self, k, order_by, descending, rank)
+        ``descending``: one bool, or one per ``order_by`` column; ``append_only``: the input
+        never deletes (state: each key's top ``k`` only; a deletion is an error)."""
+        return topk(self, k, order_by, descending, rank, append_only)
 
 
 __all__ = ["Stream", "IndexedStream", "ZSetType", "IndexedType", "make_stream"]

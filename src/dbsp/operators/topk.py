@@ -24,6 +24,13 @@ with a rank column, every place of a changed key is re-emitted. Cost: ``O(log gr
 touched key (plus retracted values still in front of its top ``k``), never the whole group. The
 input is sharded by key first.
 
+*Append-only input* (``append_only=True``: the input only ever inserts, as an event stream
+does): a value outside a key's top ``k`` can never come back (only a deletion in front of it
+could lift it), so the state is the integral of the top ``k`` places instead of every value:
+each step reads the old tops of the touched keys, takes the new tops from the old ones plus
+``Δa`` and stores the change of the tops, not ``Δa``. State ``O(keys * k)``; a deletion in the
+input is an error (:class:`~dbsp.circuit.errors.RowError`), never a wrong result.
+
 >>> import pyarrow as pa, dbsp
 >>> c = dbsp.Circuit()
 >>> t = c.add_input("t", [("k", pa.string()), ("x", pa.int64())])
@@ -43,6 +50,7 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import take
+from ..circuit.errors import RowError
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, ranges
@@ -159,9 +167,10 @@ class TopKOperator(Operator):
     name = "topk"
 
     def __init__(self, ctx, k: int, order_by: list[str], descending, rank: Optional[str],
-                 type_: IndexedType, out_schema: pa.Schema):
+                 type_: IndexedType, out_schema: pa.Schema, append_only: bool = False):
         super().__init__(ctx)
         self.k, self.order_by, self.rank = k, order_by, rank
+        self.append_only = append_only
         self.descending = _descending_flags(descending, order_by)
         self.type, self.out_schema = type_, out_schema
         vs = type_.val
@@ -250,9 +259,17 @@ class TopKOperator(Operator):
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
         d = self._internal(d)
+        if self.append_only and d.weights.min() < 0:
+            i = int(np.argmin(d.weights))
+            raise RowError("topk", "a deletion in the input of an append-only top-k (its state "
+                                   "keeps only the top k values of each key)",
+                           d.keys.slice(int(d.key_index()[i]), 1).to_pylist()[0])
         old = self._heads(d)
-        self.trace.insert(d)
-        new = self._heads(d)
+        if self.append_only:  # the trace holds the tops: the new ones come from old + delta
+            new = d if old is None or len(old) == 0 else OrdIndexedZSet.merge([old, d])
+        else:
+            self.trace.insert(d)
+            new = self._heads(d)
         so, sn = self._select(old), self._select(new)
         parts = []
         if old is not None and len(so[0]):
@@ -264,6 +281,8 @@ class TopKOperator(Operator):
         diff = OrdIndexedZSet.merge(parts) if len(parts) > 1 else parts[0]
         if len(diff) == 0:
             return ZSet.empty(self.out_schema)
+        if self.append_only:
+            self.trace.insert(diff)  # the change of the tops (places as weights)
         if self.rank is None:
             return self._external(diff.flatten())
         rschema = pa.schema(list(d.keys.schema) + list(self.ivals)
@@ -293,9 +312,10 @@ class TopKOperator(Operator):
 
 
 def topk(stream, k: int, order_by: Sequence[str], descending=False,
-         rank: Optional[str] = None):
+         rank: Optional[str] = None, append_only: bool = False):
     """The first ``k`` values of each key by ``order_by`` (see the module doc); ``descending``:
-    one bool, or one per ``order_by`` column."""
+    one bool, or one per ``order_by`` column; ``append_only``: the input never deletes, so
+    only each key's top ``k`` is kept in state."""
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"topk needs an indexed stream (use .index_by([...]) first), got "
                         f"{stream.type.describe()}")
@@ -322,7 +342,8 @@ def topk(stream, k: int, order_by: Sequence[str], descending=False,
     t = stream.type
     s = sharded(stream)
     return stream.circuit.add_node(
-        f"topk({k})", lambda ctx: TopKOperator(ctx, int(k), order_by, descending, rank, t, out),
+        f"topk({k})", lambda ctx: TopKOperator(ctx, int(k), order_by, descending, rank, t, out,
+                                               bool(append_only)),
         [s], ZSetType(out))
 
 
