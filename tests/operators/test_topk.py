@@ -163,6 +163,10 @@ def test_topk_per_column_direction_random(workers, case, data):
 @settings(max_examples=40, deadline=None)
 @given(steps=_big_steps(), k=st.integers(1, 9), flags=st.sampled_from(
     [[False, True], [True, False], [True, True], [False, False]]), rank=st.booleans())
+@example(  # x ASC, s DESC read from the front: the edge tie group is the window's last x
+    steps=[{(k, s, x): 1 for k in range(2) for s in "abc" for x in range(7)},
+           {(0, "a", 0): -1, (0, "a", 1): -1, (0, "b", 0): -1}],
+    k=4, flags=[False, True], rank=False)
 def test_topk_large_groups_per_column_direction(workers, steps, k, flags, rank):
     """Groups larger than the first window: the edge tie group on the leading columns of the
     first column's direction must be read past the window."""

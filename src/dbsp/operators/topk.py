@@ -226,8 +226,12 @@ class TopKOperator(Operator):
                 # the tie group nearest the window's edge may continue beyond it
                 obc = self.edge_codec.encode([vals.column(c) for c in self.edge_cols], len(w.k))
                 first = np.r_[True, w.k[1:] != w.k[:-1]]
-                head = np.flatnonzero(first)[np.cumsum(first) - 1]
-                edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, head)
+                seg = np.cumsum(first) - 1
+                # the edge is the key's last value read: its first in storage order when
+                # reading from the back, its last when reading from the front
+                ends = first if last else np.r_[first[1:], True]
+                edge = np.flatnonzero(ends)[seg]
+                edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, edge)
                 trusted = pos & ~(edge_tie & lim_e)
             places = np.bincount(w.k, np.where(trusted, w.weights, 0), minlength=n)
             done = ~w.limited | (places >= self.k)
