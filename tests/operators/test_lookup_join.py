@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import dbsp
 from dbsp.nexmark.queries import q13
+from dbsp.operators.lookup_join import lookup_join_rows
 from dbsp.testing import reference as ref
 from dbsp.testing import strategies as S
 from dbsp.testing.harness import push_dict
@@ -74,6 +75,71 @@ def test_lookup_join_random(workers, case):
     out, _ = _run(workers, ls, rs, steps, lambda a, b: a.lookup_join(b))
     for t, (got, want) in enumerate(out):
         assert got == want, f"step {t}, {workers} worker(s)"
+
+
+# -- lookup_join_rows: plain left rows, a broadcast right side --------------------------------
+
+def _rows_join(a, b):
+    return lookup_join_rows(a, ["k"], b.index_by(["k"]))
+
+
+def _run_rows(workers, ls, rs, steps):
+    out = []
+    with dbsp.Circuit(workers=workers) as c:
+        a, b = c.add_input("l", ls), c.add_input("r", rs)
+        o = _rows_join(a, b).output()
+        ib: dict = {}
+        for step in steps:
+            push_dict(a, step.get("l", {}))
+            push_dict(b, step.get("r", {}))
+            c.step()
+            ib = ref.add(ib, step.get("r", {}))
+            out.append((o.to_dict(), ref.join(step.get("l", {}), ib, [0], [0])))
+        state = c.state_rows()
+    return out, state
+
+
+def test_lookup_join_rows_literal(workers):
+    steps = [
+        {"l": {(1, "x"): 1, (2, "y"): 2, (None, "n"): 1}, "r": {(1, 10): 1, (None, 0): 1}},
+        {"r": {(2, 20): 1, (1, 10): -1}},          # past left rows keep their matches
+        {"l": {(1, "x"): -1, (2, "z"): 1, (1, "w"): 3}, "r": {(1, 11): 1, (1, 12): 2}},
+    ]
+    (d0, _), (d1, _), (d2, _) = _run_rows(workers, L, R, steps)[0]
+    assert d0 == {(1, "x", 10): 1}
+    assert d1 == {}
+    assert d2 == {(1, "x", 11): -1, (1, "x", 12): -2, (2, "z", 20): 1, (1, "w", 11): 3,
+                  (1, "w", 12): 6}
+
+
+def test_lookup_join_rows_broadcasts_the_right_side(workers):
+    """Every worker keeps the whole right side; no left row is stored."""
+    steps = [{"r": {(1, 10): 1, (2, 20): 1}}] + [{"l": {(i % 3, f"v{i}"): 1}} for i in range(50)]
+    out, state = _run_rows(workers, L, R, steps)
+    assert state == 2 * workers
+    assert sum(len(d) for d, _ in out) == 33
+
+
+@settings(max_examples=60)
+@given(case=join_case())
+@example(case=(L, R, [{"l": {(1, "a"): 1}, "r": {(1, 2): -1}}, {"r": {(1, 2): 2}},
+                      {"l": {(1, "a"): 1}}]))
+def test_lookup_join_rows_random(workers, case):
+    ls, rs, steps = case
+    out, _ = _run_rows(workers, ls, rs, steps)
+    for t, (got, want) in enumerate(out):
+        assert got == want, f"step {t}, {workers} worker(s)"
+
+
+def test_lookup_join_rows_checks_keys():
+    c = dbsp.Circuit()
+    a, b = c.add_input("l", L), c.add_input("r", R)
+    with pytest.raises(KeyError, match="nope"):
+        lookup_join_rows(a, ["nope"], b.index_by(["k"]))
+    with pytest.raises(TypeError, match="key schemas differ"):
+        lookup_join_rows(a, ["a"], b.index_by(["k"]))
+    with pytest.raises(TypeError, match="indexed"):
+        lookup_join_rows(a, ["k"], b)
 
 
 def test_api_join_how_lookup(workers):

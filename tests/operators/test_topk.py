@@ -14,15 +14,17 @@ from dbsp.testing.harness import check_steps
 T = pa.schema([pa.field("k", pa.string()), pa.field("x", pa.int64()), pa.field("s", pa.string())])
 
 
-def _run(workers, schema, steps, k, order_by, descending=False, rank=None, key=("k",)):
+def _run(workers, schema, steps, k, order_by, descending=False, rank=None, key=("k",),
+         append_only=False):
     names = schema.names
     kidx = [names.index(c) for c in key]
     vnames = [n for n in names if n not in key]
     oidx = [vnames.index(c) for c in order_by]
-    check_steps(workers, {"t": schema},
-                lambda t: t.index_by(list(key)).topk(k, order_by, descending, rank),
-                lambda z: ref.topk(z, kidx, k, oidx, descending, rank is not None),
-                [{"t": s} for s in steps])
+    return check_steps(
+        workers, {"t": schema},
+        lambda t: t.index_by(list(key)).topk(k, order_by, descending, rank, append_only),
+        lambda z: ref.topk(z, kidx, k, oidx, descending, rank is not None),
+        [{"t": s} for s in steps])
 
 
 LIT = [
@@ -166,6 +168,10 @@ def test_topk_per_column_direction_random(workers, case, data):
          k=6, flags=[False, True], rank=False)
 @given(steps=_big_steps(), k=st.integers(1, 9), flags=st.sampled_from(
     [[False, True], [True, False], [True, True], [False, False]]), rank=st.booleans())
+@example(  # x ASC, s DESC read from the front: the edge tie group is the window's last x
+    steps=[{(k, s, x): 1 for k in range(2) for s in "abc" for x in range(7)},
+           {(0, "a", 0): -1, (0, "a", 1): -1, (0, "b", 0): -1}],
+    k=4, flags=[False, True], rank=False)
 def test_topk_large_groups_per_column_direction(workers, steps, k, flags, rank):
     """Groups larger than the first window: the edge tie group on the leading columns of the
     first column's direction must be read past the window."""
@@ -182,3 +188,43 @@ def test_topk_mixed_directions_with_ties_wider_than_a_window(workers):
         for k in (1, 3, 25):
             _run(workers, U, steps, k, ["x", "s"], flags)
             _run(workers, U, steps, k, ["x", "s"], flags, rank="r")
+
+
+# --- append-only input: the state keeps each key's top k only -----------------------------------
+
+def _inserts(steps):
+    return [{r: abs(w) for r, w in st_.items()} for st_ in steps]
+
+
+@settings(max_examples=80)
+@given(case=topk_case(), data=st.data())
+@example(case=(T, [{("a", 1, "x"): 2, ("a", 0, "y"): 1}, {("a", 0, "z"): 3}], 2, ["x"], False,
+               "r"), data=None)
+def test_topk_append_only_random(workers, case, data):
+    """Insert-only steps: the same result as the full top-k (the reference), with or without a
+    rank column, one direction or one per column."""
+    schema, steps, k, order_by, desc, rank = case
+    if data is not None and data.draw(st.booleans()):
+        desc = data.draw(st.lists(st.booleans(), min_size=len(order_by),
+                                  max_size=len(order_by)))
+    _run(workers, schema, _inserts(steps), k, order_by, desc, rank, append_only=True)
+
+
+def test_topk_append_only_keeps_the_tops_only(workers):
+    steps = [{(k, f"s{i}", (i * 7) % 23): 1 for k in range(3) for i in range(j * 20, j * 20 + 20)}
+             for j in range(6)]
+    full = _run(workers, U, steps, 2, ["x"], True)
+    tops = _run(workers, U, steps, 2, ["x"], True, append_only=True)
+    assert full.state_rows() == 3 * 120
+    assert tops.state_rows() <= 3 * 2 * 6 * 2  # the tops and their changes, before merges
+
+
+def test_topk_append_only_rejects_a_deletion():
+    with dbsp.Circuit() as c:
+        t = c.add_input("t", T)
+        t.index_by(["k"]).topk(1, ["x"], append_only=True).output()
+        t.insert([("a", 1, "x")])
+        c.step()
+        t.push([("a", 1, "x")], weights=[-1])
+        with pytest.raises(dbsp.RowError, match="append-only"):
+            c.step()

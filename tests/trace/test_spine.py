@@ -29,6 +29,7 @@ from trace_model import (
 
 from dbsp.trace import spine as spine_mod
 from dbsp.trace.batch import OrdIndexedZSet, OrdZSet
+from dbsp.trace.journal import StepJournal, use_journal
 from dbsp.trace.spine import Merger, Spine, SpineMergeError, _level
 
 SETTINGS = settings(max_examples=examples(30), deadline=None)
@@ -244,6 +245,38 @@ def test_truncate_keys_below(keys, bound, later):
     assert (state_of([out]) if out is not None else {}) == cut
     # the rows are gone from memory, not just hidden
     assert state_of([b for bs in sp._levels.values() for b in bs]) == cut
+
+
+def test_truncate_frees_batches_wholly_below_the_bound_at_once():
+    """A batch whose every key is below the bound leaves the spine when the bound is committed,
+    without waiting for a merge (a large batch behind a watermark may never be merged again);
+    a batch that straddles the bound stays until its merge. Inside a step that may be rolled
+    back, nothing is freed until the step commits."""
+    def raw(sp):
+        return [b for bs in sp._levels.values() for b in bs]
+
+    for journaled in (False, True):
+        sp = Spine(fanout=64, name="free", background=False)
+        old = ikv([(k, "v", 1) for k in range(0, 40)])      # wholly below 50
+        mid = ikv([(k, "v", 1) for k in range(45, 55)])     # straddles 50
+        new = ikv([(k, "v", 1) for k in range(60, 63)])     # above
+        for b in (old, mid, new):
+            sp.insert(b)
+        bound = int(code(old.kcodec, (50,)))
+        if journaled:
+            j = StepJournal()
+            with use_journal(j):
+                sp.truncate_keys_below(bound)
+            assert len(raw(sp)) == 3  # hidden from readers, not freed
+            assert state_of(sp.batches()) == model_of_ikv(
+                [(k, "v", 1) for k in list(range(50, 55)) + list(range(60, 63))])
+            j.commit()
+        else:
+            sp.truncate_keys_below(bound)
+        kept = raw(sp)
+        assert len(kept) == 2 and all(b is not old for b in kept)
+        assert state_of(sp.batches()) == model_of_ikv(
+            [(k, "v", 1) for k in list(range(50, 55)) + list(range(60, 63))])
 
 
 def test_truncate_var_codes_and_zsets():

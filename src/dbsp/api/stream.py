@@ -31,6 +31,7 @@ from ..algebra.schema import as_schema
 from ..circuit.types import ZSetType
 from ..connectors.files import ParquetSink
 from ..operators.aggregate import Aggregator
+from ..operators.lookup_join import lookup_join_rows
 from ..operators.proc_time import Clock, WallClock, proc_time
 from ..operators.rolling import rolling_aggregate
 from ..operators.window import Hopping, Session, Tumbling, window_aggregate
@@ -386,6 +387,10 @@ class DataStream:
         ``on=[]`` is the cross join (every left row with every right row; with ``how="semi"``
         the left rows while the right is not empty). Its one empty key lives on one worker,
         so a cross join does not spread over workers: keep one side small.
+
+        State: when the first key column is the event time of both sides (declared with
+        ``time=`` / :meth:`with_watermark`), each side's rows below the other side's watermark
+        are dropped from the join's state: no new row can meet them (the result is unchanged).
         """
         return _join(self, other, on, left_on, right_on, how)
 
@@ -483,6 +488,19 @@ def _listify(x: Any) -> list[str]:
     return list(x)
 
 
+def _join_watermarks(left: DataStream, right: DataStream, lk: list, rk: list):
+    """``(left, right)`` watermark streams when both sides' event time is their leading join
+    key (then the join drops each side's rows below the other's watermark), else None."""
+    lt, rt = left._time, right._time
+    if not lk or lt is None or rt is None or lt.watermark is None or rt.watermark is None:
+        return None
+    if lk[0] != lt.column or rk[0] != rt.column:
+        return None
+    if left.schema.field(lk[0]).type != right.schema.field(rk[0]).type:
+        return None
+    return lt.watermark, rt.watermark
+
+
 def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) -> DataStream:
     if how not in ("inner", "left", "semi", "anti", "lookup"):
         raise ValueError(f"join: how must be 'inner', 'left', 'semi', 'anti' or 'lookup', "
@@ -521,14 +539,20 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
         left = left.with_columns(**{k: col(k).cast(t) for k, t in lcast.items()})
     if rcast:
         right = right.with_columns(**{k: col(k).cast(t) for k, t in rcast.items()})
-    lix = left._s.index_by(lk)
-    rix = right._s.index_by(rk)
     lvals = [n for n in left.schema.names if n not in lk]
+    rix = right._s.index_by(rk)
+    if how == "lookup":  # the left rows are probed as they are: not indexed, not moved
+        out = DataStream(left.ctx, lookup_join_rows(left._s, lk, rix))
+        rvals = out.columns[len(lk) + len(lvals):]
+        order = list(left.schema.names) + rvals
+        return out.select(*order) if out.columns != order else out
+    lix = left._s.index_by(lk)
+    wms = _join_watermarks(left, right, lk, rk)
     if how in ("semi", "anti"):
-        core = lix.semijoin(rix) if how == "semi" else lix.antijoin(rix)
+        core = lix.semijoin(rix, wms) if how == "semi" else lix.antijoin(rix, wms)
         out = DataStream(left.ctx, core)
         return out.select(*left.schema.names) if out.columns != left.columns else out
-    core = {"inner": lix.join, "left": lix.left_join, "lookup": lix.lookup_join}[how](rix)
+    core = (lix.join if how == "inner" else lix.left_join)(rix, watermarks=wms)
     out = DataStream(left.ctx, core)
     # core layout: lk ++ left values ++ right values; put the left's columns in its order
     rvals = out.columns[len(lk) + len(lvals):]
@@ -749,14 +773,25 @@ class GroupedStream:
         return self.agg(**{name: _count_rows()})
 
     def topk(self, k: int, by: Any, descending: Any = False,
-             rank: Optional[str] = None) -> DataStream:
+             rank: Optional[str] = None, append_only: bool = False) -> DataStream:
         """The first ``k`` rows of each group ordered by ``by`` (all columns kept; with
         ``rank=`` a 1-based rank column is added). ``descending``: one bool for every ``by``
         column, or one per column (``ORDER BY b ASC, c DESC`` is ``by=["b", "c"],
-        descending=[False, True]``)."""
+        descending=[False, True]``). ``append_only=True``: the stream only ever inserts (an
+        event stream), so only each group's top ``k`` rows are kept in state instead of every
+        row; a deletion is then an error."""
         by = _listify(by)
-        core = self.stream._s.index_by(self.keys).topk(k, by, descending, rank)
-        return DataStream(self.stream.ctx, core)
+        src = self.stream
+        vals = [n for n in src.schema.names if n not in self.keys]
+        stored = [c for c in by if c in vals] + [c for c in vals if c not in by]
+        if stored != vals:
+            # the top-k's trace keeps the order-by columns first; index them in that order so
+            # the operator need not re-encode every delta's values in it
+            src = src.select(*self.keys, *stored)
+        core = src._s.index_by(self.keys).topk(k, by, descending, rank, append_only)
+        out = DataStream(self.stream.ctx, core)
+        order = list(self.keys) + vals + ([rank] if rank is not None else [])
+        return out.select(*order) if out.columns != order else out
 
     def window(self, spec: Any, time: Optional[str] = None) -> "WindowedStream":
         time = time or self.stream.time_column

@@ -114,11 +114,16 @@ def q6(s, env=None):
 
 
 def q7(s, env=None):
-    """Highest bid: every bid whose price is its tumbling 10 s window's maximum."""
+    """Highest bid: every bid whose price is its tumbling 10 s window's maximum.
+
+    Both sides of the semijoin declare ``window_start`` an event time (a row may come at most
+    one window late; in fact none does), so the join keeps only the open windows' bids and
+    maxima, not every bid: each side's rows below the other side's watermark are dropped."""
     bids = s["bid"].select("auction", "price", "bidder", "date_time", "extra",
-                           col("date_time").dt.floor(WINDOW).alias("window_start"))
+                           col("date_time").dt.floor(WINDOW).alias("window_start")) \
+        .with_watermark("window_start", WINDOW, name="q7.bids")
     maxes = s["bid"].select("price", "date_time").window(tumbling(WINDOW)) \
-        .agg(price=max_("price"))
+        .agg(price=max_("price")).with_watermark("window_start", WINDOW, name="q7.maxes")
     best = bids.join(maxes, on=["window_start", "price"], how="semi")
     return best.select("auction", "price", "bidder", "date_time", "extra")
 
@@ -135,19 +140,27 @@ def q8(s, env=None):
 
 def q9(s, env=None):
     """Winning bids: every auction with a winner, with its winning bid (the first qualifying bid
-    by price desc, then date_time, bidder, extra, channel, url)."""
+    by price desc, then date_time, bidder, extra, channel, url).
+
+    Planned narrow: the bids meet only the auction columns the qualifying rule reads (id,
+    opening time, expiry, reserve), top-1 picks each auction's winner from bid columns alone,
+    and only the winners (one row per auction, changing when a better bid arrives) are joined
+    with the whole auction row. Joining every bid with the whole auction first would copy the
+    auction's strings into every bid and index them in the top-k's state."""
     bids = s["bid"].select("auction", "bidder", "price", "channel", "url",
                            col("date_time").alias("bid_date_time"),
                            col("extra").alias("bid_extra"), (-col("price")).alias("neg_price"))
-    auctions = s["auction"]
-    j = bids.join(auctions, left_on="auction", right_on="id")
-    ok = j.filter(col("bid_date_time").between(col("date_time"), col("expires"))
-                  & (col("price") >= col("reserve")))
+    rules = s["auction"].select("id", col("date_time").alias("opened"), "expires", "reserve")
+    j = bids.join(rules, left_on="auction", right_on="id")
+    ok = j.filter(col("bid_date_time").between(col("opened"), col("expires"))
+                  & (col("price") >= col("reserve"))).select(*bids.columns)
     win = ok.group_by("auction").topk(1, by=["neg_price", "bid_date_time", "bidder",
-                                             "bid_extra", "channel", "url"])
-    return win.select(col("auction").alias("id"), "item_name", "description", "initial_bid",
-                      "reserve", "date_time", "expires", "seller", "category", "extra",
-                      "auction", "bidder", "price", "bid_date_time", "bid_extra")
+                                             "bid_extra", "channel", "url"], append_only=True)
+    full = win.select("auction", "bidder", "price", "bid_date_time", "bid_extra") \
+        .join(s["auction"], left_on="auction", right_on="id")
+    return full.select(col("auction").alias("id"), "item_name", "description", "initial_bid",
+                       "reserve", "date_time", "expires", "seller", "category", "extra",
+                       "auction", "bidder", "price", "bid_date_time", "bid_extra")
 
 
 def q10(s, env=None):
@@ -280,10 +293,11 @@ _BID = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 
 def q18(s, env=None):
     """Find last bid: per (bidder, auction) the latest bid (ties: higher price, then channel,
-    url, extra)."""
+    url, extra). Bids are only ever inserted, so the top-1 keeps each group's latest bid and
+    not every bid (``append_only``); likewise q19's top-10 and q9's winners."""
     bids = s["bid"].with_columns(neg_t=-col("date_time").dt.epoch_ms(), neg_price=-col("price"))
     last = bids.group_by("bidder", "auction").topk(
-        1, by=["neg_t", "neg_price", "channel", "url", "extra"])
+        1, by=["neg_t", "neg_price", "channel", "url", "extra"], append_only=True)
     return last.select(*_BID)
 
 
@@ -292,7 +306,7 @@ def q19(s, env=None):
     bids = s["bid"].with_columns(neg_price=-col("price"))
     top = bids.group_by("auction").topk(
         10, by=["neg_price", "date_time", "bidder", "channel", "url", "extra"],
-        rank="rank_number")
+        rank="rank_number", append_only=True)
     return top.select(*_BID, "rank_number")
 
 

@@ -1,11 +1,13 @@
-"""Helpers shared by operator modules: output schemas and batch conversion."""
+"""Helpers shared by operator modules: output schemas, batch conversion, key bounds for GC."""
 from __future__ import annotations
 
 from typing import Any
 
 import pyarrow as pa
 
+from ..algebra.codes import KeyCodec
 from ..algebra.schema import as_schema, empty_batch
+from ..algebra.time import from_physical
 
 
 def to_record_batch(value: Any, schema: pa.Schema | None, what: str) -> pa.RecordBatch:
@@ -36,3 +38,14 @@ def infer_schema(fn, in_schema: pa.Schema, schema: Any, what: str) -> pa.Schema:
         return as_schema(schema)
     out = to_record_batch(fn(empty_batch(in_schema)), None, what)
     return as_schema(out.schema)
+
+
+def key_prefix_bound(kcodec: KeyCodec, first: int):
+    """The smallest key code whose leading column is ``first`` (in the physical units of its
+    type: an int for u64 codes, bytes for variable-length codes): ``truncate_keys_below`` of it
+    drops every key with a smaller leading column, whatever its other columns."""
+    value = from_physical(pa.array([first], pa.int64()), kcodec.fields[0].type)
+    prefix = KeyCodec(kcodec.fields[:1]).encode_reference([value]).row(0)
+    if kcodec.u64:
+        return int.from_bytes(prefix, "big") << (8 * (kcodec.width - len(prefix)))
+    return prefix

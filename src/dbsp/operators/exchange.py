@@ -16,7 +16,7 @@ from ..circuit.exchange import shard_rows
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType
 from ..trace.batch import OrdIndexedZSet, OrdZSet
-from ._values import empty_of
+from ._values import add, empty_of
 
 
 class ExchangeOperator(Operator):
@@ -69,6 +69,34 @@ def _split_zset(z: OrdZSet, shards) -> list:
     return out
 
 
+class BroadcastOperator(Operator):
+    """Every worker gets the whole of each step's change: the parts of all workers, summed
+    (for a small side that every worker keeps whole, e.g. a lookup join's side input)."""
+
+    name = "broadcast"
+
+    def __init__(self, ctx, type_):
+        super().__init__(ctx)
+        self.type = type_
+
+    @property
+    def passes_empty(self) -> bool:  # type: ignore[override]
+        return self.ctx.workers == 1  # with W > 1 every worker takes part in every gather
+
+    def eval(self, value):
+        if self.ctx.workers == 1:
+            return value
+        got = self.ctx.transport.all_gather(self.ctx.worker, value if len(value) else None)
+        return add(self.type, got)
+
+
+def broadcast(stream):
+    """``stream`` with every worker seeing every worker's change (see
+    :class:`BroadcastOperator`)."""
+    return stream.circuit.add_node("broadcast", lambda ctx: BroadcastOperator(ctx, stream.type),
+                                   [stream], stream.type)
+
+
 def shard(stream):
     out = stream.circuit.add_node("exchange", lambda ctx: ExchangeOperator(ctx, stream.type),
                                   [stream], stream.type)
@@ -85,4 +113,4 @@ def sharded(stream):
     return shard(stream)
 
 
-__all__ = ["shard", "sharded", "ExchangeOperator"]
+__all__ = ["shard", "sharded", "broadcast", "ExchangeOperator", "BroadcastOperator"]

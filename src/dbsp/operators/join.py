@@ -30,6 +30,15 @@ Keys follow SQL: a key with a null in any column matches nothing (such left rows
 ``left_join`` and kept by ``antijoin``). Both sides must have the same key column types (names may
 differ; the output uses the left names); nullability may differ.
 
+*Watermark GC* (DBSP's waterlines for joins): when the leading key column of both sides is an
+event time with a watermark on each side (``watermarks=(left_wm, right_wm)``, streams of
+:class:`~dbsp.operators.watermark.WatermarkType`), a row of a side whose key starts below the
+*other* side's watermark can never meet a new row again (rows behind a watermark are dropped as
+late), so after each step every trace is cut below the opposite watermark's key prefix
+(:meth:`Spine.truncate_keys_below`; the semijoin's key set, below its own side's watermark). The
+result is unchanged; the state holds only the keys the watermarks leave open, e.g. Nexmark q7's
+bids of the open windows instead of every bid.
+
 Output rows are ``key ++ left values ++ right values`` (right columns whose names clash get the
 suffix ``_right``), or what ``fn(keys, left_vals, right_vals)`` returns: a record batch of
 ``schema`` computed once per step, vectorised over all matched pairs.
@@ -60,9 +69,10 @@ from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, match_batches
 from ..trace.spine import Spine
-from ._util import to_record_batch
+from ._util import key_prefix_bound, to_record_batch
 from .distinct import sign_changes
 from .exchange import sharded
+from .watermark import WatermarkType
 
 EMPTY_SCHEMA = pa.schema([])
 
@@ -205,6 +215,40 @@ def pair_schema(lk: pa.Schema, lv: pa.Schema, rv: pa.Schema,
     return pa.schema(fields)
 
 
+# -- watermark GC ---------------------------------------------------------------------------
+
+class KeyBounds:
+    """Cuts traces below a watermark's key prefix, once per rise of the watermark."""
+
+    def __init__(self, key_schema: pa.Schema):
+        self.kcodec = KeyCodec(list(key_schema))
+        self.last: dict[int, int] = {}  # id(spine) -> watermark it was last cut at
+
+    def cut(self, spine: Spine, wm: Optional[int]) -> None:
+        if wm is None:
+            return
+        prev = self.last.get(id(spine))
+        if prev is not None and wm <= prev:
+            return
+        self.last[id(spine)] = wm
+        spine.truncate_keys_below(key_prefix_bound(self.kcodec, wm))
+
+
+def _check_gc(a, b, watermarks, what: str) -> tuple:
+    """The watermark streams of a join's sides, checked against its leading key column."""
+    if watermarks is None:
+        return ()
+    lw, rw = watermarks
+    kt = a.key_schema.field(0).type
+    for side, w in (("left", lw), ("right", rw)):
+        if w is None:
+            raise ValueError(f"{what}: watermark GC needs the watermarks of both sides")
+        if not isinstance(w.type, WatermarkType) or w.type.time_type != kt:
+            raise TypeError(f"{what}: the {side} watermark ({w.type.describe()}) is not of the "
+                            f"leading key column's type {kt}")
+    return lw, rw
+
+
 # -- the join operator ----------------------------------------------------------------------
 
 class JoinOperator(Operator):
@@ -227,8 +271,19 @@ class JoinOperator(Operator):
         self.key_schema, self.lval, self.rval = key_schema, lval, rval
         self.left = Spine(name="join.left")
         self.right = Spine(name="join.right")
+        self.bounds = KeyBounds(key_schema) if key_schema is not None else None
 
-    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
+    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet, lwm: Optional[int] = None,
+             rwm: Optional[int] = None) -> ZSet:
+        out = self._eval(da, db)
+        if self.bounds is not None:
+            # watermark GC: a side's rows only ever meet the other side's new rows, whose keys
+            # start at or above the other side's watermark
+            self.bounds.cut(self.left, rwm)
+            self.bounds.cut(self.right, lwm)
+        return out
+
+    def _eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
         da, db = drop_null_keys(da), drop_null_keys(db)
         pieces = []
         if len(db):
@@ -308,22 +363,24 @@ def _fn_schema(fn: Callable, schema: Any, k: pa.Schema, lv: pa.Schema, rv: pa.Sc
     return as_schema(out.schema)
 
 
-def _join_node(a, b, out_schema: pa.Schema, mode: str, fn=None, rval=None):
+def _join_node(a, b, out_schema: pa.Schema, mode: str, fn=None, rval=None, wms=()):
     key, lval = a.key_schema, a.val_schema
     rval = rval if rval is not None else b.val_schema
     return a.circuit.add_node(
         f"join({mode})", lambda ctx: JoinOperator(ctx, out_schema, mode, fn, key, lval, rval),
-        [a, b], ZSetType(out_schema))
+        [a, b, *wms], ZSetType(out_schema))
 
 
-def join(left, right, fn: Optional[Callable] = None, schema: Any = None):
-    """Incremental inner join of two indexed streams on their keys (see the module doc)."""
+def join(left, right, fn: Optional[Callable] = None, schema: Any = None, watermarks=None):
+    """Incremental inner join of two indexed streams on their keys (see the module doc;
+    ``watermarks``: ``(left, right)`` watermark streams of the leading key column, for GC)."""
     a, b = prepare(left, right, "join")
+    wms = _check_gc(a, b, watermarks, "join")
     if fn is None:
         out = pair_schema(a.key_schema, a.val_schema, b.val_schema)
-        return _join_node(a, b, out, "pairs")
+        return _join_node(a, b, out, "pairs", wms=wms)
     out = _fn_schema(fn, schema, left.key_schema, left.val_schema, right.val_schema)
-    return _join_node(a, b, out, "fn", fn, right.val_schema)
+    return _join_node(a, b, out, "fn", fn, right.val_schema, wms=wms)
 
 
 # -- key sets: distinct(keys(b)) --------------------------------------------------------------
@@ -340,8 +397,14 @@ class KeySetOperator(Operator):
         super().__init__(ctx)
         self.key_schema = key_schema
         self.trace = Spine(name="distinct_keys")
+        self.bounds = KeyBounds(key_schema)
 
-    def eval(self, db: OrdIndexedZSet) -> OrdIndexedZSet:
+    def eval(self, db: OrdIndexedZSet, wm: Optional[int] = None) -> OrdIndexedZSet:
+        out = self._eval(db)
+        self.bounds.cut(self.trace, wm)  # no new row of this side has a key below its watermark
+        return out
+
+    def _eval(self, db: OrdIndexedZSet) -> OrdIndexedZSet:
         db = drop_null_keys(db)
         if len(db) == 0:
             return OrdIndexedZSet.empty(self.key_schema, EMPTY_SCHEMA)
@@ -369,28 +432,30 @@ class KeySetOperator(Operator):
         return len(self.trace)
 
 
-def _key_set(b):
+def _key_set(b, wm=None):
     ks = b.key_schema
-    return b.circuit.add_node("distinct_keys", lambda ctx: KeySetOperator(ctx, ks), [b],
-                              IndexedType(ks, EMPTY_SCHEMA))
+    return b.circuit.add_node("distinct_keys", lambda ctx: KeySetOperator(ctx, ks),
+                              [b] if wm is None else [b, wm], IndexedType(ks, EMPTY_SCHEMA))
 
 
-def _semijoin_sharded(a, b):
-    return _join_node(a, _key_set(b), a.type.flat_schema, "left")
+def _semijoin_sharded(a, b, wms=()):
+    return _join_node(a, _key_set(b, wms[1] if wms else None), a.type.flat_schema, "left",
+                      wms=wms)
 
 
-def semijoin(left, right):
+def semijoin(left, right, watermarks=None):
     """Rows ``key ++ left values`` of ``left`` whose key has rows of positive total weight on the
-    right, with the left weights: ``a ⋈ distinct(keys(b))``."""
+    right, with the left weights: ``a ⋈ distinct(keys(b))`` (``watermarks``: as for
+    :func:`join`)."""
     a, b = prepare(left, right, "semijoin")
-    return _semijoin_sharded(a, b)
+    return _semijoin_sharded(a, b, _check_gc(a, b, watermarks, "semijoin"))
 
 
-def antijoin(left, right):
+def antijoin(left, right, watermarks=None):
     """Rows ``key ++ left values`` of ``left`` whose key is absent on the right:
-    ``a - semijoin(a, b)``."""
+    ``a - semijoin(a, b)`` (``watermarks``: as for :func:`join`)."""
     a, b = prepare(left, right, "antijoin")
-    return a.flatten().minus(_semijoin_sharded(a, b))
+    return a.flatten().minus(_semijoin_sharded(a, b, _check_gc(a, b, watermarks, "antijoin")))
 
 
 # -- left outer join --------------------------------------------------------------------------
@@ -435,13 +500,14 @@ class SplitApplyOperator(Operator):
         return ZSet(out, z.weights)
 
 
-def left_join(left, right, fn: Optional[Callable] = None, schema: Any = None):
+def left_join(left, right, fn: Optional[Callable] = None, schema: Any = None, watermarks=None):
     """Left outer join: ``a ⋈ b + pad_null(antijoin(a, b))`` (see the module doc); the right
-    columns are nullable in the output."""
+    columns are nullable in the output (``watermarks``: as for :func:`join`)."""
     a, b = prepare(left, right, "left_join")
+    wms = _check_gc(a, b, watermarks, "left_join")
     flat = pair_schema(a.key_schema, a.val_schema, b.val_schema, nullable_right=True)
-    inner = _join_node(a, b, flat, "pairs")
-    anti = a.flatten().minus(_semijoin_sharded(a, b))
+    inner = _join_node(a, b, flat, "pairs", wms=wms)
+    anti = a.flatten().minus(_semijoin_sharded(a, b, wms))
     n_null = len(b.val_schema)
     padded = a.circuit.add_node("pad_nulls", lambda ctx: PadNullsOperator(ctx, flat, n_null),
                                 [anti], ZSetType(flat))
@@ -457,5 +523,6 @@ def left_join(left, right, fn: Optional[Callable] = None, schema: Any = None):
 
 
 __all__ = ["join", "left_join", "semijoin", "antijoin", "JoinOperator", "KeySetOperator",
+           "KeyBounds",
            "sharded", "prepare", "pair_schema", "join_pairs", "join_matched", "drop_null_keys",
            "check_keys"]

@@ -210,7 +210,8 @@ class NestedJoin(NestedOperator):
         super().begin()
         self._reset()
 
-    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
+    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet, *watermarks) -> ZSet:
+        # (watermarks of a join's GC are not used in a nested body: its traces are kept)
         da, db = drop_null_keys(da), drop_null_keys(db)
         i = self.time
         ca = self.cum_a.batches             # N_a(<=i-1)
@@ -390,7 +391,7 @@ class NestedKeySet(_NestedSet):
         super().__init__(ctx, inner.key_schema, "distinct_keys")
         self.key_schema = inner.key_schema
 
-    def eval(self, db: OrdIndexedZSet) -> OrdIndexedZSet:
+    def eval(self, db: OrdIndexedZSet, *watermarks) -> OrdIndexedZSet:
         db = drop_null_keys(db)
         d = None
         if len(db):

@@ -165,19 +165,21 @@ class IndexedStream(_Base):
         return shard(self)
 
     def join(self, other: "IndexedStream", fn: Optional[Callable] = None,
-             schema: Any = None) -> Stream:
+             schema: Any = None, watermarks: Any = None) -> Stream:
         """Incremental inner join on the key.
 
         Output rows are ``key ++ left values ++ right values`` (right columns whose names clash
         get the suffix ``_right``), or ``fn(keys, left_vals, right_vals) -> RecordBatch`` of
-        ``schema`` (vectorised over all matched pairs).
+        ``schema`` (vectorised over all matched pairs). ``watermarks``: ``(left, right)``
+        watermark streams of the leading key column; each side's state is then dropped below
+        the other side's watermark (:mod:`dbsp.operators.join`).
         """
-        return join(self, other, fn, schema)
+        return join(self, other, fn, schema, watermarks)
 
     def left_join(self, other: "IndexedStream", fn: Optional[Callable] = None,
-                  schema: Any = None) -> Stream:
+                  schema: Any = None, watermarks: Any = None) -> Stream:
         """Left outer join: unmatched left rows get nulls for the right columns."""
-        return left_join(self, other, fn, schema)
+        return left_join(self, other, fn, schema, watermarks)
 
     def lookup_join(self, other: "IndexedStream") -> Stream:
         """Each change of this stream joined with ``other`` as it is at that step (a lookup /
@@ -185,13 +187,13 @@ class IndexedStream(_Base):
         changes; this side is not stored). Rows as :meth:`join`'s."""
         return lookup_join(self, other)
 
-    def semijoin(self, other: "IndexedStream") -> Stream:
+    def semijoin(self, other: "IndexedStream", watermarks: Any = None) -> Stream:
         """Left rows whose key is present (positive weight) on the right."""
-        return semijoin(self, other)
+        return semijoin(self, other, watermarks)
 
-    def antijoin(self, other: "IndexedStream") -> Stream:
+    def antijoin(self, other: "IndexedStream", watermarks: Any = None) -> Stream:
         """Left rows whose key is absent on the right."""
-        return antijoin(self, other)
+        return antijoin(self, other, watermarks)
 
     def aggregate(self, aggs: dict, positive: bool = False) -> Stream:
         """Group by the key and aggregate values: ``{"out": ("sum", "price"), ...}``.
@@ -206,10 +208,11 @@ class IndexedStream(_Base):
         return aggregate(self, aggs, positive)
 
     def topk(self, k: int, order_by: Sequence[str], descending: Any = False,
-             rank: Optional[str] = None) -> Stream:
+             rank: Optional[str] = None, append_only: bool = False) -> Stream:
         """The first ``k`` values of each key by ``order_by`` (optionally with a rank column);
-        ``descending``: one bool, or one per ``order_by`` column."""
-        return topk(self, k, order_by, descending, rank)
+        ``descending``: one bool, or one per ``order_by`` column; ``append_only``: the input
+        never deletes (state: each key's top ``k`` only; a deletion is an error)."""
+        return topk(self, k, order_by, descending, rank, append_only)
 
 
 __all__ = ["Stream", "IndexedStream", "ZSetType", "IndexedType", "make_stream"]

@@ -24,6 +24,13 @@ with a rank column, every place of a changed key is re-emitted. Cost: ``O(log gr
 touched key (plus retracted values still in front of its top ``k``), never the whole group. The
 input is sharded by key first.
 
+*Append-only input* (``append_only=True``: the input only ever inserts, as an event stream
+does): a value outside a key's top ``k`` can never come back (only a deletion in front of it
+could lift it), so the state is the integral of the top ``k`` places instead of every value:
+each step reads the old tops of the touched keys, takes the new tops from the old ones plus
+``Δa`` and stores the change of the tops, not ``Δa``. State ``O(keys * k)``; a deletion in the
+input is an error (:class:`~dbsp.circuit.errors.RowError`), never a wrong result.
+
 >>> import pyarrow as pa, dbsp
 >>> c = dbsp.Circuit()
 >>> t = c.add_input("t", [("k", pa.string()), ("x", pa.int64())])
@@ -43,6 +50,7 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.schema import take
+from ..circuit.errors import RowError
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet, ranges
@@ -159,9 +167,10 @@ class TopKOperator(Operator):
     name = "topk"
 
     def __init__(self, ctx, k: int, order_by: list[str], descending, rank: Optional[str],
-                 type_: IndexedType, out_schema: pa.Schema):
+                 type_: IndexedType, out_schema: pa.Schema, append_only: bool = False):
         super().__init__(ctx)
         self.k, self.order_by, self.rank = k, order_by, rank
+        self.append_only = append_only
         self.descending = _descending_flags(descending, order_by)
         self.type, self.out_schema = type_, out_schema
         vs = type_.val
@@ -216,14 +225,12 @@ class TopKOperator(Operator):
             if self.edge_cols is not None and lim_e.any():
                 # the tie group nearest the window's edge may continue beyond it
                 obc = self.edge_codec.encode([vals.column(c) for c in self.edge_cols], len(w.k))
-                # a key's rows are ascending: read from the back, the edge next to the unread
-                # values is the key's first row; read from the front, its last
                 first = np.r_[True, w.k[1:] != w.k[:-1]]
-                group = np.cumsum(first) - 1
-                if last:
-                    edge = np.flatnonzero(first)[group]
-                else:
-                    edge = np.flatnonzero(np.r_[w.k[1:] != w.k[:-1], True])[group]
+                seg = np.cumsum(first) - 1
+                # the edge is the key's last value read: its first in storage order when
+                # reading from the back, its last when reading from the front
+                ends = first if last else np.r_[first[1:], True]
+                edge = np.flatnonzero(ends)[seg]
                 edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, edge)
                 trusted = pos & ~(edge_tie & lim_e)
             places = np.bincount(w.k, np.where(trusted, w.weights, 0), minlength=n)
@@ -256,9 +263,17 @@ class TopKOperator(Operator):
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
         d = self._internal(d)
+        if self.append_only and d.weights.min() < 0:
+            i = int(np.argmin(d.weights))
+            raise RowError("topk", "a deletion in the input of an append-only top-k (its state "
+                                   "keeps only the top k values of each key)",
+                           d.keys.slice(int(d.key_index()[i]), 1).to_pylist()[0])
         old = self._heads(d)
-        self.trace.insert(d)
-        new = self._heads(d)
+        if self.append_only:  # the trace holds the tops: the new ones come from old + delta
+            new = d if old is None or len(old) == 0 else OrdIndexedZSet.merge([old, d])
+        else:
+            self.trace.insert(d)
+            new = self._heads(d)
         so, sn = self._select(old), self._select(new)
         parts = []
         if old is not None and len(so[0]):
@@ -270,6 +285,8 @@ class TopKOperator(Operator):
         diff = OrdIndexedZSet.merge(parts) if len(parts) > 1 else parts[0]
         if len(diff) == 0:
             return ZSet.empty(self.out_schema)
+        if self.append_only:
+            self.trace.insert(diff)  # the change of the tops (places as weights)
         if self.rank is None:
             return self._external(diff.flatten())
         rschema = pa.schema(list(d.keys.schema) + list(self.ivals)
@@ -299,9 +316,10 @@ class TopKOperator(Operator):
 
 
 def topk(stream, k: int, order_by: Sequence[str], descending=False,
-         rank: Optional[str] = None):
+         rank: Optional[str] = None, append_only: bool = False):
     """The first ``k`` values of each key by ``order_by`` (see the module doc); ``descending``:
-    one bool, or one per ``order_by`` column."""
+    one bool, or one per ``order_by`` column; ``append_only``: the input never deletes, so
+    only each key's top ``k`` is kept in state."""
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"topk needs an indexed stream (use .index_by([...]) first), got "
                         f"{stream.type.describe()}")
@@ -328,7 +346,8 @@ def topk(stream, k: int, order_by: Sequence[str], descending=False,
     t = stream.type
     s = sharded(stream)
     return stream.circuit.add_node(
-        f"topk({k})", lambda ctx: TopKOperator(ctx, int(k), order_by, descending, rank, t, out),
+        f"topk({k})", lambda ctx: TopKOperator(ctx, int(k), order_by, descending, rank, t, out,
+                                               bool(append_only)),
         [s], ZSetType(out))
 
 

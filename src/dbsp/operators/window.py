@@ -73,6 +73,7 @@ from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.probe import rows_from
 from ..trace.spine import Spine
+from ._util import key_prefix_bound
 from ._values import add
 from .aggregate import (LINEAR, Aggregator, GeneralAggregateOperator, GroupAggregateOperator,
                         LinearAggregateOperator, compute_groups, output_schema, parse_aggs)
@@ -191,16 +192,6 @@ class _Pane:
         return pa.RecordBatch.from_arrays(cols, schema=self.out_schema), idx
 
 
-def key_prefix_bound(kcodec: KeyCodec, first: pa.Array):
-    """The smallest key code whose leading column is ``first[0]`` (an int for u64 codes, bytes
-    for variable-length codes): ``truncate_keys_below`` of it drops every key with a smaller
-    leading column, whatever its other columns."""
-    prefix = KeyCodec(kcodec.fields[:1]).encode_reference([first]).row(0)
-    if kcodec.u64:
-        return int.from_bytes(prefix, "big") << (8 * (kcodec.width - len(prefix)))
-    return prefix
-
-
 def _spines(op: Any) -> list[Spine]:
     """Every trace of an operator (spines held directly or as ``.trace`` of a helper, also in a
     dict of helpers)."""
@@ -260,7 +251,7 @@ class WindowAggregateOperator(Operator):
         if self.cut is not None and cut <= self.cut:
             return
         self.cut = cut
-        bound = key_prefix_bound(self.kcodec, _from_physical(np.array([cut]), self.ws_field.type))
+        bound = key_prefix_bound(self.kcodec, cut)
         for sp in _spines(self.inner):
             sp.truncate_keys_below(bound)
 

@@ -582,19 +582,50 @@ class Spine:
         journal = current_journal()
         with self._cv:
             if self._key_bound is None or bound > self._key_bound:  # type: ignore[operator]
+                dropped = False
                 if journal is not None:
                     # inside a step that may be rolled back: readers see the new bound now,
                     # merges free rows only once the step commits (commit_key_bound)
                     journal.bound_raised(self, self._key_bound)
                 else:
                     self._gc_bound = bound
+                    dropped = self._drop_cut_locked()
                 self._key_bound = bound
                 self._changed()
+            else:
+                return
+        if dropped:
+            self._fire_change()
 
     def commit_key_bound(self) -> None:
         """The step that raised the key bound stands: merges may now free the rows below it."""
         with self._cv:
             self._gc_bound = self._key_bound
+            dropped = self._drop_cut_locked()
+        if dropped:
+            self._fire_change()
+
+    def _drop_cut_locked(self) -> bool:
+        """Forget the stored batches whose every key is below the committed GC bound (a merge of
+        them would output nothing), so their memory goes now and not at their next merge, which
+        for a large batch behind a watermark may never come. Merges in flight keep theirs."""
+        bound = self._gc_bound
+        if bound is None:
+            return False
+        dropped = False
+        for lvl in list(self._levels):
+            bs = self._levels[lvl]
+            keep = [b for b in bs if len(_cut_below(b, bound))]
+            if len(keep) != len(bs):
+                dropped = True
+                if keep:
+                    self._levels[lvl] = keep
+                else:
+                    del self._levels[lvl]
+        if dropped:
+            self._changed()
+            self._cv.notify_all()  # fewer batches wait: blocked inserts may go on
+        return dropped
 
     def restore_key_bound(self, bound: Optional[KeyBound]) -> None:
         """Undo a rolled-back step's raise of the key bound (the rows below the new bound were
