@@ -103,6 +103,7 @@ from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes
 from .batch import OrdIndexedZSet, OrdZSet, merge_batches
+from .key_filter import attach_filter
 from .journal import current_journal
 from .spill import current_storage
 from .spine_cursor import SpineCursor
@@ -467,6 +468,7 @@ class Spine:
         n = len(batch)
         if n == 0:
             return
+        attach_filter(batch)  # a large batch only: its step already paid O(n) to make it
         journal = current_journal()
         if journal is not None:  # a step that may be rolled back (dbsp.trace.journal)
             journal.inserted(self, batch)
@@ -676,6 +678,8 @@ class Spine:
                 bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
             out = self._merge(job.inputs, bound, keep)
+            if out is not None:
+                attach_filter(out)  # on this (merger) thread, before the batch is visible
             dt = time.perf_counter() - t0
         except WeightOverflowError:
             # not a broken spine: the batches are right, only their sum does not fit int64. The
