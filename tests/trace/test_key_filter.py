@@ -102,6 +102,7 @@ def filters_everywhere(monkeypatch):
 def test_spine_weights_of_with_filters(filters_everywhere, steps, probe):
     schema = pa.schema([pa.field("x", pa.int64(), False)])
     sp = Spine(fanout=2, name="z", max_loose=3)
+    sp.weights_of(np.zeros(0, np.uint64))  # a probed trace: its batches get filters from now on
     model: dict = {}
     for rows in steps:
         rows = [(x, w) for x, w in rows if w]
@@ -130,3 +131,17 @@ def test_spine_weights_of_with_filters(filters_everywhere, steps, probe):
 def test_distinct_with_filters_matches_reference(filters_everywhere, schema, data):
     steps = [{"t": d} for d in data.draw(S.deltas(schema, steps=5))]
     check_steps(1, {"t": schema}, lambda t: t.distinct(), ref.distinct, steps)
+
+
+def test_a_trace_never_probed_builds_no_filter(filters_everywhere):
+    schema = pa.schema([pa.field("x", pa.int64(), False)])
+    sp = Spine(fanout=2, name="view", max_loose=2)
+    for i in range(6):
+        sp.insert(OrdZSet.from_arrow(pa.record_batch([pa.array([i, i + 10])], schema=schema)))
+    sp.wait_merges()
+    assert sp.batches() and all(b.key_filter is None for b in sp.batches())
+    sp.weights_of(np.zeros(0, np.uint64))
+    sp.insert(OrdZSet.from_arrow(pa.record_batch([pa.array([100])], schema=schema)))
+    sp.wait_merges()
+    assert any(b.key_filter is not None for b in sp.batches())
+    sp.close()
