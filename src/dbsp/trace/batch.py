@@ -41,6 +41,7 @@ from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
 from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, take
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
+from .key_filter import filtered_intersect
 
 EMPTY_I64 = np.zeros(0, dtype=np.int64)
 _EMPTY_CODES = {True: Codes.empty(True), False: Codes.empty(False)}
@@ -155,7 +156,7 @@ class DistinctZSet(ZSet):
 class OrdZSet(ZSet):
     """A consolidated Z-set: ``ColumnLayer`` over whole rows (see the module doc)."""
 
-    __slots__ = ("codes", "codec", "_nb", "hits")
+    __slots__ = ("codes", "codec", "_nb", "hits", "key_filter")
 
     def __init__(self, data: pa.RecordBatch, weights: np.ndarray, codes: CodeArray, codec: KeyCodec):
         super().__init__(data, weights)
@@ -163,6 +164,7 @@ class OrdZSet(ZSet):
         self.codec = codec
         self._nb = -1
         self.hits = 0  # keys found by probes while stored (the accountant spills cold first)
+        self.key_filter = None  # a Bloom filter over the rows, once a merge made this batch large
 
     @classmethod
     def empty(cls, schema: pa.Schema) -> "OrdZSet":
@@ -246,13 +248,15 @@ class OrdZSet(ZSet):
     def nbytes_in_memory(self) -> int:
         if self._nb < 0:  # immutable: computed once (Arrow's nbytes walks every buffer)
             self._nb = self.data.nbytes + self.codes.nbytes + self.weights.nbytes
+            if self.key_filter is not None:
+                self._nb += self.key_filter.nbytes
         return self._nb
 
     def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, row_idx)`` of the sorted distinct row ``codes`` present here."""
         if len(codes) == 0 or len(self) == 0:
             return EMPTY_I64, EMPTY_I64
-        return K.intersect(codes, self.codes)
+        return filtered_intersect(codes, self.codes, self.key_filter)
 
     def match(self, codes: CodeArray):
         pi, ki = self.probe_keys(codes)

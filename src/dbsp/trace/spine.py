@@ -103,6 +103,7 @@ from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes
 from .batch import OrdIndexedZSet, OrdZSet, merge_batches
+from .key_filter import attach_filter
 from .journal import current_journal
 from .spill import current_storage
 from .spine_cursor import SpineCursor
@@ -442,6 +443,10 @@ class Spine:
         # sum is the state, exactly) and no merge runs until the state changes again
         self._merge_blocked = False
         self._proto: Optional[Batch] = None
+        # point probes of this Z-set trace have begun (weights_of): large batches get a key
+        # filter from then on (dbsp.trace.key_filter); a trace only ever scanned (a view) never
+        # pays for one
+        self._filtered = False
         if storage is None:
             storage = current_storage()
         self.storage = storage
@@ -467,6 +472,8 @@ class Spine:
         n = len(batch)
         if n == 0:
             return
+        if self._filtered:
+            attach_filter(batch)  # a large batch only: its step already paid O(n) to make it
         journal = current_journal()
         if journal is not None:  # a step that may be rolled back (dbsp.trace.journal)
             journal.inserted(self, batch)
@@ -707,6 +714,8 @@ class Spine:
                 bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
             out = self._merge(job.inputs, bound, keep)
+            if out is not None and self._filtered:
+                attach_filter(out)  # on this (merger) thread, before the batch is visible
             dt = time.perf_counter() - t0
         except WeightOverflowError:
             # not a broken spine: the batches are right, only their sum does not fit int64. The
@@ -1011,6 +1020,7 @@ class Spine:
     def weight_parts(self, codes: CodeArray) -> list[np.ndarray]:
         """Per batch, the weight of each of the sorted distinct row codes (0 where absent)."""
         parts: list[np.ndarray] = []
+        self._filtered = True
         if len(codes) == 0:
             return parts
         for b in self.batches():
