@@ -404,12 +404,7 @@ class DurableCircuit:
         except BaseException as e:
             self.failed = e  # the state holds a step whose input is not durable
             raise
-        self._write_outputs(s)
-        self.step_no = s + 1
-        self._since += 1
-        if self._due():
-            self.checkpoint(wait=not self.background)
-        return s
+        return self._finish_step(s)
 
     def _step_sliced(self, s: int, parts: dict, positions: Optional[dict],
                      meta: Optional[dict], spans: Optional[dict]) -> int:
@@ -434,6 +429,11 @@ class DurableCircuit:
         except BaseException as e:
             self.failed = e  # the state holds a step whose input is not durable
             raise
+        return self._finish_step(s)
+
+    def _finish_step(self, s: int) -> int:
+        """After step ``s`` ran and its input is durable: release its output, count it, and
+        take the checkpoint that is due."""
         self._write_outputs(s)
         self.step_no = s + 1
         self._since += 1
