@@ -79,7 +79,7 @@ import pyarrow.compute as pc
 
 from ..algebra import kernels as K
 from ..algebra.checked import add_overflows, group_sums, weighted_group_sums
-from ..algebra.codes import KeyCodec
+from ..algebra.codes import KeyCodec, codec_for
 from ..algebra.schema import take
 from ..circuit.exchange import shard_rows
 from ..circuit.errors import BadRows, RowError
@@ -89,6 +89,7 @@ from ..trace.batch import DistinctZSet, OrdIndexedZSet, ZSet, match_batches, ran
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
+from .index import IndexOperator
 
 KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
 LINEAR = ("count", "sum", "avg")
@@ -836,6 +837,14 @@ class LinearAggregateOperator(Operator):
     With ``preaggregate`` (and W > 1) the input is *not* sharded beforehand: each worker sums its
     own delta into one partial row per key, and only those rows cross the exchange (by key hash),
     where the parts of a key are added up (a combiner: the exchange moves keys, not rows).
+
+    *Fused index.* An ``index_by`` feeding only this operator is fused into it at plan time
+    (:meth:`fuse_input`): the operator then gets the loose rows and groups them by key itself
+    (key codes, one stable sort, the columns it sums), without encoding the values or
+    consolidating ``(key, value)`` pairs: partials are sums over rows, so equal rows need not
+    meet first (the sums are exact, so they are the same). Only when some key is refused (an
+    overflow, a negative count) are the rows indexed as the unfused ``index_by`` would, so the
+    rows reported are the same.
     """
 
     state_attrs = ('state',)
@@ -856,29 +865,82 @@ class LinearAggregateOperator(Operator):
         #: set by the replica when the input arrives already sharded by its key (an input the
         #: driver dealt by this key, :mod:`dbsp.runtime.placement`): no partials to swap
         self.local = False
+        #: the ``index_by`` fused into this operator (see the class doc), or None
+        self._index: Optional[IndexOperator] = None
+        #: value columns the partials read (each once, in first use order)
+        self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
 
     @property
     def passes_empty(self) -> bool:  # type: ignore[override]
         """An empty delta changes nothing, unless the partials must cross the exchange."""
         return not self.preaggregate or self.local
 
+    def fuse_input(self, upstream: Operator) -> bool:
+        """Take over an ``index_by`` that feeds only this operator (see the class doc)."""
+        if type(upstream) is IndexOperator:
+            self._index = upstream
+            return True
+        return False
+
+    def _group(self, z: ZSet) -> OrdIndexedZSet:
+        """The rows of ``z`` grouped by the fused index's key: distinct keys ascending by code,
+        each key's rows contiguous (in input order, *not* consolidated by value; value codes
+        left zero) with only the value columns the partials read. Everything a partial sum
+        needs, at the price of one key encoding and one stable sort."""
+        ix = self._index
+        if len(z) == 0:
+            return OrdIndexedZSet.empty(ix.type.key, ix.type.val)
+        p = ix.plan(z)
+        if p is None:
+            return ix.eval(z)  # raises naming the column
+        kc = p[1]
+        data = z.data
+        keys = data.select(ix.key)
+        kcodes = kc.encode(keys.columns, data.num_rows)
+        perm = K.argsort(kcodes)
+        sk = K.take(kcodes, perm)
+        bounds = K.group_bounds(sk)
+        first = bounds[:-1]
+        vals = take(data.select(self._used), perm)
+        return OrdIndexedZSet(take(keys, perm[first]), K.take(sk, first), bounds, vals,
+                              np.zeros(len(perm), np.uint64), z.weights[perm], kc,
+                              codec_for(vals.schema))
+
+    def _delta_partials(self, d: OrdIndexedZSet, z: Optional[ZSet]):
+        """``(d, partials of d)`` with the keys whose partials overflow left out
+        (:func:`bad_groups`; partials None when no key is left). ``z``: the loose input when
+        the index is fused (``d`` is :meth:`_group` of it): a refused key's rows are then
+        reported as the index would have given them (consolidated)."""
+        P = self.partials
+        flags: list = []
+        delta = P.of_delta(d, flags)
+        if not flags:
+            return d, delta
+        if z is not None:
+            d = self._index.eval(z)  # type: ignore[union-attr]
+            flags = []
+            delta = P.of_delta(d, flags)
+            if not flags:
+                return d, delta
+        d = bad_groups(self, d, flags)
+        return d, (P.of_delta(d) if len(d) else None)
+
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         P = self.partials
+        z = None
+        if self._index is not None:  # index_by fused in: d is the loose rows
+            z, d = d, self._group(d)
         if self.preaggregate and not self.local:
-            got = self._exchange_partials(d)
+            got = self._exchange_partials(d, z)
             if got is None:
                 return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec, delta = got
         else:
             if len(d) == 0:
                 return ZSet.empty(self.out_schema)
-            flags: list = []
-            delta = P.of_delta(d, flags)
-            if flags:
-                d = bad_groups(self, d, flags)
-                if len(d) == 0:
-                    return ZSet.empty(self.out_schema)
-                delta = P.of_delta(d)
+            d, delta = self._delta_partials(d, z)
+            if delta is None:
+                return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec = d.keys, d.kcodes, d.kcodec
         G = keys.num_rows
         if P.dtypes is not None:  # numeric partials: read, added and written back as numpy
@@ -894,6 +956,8 @@ class LinearAggregateOperator(Operator):
             if negative.any():
                 flags.append((negative, NEGATIVE))
         if flags:  # (rare) keys whose new state would be wrong: raise, or set their rows aside
+            if z is not None and not self.preaggregate:
+                d = self._index.eval(z)  # type: ignore[union-attr]  # the rows, consolidated
             ok = np.flatnonzero(bad_keys(self, keys, d if not self.preaggregate else None,
                                          kcodes, flags, delta[0]))
             keys, kcodes = take(keys, ok), K.take(kcodes, ok)
@@ -914,7 +978,7 @@ class LinearAggregateOperator(Operator):
         return _emit(self.out_schema, keys, old_out, new_out, old_present & changed,
                      new_present & changed)
 
-    def _exchange_partials(self, d: OrdIndexedZSet):
+    def _exchange_partials(self, d: OrdIndexedZSet, z: Optional[ZSet] = None):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
         partial columns)`` of the keys this worker owns, or None.
 
@@ -925,11 +989,7 @@ class LinearAggregateOperator(Operator):
         P, W = self.partials, self.ctx.workers
         parts: list = [None] * W
         if len(d):
-            flags: list = []
-            local = P.of_delta(d, flags)
-            if flags:
-                d = bad_groups(self, d, flags)
-                local = P.of_delta(d)
+            d, local = self._delta_partials(d, z)
         if len(d):
             for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
                 if len(idx):
