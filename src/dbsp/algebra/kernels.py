@@ -35,6 +35,9 @@ _NATIVE = {
     "is_identity": "step",
     "mul_checked": "step",
     "live_versions": "state",
+    "combine_partials": "linear",
+    "versioned_put": "linear",
+    "pick_rows": "linear",
 }
 
 
@@ -118,6 +121,9 @@ shard = _resolve("shard")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 live_versions = _resolve("live_versions")
+combine_partials = _resolve("combine_partials")
+versioned_put = _resolve("versioned_put")
+pick_rows = _resolve("pick_rows")
 
 
 def using_native() -> dict[str, bool]:

@@ -251,3 +251,63 @@ def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, prob
             np.asarray([best[i][0] for i in pos], dtype=np.uint64),
             np.asarray([best[i][1] for i in pos], dtype=np.int64),
             np.asarray([best[i][2] for i in pos], dtype=np.int64), hits)
+
+
+def combine_partials(old: list, delta: list, has_old: np.ndarray, is_int: list,
+                     positive: bool = False):
+    """A linear aggregate's step on the touched keys' partial columns (column 0: the row
+    count; int64 where ``is_int``, else float64): ``(new, changed, keep, emit_old, emit_new)``
+    with ``new = old + delta``, ``changed`` = no old row or some column differs, ``keep`` = some
+    new column non-zero, ``emit_old`` = keys (ascending) changed that had an old row of non-zero
+    row count, ``emit_new`` = keys changed whose new row count is non-zero. None when an int64
+    sum leaves int64 or, with ``positive``, a new row count is negative."""
+    has_old = np.asarray(has_old, dtype=bool)
+    new, changed, keep = [], ~has_old, np.zeros(len(has_old), dtype=bool)
+    for o, d, i in zip(old, delta, is_int):
+        if i:
+            exact = [int(a) + int(b) for a, b in zip(np.asarray(o).tolist(), np.asarray(d).tolist())]
+            if any(not -2 ** 63 <= x < 2 ** 63 for x in exact):
+                return None
+            n = np.asarray(exact, dtype=np.int64).reshape(-1)
+        else:
+            n = np.asarray(o, np.float64) + np.asarray(d, np.float64)
+        changed = changed | ~(n == o)
+        keep = keep | (n != 0)
+        new.append(n)
+    if positive and (new[0] < 0).any():
+        return None
+    o0 = np.asarray(old[0], np.int64)
+    emit_old = np.flatnonzero(changed & has_old & (o0 != 0)).astype(np.int64)
+    emit_new = np.flatnonzero(changed & (new[0] != 0)).astype(np.int64)
+    return new, changed, keep, emit_old, emit_new
+
+
+def versioned_put(changed: np.ndarray, has_old: np.ndarray, keep: np.ndarray,
+                  old_ver: np.ndarray, next_ver: int):
+    """The entries replacing the changed keys' rows of a versioned-rows spine:
+    ``(kk, offsets, src_old, idx, weights, vcodes, versions used)``; per changed key ``kk[i]``
+    with an old row or a kept new one, its old row (weight -1, version ``old_ver``) then its new
+    row (weight +1, the next version from ``next_ver``); ``src_old`` / ``idx`` say which
+    partials (old or new, of which key) each entry holds."""
+    kk, offsets, so, idx, w, vc = [], [0], [], [], [], []
+    nv = int(next_ver)
+    for g in range(len(changed)):
+        if not changed[g] or not (has_old[g] or keep[g]):
+            continue
+        if has_old[g]:
+            so.append(True), idx.append(g), w.append(-1), vc.append(int(old_ver[g]))
+        if keep[g]:
+            so.append(False), idx.append(g), w.append(1), vc.append(nv)
+            nv += 1
+        kk.append(g)
+        offsets.append(len(idx))
+    return (np.asarray(kk, np.int64), np.asarray(offsets, np.int64), np.asarray(so, bool),
+            np.asarray(idx, np.int64), np.asarray(w, np.int64), np.asarray(vc, np.uint64),
+            nv - int(next_ver))
+
+
+def pick_rows(src_old: np.ndarray, idx: np.ndarray, old: list, new: list) -> list:
+    """Per column: ``old[j][idx[k]]`` where ``src_old[k]``, else ``new[j][idx[k]]``."""
+    src_old = np.asarray(src_old, dtype=bool)
+    idx = np.asarray(idx, dtype=np.int64)
+    return [np.where(src_old, np.asarray(o)[idx], np.asarray(n)[idx]) for o, n in zip(old, new)]

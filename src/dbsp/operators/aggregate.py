@@ -867,6 +867,9 @@ class LinearAggregateOperator(Operator):
         self.local = False
         #: the ``index_by`` fused into this operator (see the class doc), or None
         self._index: Optional[IndexOperator] = None
+        #: per partial column: int64 (else float64); None when a column is a decimal
+        self._is_int = None if self.partials.dtypes is None else \
+            [dt is np.int64 for dt in self.partials.dtypes]
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
 
@@ -946,6 +949,9 @@ class LinearAggregateOperator(Operator):
         if P.dtypes is not None:  # numeric partials: read, added and written back as numpy
             has_old, old, old_ver = self.state.get_numpy(kcodes, G, P.dtypes)
             old_batch = None
+            fast = K.combine_partials(old, delta, has_old, self._is_int, self.positive)
+            if fast is not None:  # else some key is refused: the checked path below names it
+                return self._step_numeric(keys, kcodes, kcodec, has_old, old, old_ver, fast)
         else:
             has_old, old_batch, old_ver = self.state.get(kcodes, G)
             old = P.from_arrow(old_batch, has_old)
@@ -977,6 +983,34 @@ class LinearAggregateOperator(Operator):
         new_out = pa.RecordBatch.from_arrays(P.finish(new), schema=self.agg_schema)
         return _emit(self.out_schema, keys, old_out, new_out, old_present & changed,
                      new_present & changed)
+
+    def _step_numeric(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec,
+                      has_old: np.ndarray, old: list, old_ver: np.ndarray, fast: tuple) -> ZSet:
+        """The rest of a step whose new partials (numpy columns) refuse no key: the versioned
+        rows of the changed keys replaced, and ``-old`` / ``+new`` output rows, through the
+        native kernels (:func:`~dbsp.algebra.kernels.combine_partials`, ``versioned_put``,
+        ``pick_rows``). Same state and output as the general path below it in :meth:`eval`."""
+        new, changed, keep, eo, en = fast
+        st = self.state
+        st._versions(0)  # (sets the version counter after a restore)
+        kk, offsets, src, idx, w, vcodes, used = K.versioned_put(changed, has_old, keep,
+                                                                 old_ver, st._next)
+        if len(kk):
+            st._next += used
+            vals = pa.RecordBatch.from_arrays(
+                [pa.array(c, f.type) for c, f in zip(K.pick_rows(src, idx, old, new),
+                                                     st.val_schema)], schema=st.val_schema)
+            st.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
+                                           vcodes, w, kcodec, st.vcodec))
+        n_old = len(eo)
+        if n_old + len(en) == 0:
+            return ZSet.empty(self.out_schema)
+        rows = np.concatenate([eo, en])
+        ow = np.ones(len(rows), np.int64)
+        ow[:n_old] = -1
+        parts = K.pick_rows(ow < 0, rows, old, new)
+        cols = list(take(keys, rows).columns) + self.partials.finish(parts)
+        return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
 
     def _exchange_partials(self, d: OrdIndexedZSet, z: Optional[ZSet] = None):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
