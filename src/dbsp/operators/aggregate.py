@@ -870,6 +870,8 @@ class LinearAggregateOperator(Operator):
         #: per partial column: int64 (else float64); None when a column is a decimal
         self._is_int = None if self.partials.dtypes is None else \
             [dt is np.int64 for dt in self.partials.dtypes]
+        #: (the fused index's plan, the codec of the value columns read), see _group
+        self._vcodec: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
 
@@ -905,9 +907,11 @@ class LinearAggregateOperator(Operator):
         bounds = K.group_bounds(sk)
         first = bounds[:-1]
         vals = take(data.select(self._used), perm)
+        if self._vcodec is None or self._vcodec[0] is not p:  # once per input schema
+            self._vcodec = (p, codec_for(vals.schema))
         return OrdIndexedZSet(take(keys, perm[first]), K.take(sk, first), bounds, vals,
                               np.zeros(len(perm), np.uint64), z.weights[perm], kc,
-                              codec_for(vals.schema))
+                              self._vcodec[1])
 
     def _delta_partials(self, d: OrdIndexedZSet, z: Optional[ZSet]):
         """``(d, partials of d)`` with the keys whose partials overflow left out
