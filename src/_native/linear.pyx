@@ -221,3 +221,81 @@ def pick_rows(src_old, idx, old, new):
                     dr[k] = do[i] if ps[k] else dn[i]
         out.append(r)
     return out
+
+
+cdef extern from *:
+    bint mul_overflow "__builtin_mul_overflow"(int64_t a, int64_t b, int64_t* out) noexcept nogil
+
+
+def delta_partials(bounds, weights, kinds, cols, values, valids):
+    """The partials of a delta grouped by key (group ``g``: rows ``bounds[g]:bounds[g+1]``),
+    one int64 / float64 array per partial column ``j`` by ``kinds[j]``: 0 ``Σ w`` (the row
+    count), 1 ``Σ w`` over the rows where ``values[cols[j]]`` is valid, 2 ``Σ w·x`` of that int64
+    column over its valid rows, 3 ``Σ w·x`` of that float64 column (nulls as 0, summed from the
+    group's first row on, as ``np.add.reduceat``). ``valids[c]``: bool array, or None when
+    column ``c`` has no null. None when an int64 product or sum leaves int64 (the caller's
+    checked path then names the key)."""
+    cdef cnp.ndarray b = np.ascontiguousarray(bounds, dtype=np.int64)
+    cdef cnp.ndarray w = np.ascontiguousarray(weights, dtype=np.int64)
+    cdef int64_t G = b.shape[0] - 1, n = w.shape[0], g, r, acc, p
+    cdef const int64_t* pb = <const int64_t*>cnp.PyArray_DATA(b)
+    cdef const int64_t* pw = <const int64_t*>cnp.PyArray_DATA(w)
+    cdef const int64_t* xi
+    cdef const double* xf
+    cdef const uint8_t* ok
+    cdef int64_t* oi
+    cdef double* of
+    cdef double facc
+    cdef int kind
+    cdef bint bad = False
+    if G < 0 or (G > 0 and (pb[0] != 0 or pb[G] != n)):
+        raise ValueError("delta_partials: bounds must run from 0 to the number of rows")
+    out = []
+    for j in range(len(kinds)):
+        kind = kinds[j]
+        ok = NULL
+        xi = NULL
+        xf = NULL
+        if kind != 0:
+            c = cols[j]
+            v = valids[c]
+            if v is not None:
+                va = _col(v, np.bool_, n, "delta_partials")
+                ok = <const uint8_t*>cnp.PyArray_DATA(va)
+            if kind == 2:
+                xa = _col(values[c], np.int64, n, "delta_partials")
+                xi = <const int64_t*>cnp.PyArray_DATA(xa)
+            elif kind == 3:
+                xa = _col(values[c], np.float64, n, "delta_partials")
+                xf = <const double*>cnp.PyArray_DATA(xa)
+        if kind == 3:
+            res = np.empty(G, dtype=np.float64)
+            of = <double*>cnp.PyArray_DATA(res)
+            with nogil:
+                for g in range(G):
+                    facc = 0.0
+                    for r in range(pb[g], pb[g + 1]):
+                        if r == pb[g]:
+                            facc = (xf[r] if ok == NULL or ok[r] else 0.0) * <double>pw[r]
+                        else:
+                            facc = facc + (xf[r] if ok == NULL or ok[r] else 0.0) * <double>pw[r]
+                    of[g] = facc
+        else:
+            res = np.empty(G, dtype=np.int64)
+            oi = <int64_t*>cnp.PyArray_DATA(res)
+            with nogil:
+                for g in range(G):
+                    acc = 0
+                    for r in range(pb[g], pb[g + 1]):
+                        if ok != NULL and not ok[r]:
+                            continue
+                        if kind == 2:
+                            bad |= mul_overflow(xi[r], pw[r], &p)
+                        else:
+                            p = pw[r]
+                        bad |= add_overflow(acc, p, &acc)
+                    oi[g] = acc
+            if bad:
+                return None
+        out.append(res)
+    return out

@@ -81,3 +81,34 @@ def test_pick_rows_checks_its_indices():
     with pytest.raises(IndexError):
         native.pick_rows(np.array([True]), np.array([3]), [np.zeros(2, np.int64)],
                          [np.zeros(2, np.int64)])
+
+
+@st.composite
+def grouped_delta(draw):
+    sizes = draw(st.lists(st.integers(1, 4), max_size=6))
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(bounds[-1])
+    w = np.array(draw(st.lists(I64 | st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+    xi = np.array(draw(st.lists(I64 | st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+    xf = np.array(draw(st.lists(st.floats(-1e6, 1e6) | st.sampled_from([0.0, -0.0]),
+                                min_size=n, max_size=n)), np.float64)
+    valid = draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n))
+    valids = [None if valid is None else np.array(valid, bool), None]
+    kinds = [0] + draw(st.lists(st.sampled_from([1, 2, 3]), max_size=4))
+    cols = [0] + [0 if k == 2 or (k == 1 and draw(st.booleans())) else 1 for k in kinds[1:]]
+    return bounds, w, kinds, cols, [xi, xf], valids
+
+
+@given(grouped_delta())
+def test_delta_partials(case):
+    bounds, w, kinds, cols, values, valids = case
+    values = [values[0], values[1]]
+    # kind 3 reads the float column (1), kind 2 the int column (0)
+    cols = [1 if k == 3 else c for k, c in zip(kinds, cols)]
+    got = native.delta_partials(bounds, w, kinds, cols, values, valids)
+    want = ref.delta_partials(bounds, w, kinds, cols, values, valids)
+    assert (got is None) == (want is None)
+    if want is not None:
+        for a, b in zip(got, want):
+            _same(a, b)
+            assert a.dtype == b.dtype

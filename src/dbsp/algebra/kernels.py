@@ -38,6 +38,7 @@ _NATIVE = {
     "combine_partials": "linear",
     "versioned_put": "linear",
     "pick_rows": "linear",
+    "delta_partials": "linear",
 }
 
 
@@ -124,6 +125,7 @@ live_versions = _resolve("live_versions")
 combine_partials = _resolve("combine_partials")
 versioned_put = _resolve("versioned_put")
 pick_rows = _resolve("pick_rows")
+delta_partials = _resolve("delta_partials")
 
 
 def using_native() -> dict[str, bool]:

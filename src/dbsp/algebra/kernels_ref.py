@@ -311,3 +311,40 @@ def pick_rows(src_old: np.ndarray, idx: np.ndarray, old: list, new: list) -> lis
     src_old = np.asarray(src_old, dtype=bool)
     idx = np.asarray(idx, dtype=np.int64)
     return [np.where(src_old, np.asarray(o)[idx], np.asarray(n)[idx]) for o, n in zip(old, new)]
+
+
+def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: list,
+                   values: list, valids: list):
+    """Partials of a delta grouped by key (see ``dbsp._native.linear.delta_partials``): per
+    partial column ``j``, kind 0 ``Σ w``, 1 ``Σ w`` over valid rows of ``values[cols[j]]``, 2
+    ``Σ w·x`` (int64, valid rows), 3 ``Σ w·x`` (float64, nulls as 0, summed from each group's
+    first row); None when an int64 product or sum leaves int64."""
+    b = np.asarray(bounds, np.int64).tolist()
+    w = np.asarray(weights, np.int64).tolist()
+    out = []
+    for j, kind in enumerate(kinds):
+        ok = None if kind == 0 or valids[cols[j]] is None else np.asarray(valids[cols[j]]).tolist()
+        x = None if kind < 2 else np.asarray(values[cols[j]]).tolist()
+        res = []
+        for g in range(len(b) - 1):
+            rows = range(b[g], b[g + 1])
+            if kind == 3:
+                acc = None
+                for r in rows:
+                    t = (x[r] if ok is None or ok[r] else 0.0) * float(w[r])
+                    acc = t if acc is None else acc + t
+                res.append(0.0 if acc is None else acc)
+                continue
+            acc = 0
+            for r in rows:
+                if ok is not None and not ok[r]:
+                    continue
+                p = x[r] * w[r] if kind == 2 else w[r]
+                if not -2 ** 63 <= p < 2 ** 63:
+                    return None
+                acc += p
+                if not -2 ** 63 <= acc < 2 ** 63:
+                    return None
+            res.append(acc)
+        out.append(np.asarray(res, dtype=np.float64 if kind == 3 else np.int64).reshape(-1))
+    return out

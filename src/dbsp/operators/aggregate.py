@@ -870,6 +870,7 @@ class LinearAggregateOperator(Operator):
         #: per partial column: int64 (else float64); None when a column is a decimal
         self._is_int = None if self.partials.dtypes is None else \
             [dt is np.int64 for dt in self.partials.dtypes]
+        self._np_plan = self._plan_native()
         #: (the fused index's plan, the codec of the value columns read), see _group
         self._vcodec: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
@@ -913,12 +914,53 @@ class LinearAggregateOperator(Operator):
                               np.zeros(len(perm), np.uint64), z.weights[perm], kc,
                               self._vcodec[1])
 
+    def _plan_native(self) -> Optional[tuple]:
+        """How :func:`~dbsp.algebra.kernels.delta_partials` computes this operator's partials:
+        ``(kinds, column of each partial, [(value column, dtype or None: validity only)])``, or
+        None when a sum is over decimals (the Arrow path)."""
+        kinds, cols = [0] * len(self.partials.schema), [0] * len(self.partials.schema)
+        used: dict = {}
+        for s, (ci, si, nk) in zip(self.specs, self.partials.plan):
+            if s.column is None:
+                continue
+            if si is not None and nk not in ("i", "f"):
+                return None
+            c = used.setdefault(s.column, [len(used), None])
+            if si is not None:
+                kinds[si], cols[si] = (2, c[0]) if nk == "i" else (3, c[0])
+                c[1] = np.int64 if nk == "i" else np.float64
+            if ci is not None:
+                kinds[ci], cols[ci] = 1, c[0]
+        return kinds, cols, [(name, dt) for name, (_, dt) in used.items()]
+
+    def _native_partials(self, d: OrdIndexedZSet) -> Optional[list]:
+        """:meth:`_Partials.of_delta` in one native pass (None: decimals, or some key's sums
+        leave int64: the checked path names it)."""
+        plan = self._np_plan
+        if plan is None:
+            return None
+        kinds, cols, used = plan
+        values, valids = [], []
+        for name, dt in used:
+            arr = d.vals.column(name)
+            ok = None
+            if arr.null_count:
+                ok = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                arr = arr.fill_null(0) if dt is not None else arr
+            values.append(None if dt is None else
+                          np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dt))
+            valids.append(ok)
+        return K.delta_partials(d.offsets, d.weights, kinds, cols, values, valids)
+
     def _delta_partials(self, d: OrdIndexedZSet, z: Optional[ZSet]):
         """``(d, partials of d)`` with the keys whose partials overflow left out
         (:func:`bad_groups`; partials None when no key is left). ``z``: the loose input when
         the index is fused (``d`` is :meth:`_group` of it): a refused key's rows are then
         reported as the index would have given them (consolidated)."""
         P = self.partials
+        delta = self._native_partials(d)
+        if delta is not None:
+            return d, delta
         flags: list = []
         delta = P.of_delta(d, flags)
         if not flags:
