@@ -1055,8 +1055,26 @@ class LinearAggregateOperator(Operator):
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
         parts = K.pick_rows(ow < 0, rows, old, new)
-        cols = list(take(keys, rows).columns) + self.partials.finish(parts)
+        cols = list(take(keys, rows).columns) + self._finish_numeric(parts)
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
+
+    def _finish_numeric(self, parts: list) -> list:
+        """:meth:`_Partials.finish` of numpy partials (no decimal): count as it is, sum and avg
+        null where the non-null count is 0, avg as ``float(sum) / float(count)``."""
+        out = []
+        for s, (ci, si, _) in zip(self.specs, self.partials.plan):
+            if s.kind == "count":
+                out.append(pa.array(parts[0] if ci is None else parts[ci], pa.int64()))
+                continue
+            n = parts[ci]
+            null = n == 0
+            mask = null if null.any() else None
+            if s.kind == "sum":
+                out.append(pa.array(parts[si], s.out_type, mask=mask))
+            else:
+                avg = np.divide(parts[si], n, out=np.zeros(len(n), np.float64), where=~null)
+                out.append(pa.array(avg, pa.float64(), mask=mask))
+        return out
 
     def _exchange_partials(self, d: OrdIndexedZSet, z: Optional[ZSet] = None):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
