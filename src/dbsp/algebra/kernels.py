@@ -34,6 +34,7 @@ _NATIVE = {
     "shard": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
+    "join_matched_pairs": "step",
     "live_versions": "state",
     "combine_partials": "linear",
     "versioned_put": "linear",
@@ -121,6 +122,7 @@ hash64 = _resolve("hash64")
 shard = _resolve("shard")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
+join_matched_pairs = _resolve("join_matched_pairs")
 live_versions = _resolve("live_versions")
 combine_partials = _resolve("combine_partials")
 versioned_put = _resolve("versioned_put")

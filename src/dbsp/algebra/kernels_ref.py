@@ -348,3 +348,14 @@ def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: l
             res.append(acc)
         out.append(np.asarray(res, dtype=np.float64 if kind == 3 else np.int64).reshape(-1))
     return out
+
+
+def join_matched_pairs(xo: np.ndarray, ai: np.ndarray, yo: np.ndarray, bi: np.ndarray,
+                       xw: np.ndarray, yw: np.ndarray):
+    """Matched value pairs of two indexed batches: ``(kidx, xs, ys, w, over)`` (see
+    :func:`expand_pairs` and :func:`mul_checked`; ``kidx``: the X key of each pair)."""
+    xs, ys = expand_pairs(xo, ai, yo, bi)
+    counts = (np.asarray(xo)[ai + 1] - np.asarray(xo)[ai]) * (np.asarray(yo)[bi + 1] - np.asarray(yo)[bi])
+    kidx = np.repeat(np.asarray(ai, np.int64), counts)
+    w, over = mul_checked(np.asarray(xw)[xs], np.asarray(yw)[ys])
+    return kidx, xs, ys, w, over
