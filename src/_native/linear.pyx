@@ -15,7 +15,7 @@ calls, every loop without the GIL:
 * ``versioned_put(changed, has_old, keep, old_ver, next_ver)``: the entries that replace the
   changed keys' partial rows in the versioned-rows spine (the old row retracted under its
   version, the new one inserted under a fresh version, old before new within a key).
-* ``pick_rows(src_old, idx, old, new)``: per column, ``old[idx[k]]`` where ``src_old[k]`` else
+* ``pick_partials(src_old, idx, old, new)``: per column, ``old[idx[k]]`` where ``src_old[k]`` else
   ``new[idx[k]]`` (the values of those entries, and of the emitted rows).
 
 Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one length.
@@ -173,12 +173,12 @@ def versioned_put(changed, has_old, keep, old_ver, uint64_t next_ver):
             int(nv - next_ver))
 
 
-def pick_rows(src_old, idx, old, new):
+def pick_partials(src_old, idx, old, new):
     """Per column ``j``: ``old[j][idx[k]]`` where ``src_old[k]``, else ``new[j][idx[k]]``
     (``idx`` must index both; columns int64 or float64, ``old[j]`` and ``new[j]`` alike)."""
     cdef cnp.ndarray s = np.ascontiguousarray(src_old, dtype=np.bool_)
     cdef int64_t n = s.shape[0], k, i, G
-    cdef cnp.ndarray ix = _col(idx, np.int64, n, "pick_rows")
+    cdef cnp.ndarray ix = _col(idx, np.int64, n, "pick_partials")
     cdef const uint8_t* ps = <const uint8_t*>cnp.PyArray_DATA(s)
     cdef const int64_t* pi = <const int64_t*>cnp.PyArray_DATA(ix)
     cdef const int64_t* ao
@@ -188,20 +188,20 @@ def pick_rows(src_old, idx, old, new):
     cdef const double* dn
     cdef double* dr
     if len(old) != len(new):
-        raise ValueError("pick_rows: old and new need one entry per column")
+        raise ValueError("pick_partials: old and new need one entry per column")
     out = []
     for o, nw in zip(old, new):
         dt = np.float64 if np.asarray(o).dtype.kind == "f" else np.int64
         oa = np.ascontiguousarray(o, dtype=dt)
         G = oa.shape[0]
-        na = _col(nw, dt, G, "pick_rows")
+        na = _col(nw, dt, G, "pick_partials")
         i = 0
         with nogil:
             for k in range(n):
                 if pi[k] < 0 or pi[k] >= G:
                     i = 1
         if i:
-            raise IndexError(f"pick_rows: an index is out of the {G} rows")
+            raise IndexError(f"pick_partials: an index is out of the {G} rows")
         r = np.empty(n, dtype=dt)
         if dt is np.int64:
             ao = <const int64_t*>cnp.PyArray_DATA(oa)

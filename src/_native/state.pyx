@@ -9,16 +9,46 @@ version of positive weight. Per batch: the sorted probes walk the batch's sorted
 batch is much longer) into a list of matches, then each matched key's value rows update the
 probe's running weight sum and best version in place (the loads of the second loop are
 independent, so their cache misses overlap). No sort, no GIL.
+
+``gather_rows``: the state columns of those live rows, written in place into one array per
+column (a copy of ``itemsize`` bytes a row, whatever the column's type), in one pass instead of
+a selection and a fancy index per batch and column.
+
+``versioned_pairs`` and ``pick_rows``: the rows a put inserts (``(old, v, -1)`` before
+``(new, v', +1)`` for each changed key) in one pass each: which keys, their offsets, the
+versions and weights, and each column's value taken from the old or the new side.
 """
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.string cimport memcpy
 
 import numpy as np
 
 cnp.import_array()
 
+cdef extern from *:
+    void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+
+
 cdef enum:
     GALLOP_RATIO = 16    # gallop through a batch this many times longer than the probes
+    SKIP_RATIO = 4       # skip blocks of 8 keys through a batch this many times longer
+
+
+cdef inline int64_t skip_ge(const uint64_t* k, int64_t j, int64_t n, uint64_t x) noexcept nogil:
+    """First i in [j, n) with k[i] >= x: whole blocks of 8 keys at a time (the count of keys
+    below x in a block, branch-free, is how far to move), then key by key for the tail."""
+    cdef int64_t c, t
+    while j + 8 <= n:
+        c = 0
+        for t in range(8):
+            c += k[j + t] < x
+        j += c
+        if c < 8:
+            return j
+    while j < n and k[j] < x:
+        j += 1
+    return j
 
 
 cdef inline int64_t gallop_ge(const uint64_t* k, int64_t lo, int64_t n, uint64_t x) noexcept nogil:
@@ -72,7 +102,7 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     cdef const uint64_t* pv
     cdef const int64_t* pw
     cdef uint64_t x, y, v
-    cdef bint bad = False, gal
+    cdef bint bad = False, gal, skip
     cdef int64_t m, t
     cdef cnp.ndarray mi_a = np.empty(G + 1, dtype=np.int64)
     cdef cnp.ndarray mj_a = np.empty(G + 1, dtype=np.int64)
@@ -92,14 +122,25 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
         pv = <const uint64_t*>cnp.PyArray_DATA(va)
         pw = <const int64_t*>cnp.PyArray_DATA(wa)
         gal = nk > GALLOP_RATIO * G
+        skip = not gal and nk > SKIP_RATIO * G
         with nogil:
-            # 1. the matches (probe i, key j): branchless walk, or gallop through a long batch
+            # 1. the matches (probe i, key j): branchless walk, skips of 8 keys through a
+            #    longer batch, or gallop through a much longer one
             m = 0
             i = 0
             j = 0
             if gal:
                 while i < G:
                     j = gallop_ge(pk, j, nk, pq[i])
+                    if j >= nk:
+                        break
+                    mi[m] = i
+                    mj[m] = j
+                    m += pk[j] == pq[i]
+                    i += 1
+            elif skip:
+                while i < G:
+                    j = skip_ge(pk, j, nk, pq[i])
                     if j >= nk:
                         break
                     mi[m] = i
@@ -116,8 +157,15 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
                     i += x <= y
                     j += y <= x
             hits[b] = m
-            # 2. each matched key's value rows (independent loads: their misses overlap)
+            # 2. each matched key's value rows (independent loads: their misses overlap,
+            #    helped by prefetching a match's offsets 16 matches ahead and its rows 8 ahead)
             for t in range(m):
+                if t + 16 < m:
+                    prefetch(&po[mj[t + 16]])
+                if t + 8 < m:
+                    r = po[mj[t + 8]]
+                    prefetch(&pw[r])
+                    prefetch(&pv[r])
                 i = mi[t]
                 j = mj[t]
                 r1 = po[j + 1]
@@ -147,3 +195,164 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
         return None
     pos_a = pos_a[:o]
     return pos_a, ver_a[pos_a], bno_a[pos_a], row_a[pos_a], hits_a
+
+
+def gather_rows(pos, bno, row, list sources, cnp.ndarray out, fill=None):
+    """``out[pos[i]] = sources[bno[i]][row[i]]`` in place (the state of the live rows found by
+    :func:`live_versions`). ``sources``: one contiguous array per batch, each of ``out``'s
+    itemsize (the column of that batch), or None: then ``fill`` is written (a batch whose
+    validity column is all true, say). One pass over the rows through a table of the sources'
+    base addresses (a None source reads its one fill item with stride 0)."""
+    cdef cnp.ndarray p = np.ascontiguousarray(pos, dtype=np.int64)
+    cdef cnp.ndarray bq = np.ascontiguousarray(bno, dtype=np.int64)
+    cdef cnp.ndarray rq = np.ascontiguousarray(row, dtype=np.int64)
+    cdef int64_t n = p.shape[0], b, i, nb = len(sources)
+    cdef int64_t lim = out.shape[0] if out.ndim == 1 else 0
+    if bq.shape[0] != n or rq.shape[0] != n:
+        raise ValueError("gather_rows: pos, bno and row differ in length")
+    if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("gather_rows: out must be a writable contiguous 1-d array")
+    cdef Py_ssize_t size = out.itemsize
+    keep = []  # the arrays whose addresses the table holds
+    cdef cnp.ndarray base_a = np.zeros(nb, dtype=np.uintp)
+    cdef cnp.ndarray len_a = np.zeros(nb, dtype=np.int64)
+    cdef cnp.ndarray stride_a = np.zeros(nb, dtype=np.int64)
+    cdef size_t* base = <size_t*>cnp.PyArray_DATA(base_a)
+    cdef int64_t* blen = <int64_t*>cnp.PyArray_DATA(len_a)
+    cdef int64_t* stride = <int64_t*>cnp.PyArray_DATA(stride_a)
+    cdef cnp.ndarray src
+    for b in range(nb):
+        if sources[b] is None:
+            src = np.full(1, fill, dtype=out.dtype)
+            blen[b] = -1  # any row
+        else:
+            src = np.ascontiguousarray(sources[b])
+            if src.itemsize != size:
+                raise ValueError(f"gather_rows: source {b} has items of {src.itemsize} bytes, "
+                                 f"out of {size}")
+            blen[b] = src.shape[0]
+            stride[b] = size
+        keep.append(src)
+        base[b] = <size_t>cnp.PyArray_DATA(src)
+    cdef const int64_t* pp = <const int64_t*>cnp.PyArray_DATA(p)
+    cdef const int64_t* pb = <const int64_t*>cnp.PyArray_DATA(bq)
+    cdef const int64_t* pr = <const int64_t*>cnp.PyArray_DATA(rq)
+    cdef char* po = <char*>cnp.PyArray_DATA(out)
+    cdef bint bad = False
+    with nogil:
+        for i in range(n):
+            b = pb[i]
+            if pp[i] < 0 or pp[i] >= lim or b < 0 or b >= nb or pr[i] < 0 or \
+                    (blen[b] >= 0 and pr[i] >= blen[b]):
+                bad = True
+                break
+        if not bad:
+            if size == 8:
+                for i in range(n):
+                    b = pb[i]
+                    memcpy(po + pp[i] * 8, <const char*>base[b] + pr[i] * stride[b], 8)
+            elif size == 1:
+                for i in range(n):
+                    b = pb[i]
+                    po[pp[i]] = (<const char*>base[b])[pr[i] * stride[b]]
+            else:
+                for i in range(n):
+                    b = pb[i]
+                    memcpy(po + pp[i] * size, <const char*>base[b] + pr[i] * stride[b], size)
+    if bad:
+        raise IndexError("gather_rows: a position, batch number or row is out of range")
+    return out
+
+
+def versioned_pairs(rm, add, old_ver, uint64_t next_version):
+    """The rows of a put of versioned rows: key ``i`` retracts its old row (version
+    ``old_ver[i]``, weight -1) where ``rm[i]`` and adds a new one (the next version, weight +1)
+    where ``add[i]``, the old before the new. Returns ``(keys, offsets, g, is_old, versions,
+    weights)``: the keys with a row (ascending), their row offsets, each row's key and whether
+    it is the old row; new versions are ``next_version, next_version + 1, ...`` in key order."""
+    cdef cnp.ndarray ra = np.ascontiguousarray(rm, dtype=np.bool_)
+    cdef cnp.ndarray aa = np.ascontiguousarray(add, dtype=np.bool_)
+    cdef cnp.ndarray va = np.ascontiguousarray(old_ver, dtype=np.uint64)
+    cdef int64_t G = ra.shape[0], i, k = 0, o = 0
+    if aa.shape[0] != G or va.shape[0] != G:
+        raise ValueError("versioned_pairs: rm, add and old_ver differ in length")
+    cdef const uint8_t* pr = <const uint8_t*>cnp.PyArray_DATA(ra)
+    cdef const uint8_t* pa_ = <const uint8_t*>cnp.PyArray_DATA(aa)
+    cdef const uint64_t* pv = <const uint64_t*>cnp.PyArray_DATA(va)
+    cdef int64_t nk = 0, nr = 0
+    with nogil:
+        for i in range(G):
+            nk += (pr[i] | pa_[i]) != 0
+            nr += (pr[i] != 0) + (pa_[i] != 0)
+    cdef cnp.ndarray keys_a = np.empty(nk, dtype=np.int64)
+    cdef cnp.ndarray off_a = np.empty(nk + 1, dtype=np.int64)
+    cdef cnp.ndarray g_a = np.empty(nr, dtype=np.int64)
+    cdef cnp.ndarray old_a = np.empty(nr, dtype=np.bool_)
+    cdef cnp.ndarray ver_a = np.empty(nr, dtype=np.uint64)
+    cdef cnp.ndarray w_a = np.empty(nr, dtype=np.int64)
+    cdef int64_t* pk = <int64_t*>cnp.PyArray_DATA(keys_a)
+    cdef int64_t* po = <int64_t*>cnp.PyArray_DATA(off_a)
+    cdef int64_t* pg = <int64_t*>cnp.PyArray_DATA(g_a)
+    cdef uint8_t* pold = <uint8_t*>cnp.PyArray_DATA(old_a)
+    cdef uint64_t* pver = <uint64_t*>cnp.PyArray_DATA(ver_a)
+    cdef int64_t* pw = <int64_t*>cnp.PyArray_DATA(w_a)
+    cdef uint64_t nxt = next_version
+    with nogil:
+        po[0] = 0
+        for i in range(G):
+            if pr[i]:
+                pg[o] = i
+                pold[o] = 1
+                pver[o] = pv[i]
+                pw[o] = -1
+                o += 1
+            if pa_[i]:
+                pg[o] = i
+                pold[o] = 0
+                pver[o] = nxt
+                nxt += 1
+                pw[o] = 1
+                o += 1
+            if pr[i] or pa_[i]:
+                pk[k] = i
+                k += 1
+                po[k] = o
+    return keys_a, off_a, g_a, old_a, ver_a, w_a
+
+
+def pick_rows(g, is_old, cnp.ndarray old, cnp.ndarray new):
+    """``old[g[r]] if is_old[r] else new[g[r]]`` for every row ``r`` (arrays of one itemsize;
+    the result has ``new``'s dtype)."""
+    cdef cnp.ndarray ga = np.ascontiguousarray(g, dtype=np.int64)
+    cdef cnp.ndarray oa = np.ascontiguousarray(is_old, dtype=np.bool_)
+    cdef cnp.ndarray xo = np.ascontiguousarray(old)
+    cdef cnp.ndarray xn = np.ascontiguousarray(new)
+    cdef int64_t n = ga.shape[0], r, lo = xo.shape[0], ln = xn.shape[0]
+    cdef Py_ssize_t size = xn.itemsize
+    if oa.shape[0] != n or xo.itemsize != size:
+        raise ValueError("pick_rows: g and is_old differ in length, or old and new in itemsize")
+    cdef const int64_t* pg = <const int64_t*>cnp.PyArray_DATA(ga)
+    cdef const uint8_t* po = <const uint8_t*>cnp.PyArray_DATA(oa)
+    cdef cnp.ndarray out = np.empty(n, dtype=xn.dtype)
+    cdef char* pout = <char*>cnp.PyArray_DATA(out)
+    cdef const char* so = <const char*>cnp.PyArray_DATA(xo)
+    cdef const char* sn = <const char*>cnp.PyArray_DATA(xn)
+    cdef const char* src
+    cdef bint bad = False
+    with nogil:
+        for r in range(n):
+            if pg[r] < 0 or pg[r] >= (lo if po[r] else ln):
+                bad = True
+                break
+        if not bad:
+            if size == 8:
+                for r in range(n):
+                    src = so if po[r] else sn
+                    memcpy(pout + r * 8, src + pg[r] * 8, 8)
+            else:
+                for r in range(n):
+                    src = so if po[r] else sn
+                    memcpy(pout + r * size, src + pg[r] * size, size)
+    if bad:
+        raise IndexError("pick_rows: a key position is out of range")
+    return out

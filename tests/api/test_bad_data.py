@@ -3,6 +3,7 @@ policies, atomic steps, the lifecycle, and the hypothesis test of random bad row
 random valid streams, under both policies, with 1 and 2 workers."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -99,6 +100,54 @@ def test_sum_overflow_in_a_general_aggregate():
     s.insert([(1, -2 ** 62), (1, -2 ** 62)])   # exactly INT64_MIN: fits
     ctx.step()
     assert out.rows() == [(1, -2 ** 63, -2 ** 62)]
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["linear", "general"])
+def test_a_uint64_value_past_int64_is_out_of_range_not_a_wrapped_sum(workers, general):
+    from dbsp import max_
+    ctx = _ctx(workers)
+    s = ctx.stream({"k": pa.int64(), "v": pa.uint64()})
+    aggs = dict(t=sum_("v"), m=max_("v")) if general else dict(t=sum_("v"))
+    out = s.group_by("k").agg(**aggs).collect()
+    s.insert([(1, 2 ** 63 + 5), (2, 3)])     # one value alone: its int64 sum would be negative
+    with pytest.raises(RowError, match=r"k=1.*sum of 'v' is out of the int64 range"):
+        ctx.step()
+    s.insert([(1, 2 ** 63 - 1), (2, 3)])     # the largest that fits
+    ctx.step()
+    assert sorted(r[:2] for r in out.rows()) == [(1, 2 ** 63 - 1), (2, 3)]
+    ctx2 = _ctx(workers, errors="skip_and_report")
+    s2 = ctx2.stream({"k": pa.int64(), "v": pa.uint64()})
+    out2 = s2.group_by("k").agg(**aggs).collect()
+    s2.insert([(1, 2 ** 64 - 1), (2, 3)])
+    ctx2.step()
+    assert [r[:2] for r in out2.rows()] == [(2, 3)]
+    assert [r["row"]["k"] for r in ctx2.errors.records] == [1]
+
+
+def test_a_decimal_sum_past_38_digits_is_out_of_range(workers):
+    from decimal import Decimal
+    big = Decimal(9 * 10 ** 37)
+    for policy in ("raise", "skip_and_report"):
+        ctx = _ctx(workers, errors=policy)
+        s = ctx.stream({"k": pa.int64(), "v": pa.decimal128(38, 0)})
+        out = s.group_by("k").agg(t=sum_("v")).collect()
+        s.insert([(1, big), (2, Decimal(1))])
+        ctx.step()
+        s.insert([(1, big), (3, Decimal(1))])  # 18 * 10**37: 39 digits
+        if policy == "raise":
+            with pytest.raises(RowError, match=r"k=1.*sum of 'v' is out of the decimal128\(38\) "
+                                               r"range"):
+                ctx.step()
+            assert sorted(out.rows()) == [(1, big), (2, 1)]
+        else:
+            ctx.step()
+            assert sorted(out.rows()) == [(1, big), (2, 1), (3, 1)]
+            [rec] = ctx.errors.records
+            assert rec["row"]["k"] == 1 and "decimal128(38)" in rec["reason"]
+        s.insert([(4, Decimal(-1))])          # the circuit keeps stepping
+        ctx.step()
+        assert (4, -1) in out.rows()
+        ctx.close()
 
 
 # -- item 5: pandas frames with mixed columns --------------------------------------------------
@@ -349,6 +398,15 @@ BAD = st.one_of(
 STEP = st.lists(st.one_of(GOOD.map(lambda r: (r, None)), BAD), max_size=12)
 
 
+# the reason recorded for each kind of bad row: (source, k is null) -> pattern
+_REASONS = {
+    ("in", False): r"^input 'in', column 'v', row \d+: value 'wrong type' does not fit type int64",
+    ("in", True): r"^input 'in', column 'k', row \d+: null in a column that is not nullable",
+    ("map", False): r"overflow",
+    ("map_rows", False): r"^ValueError: unlucky value$",
+}
+
+
 def _pipeline(ctx):
     s = ctx.stream(SCHEMA, name="in")
 
@@ -372,9 +430,14 @@ def _reference(rows):
 
 @settings(max_examples=25)
 @given(steps=st.lists(STEP, min_size=1, max_size=4), policy=st.sampled_from(
-    ["raise", "skip_and_report"]))
-@example(steps=[[((1, 13), "map_rows"), ((1, 1), None)], [((2, 2), None)]], policy="raise")
-def test_random_bad_rows_in_random_streams(workers, steps, policy):
+    ["raise", "skip_and_report"]),
+    deletes=st.lists(st.lists(st.integers(0, 40), max_size=3), max_size=4))
+@example(steps=[[((1, 13), "map_rows"), ((1, 1), None)], [((2, 2), None)]], policy="raise",
+         deletes=[])
+@example(steps=[[((1, 1), None), ((1, 2), None)], [((1, 4), "map"), ((2, 2), None)]],
+         policy="raise", deletes=[[], [0]])
+def test_random_bad_rows_in_random_streams(workers, steps, policy, deletes):
+    # each step may also delete some of the good rows accepted before (valid retractions)
     ctx = _ctx(workers, errors=policy)
     s, out = _pipeline(ctx)
     es = ctx.error_stream().collect()
@@ -382,11 +445,21 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
     expected_bad: list = []
     for step_no, rows in enumerate(steps):
         step_rows = [r for r, _ in rows]
+        picks = deletes[step_no] if step_no < len(deletes) and good_rows else []
+        gone = [good_rows[i] for i in sorted({i % len(good_rows) for i in picks})]
+
+        def applied(accepted):
+            good_rows.extend(accepted)
+            for r in gone:
+                good_rows.remove(r)
         if policy == "skip_and_report":
             s.insert(step_rows)
+            if gone:
+                s.delete(gone)
             ctx.step()
-            good_rows += [r for r, why in rows if why is None]
+            applied([r for r, why in rows if why is None])
             expected_bad += [(r, why, ctx.steps - 1) for r, why in rows if why is not None]
+            assert out.view_dict() == _reference(good_rows)
             continue
         # raise: a bad push is refused whole; a bad row at run time rolls the step back
         try:
@@ -395,19 +468,25 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
             assert any(why == "push" for _, why in rows)
             step_rows = [r for r, why in rows if why != "push"]
             s.insert(step_rows)
+        if gone:
+            s.delete(gone)
         try:
             ctx.step()
             assert all(why is None for r, why in rows if r in step_rows)
-            good_rows += step_rows
+            applied(step_rows)
         except RowError as e:
             assert any(why in ("map", "map_rows") for _, why in rows)
             assert e.operator in ("map", "map_rows") and e.step == ctx.steps
             assert tuple(e.row.values()) in [r for r, why in rows if why in ("map", "map_rows")]
-            # the rejected input is handed back: push its good rows again
+            assert out.view_dict() == _reference(good_rows)   # rolled back: as before
+            # the rejected input is handed back: push its good rows (and deletes) again
             good = [r for r, why in rows if why is None]
             s.insert(good)
+            if gone:
+                s.delete(gone)
             ctx.step()
-            good_rows += good
+            applied(good)
+        assert out.view_dict() == _reference(good_rows)
     assert out.view_dict() == _reference(good_rows)
     if policy == "skip_and_report":
         got = sorted(((tuple(r["row"]) if isinstance(r["row"], tuple) else
@@ -416,7 +495,11 @@ def test_random_bad_rows_in_random_streams(workers, steps, policy):
         want = sorted(((r, {"push": "in", "map": "map", "map_rows": "map_rows"}[why], st_)
                        for r, why, st_ in expected_bad), key=repr)
         assert got == want
-        assert all(r["reason"] for r in ctx.errors.records)
+        for r in ctx.errors.records:  # each with the reason of its kind
+            row = r["row"] if isinstance(r["row"], tuple) else (r["row"]["k"], r["row"]["v"])
+            assert re.search(_REASONS[r["source"], row[0] is None], r["reason"]), r
+            if r["source"] == "map":
+                assert r["expression"].startswith("q = ")
     else:
         assert len(ctx.errors) == 0
     s.insert([(0, 1)])                # the circuit keeps stepping
@@ -481,3 +564,48 @@ def test_a_wider_sum_where_the_user_asks_for_one():
     s.insert([(3, 2 ** 62), (3, 2 ** 62), (3, 2 ** 62)])
     ctx.step()
     assert out.rows() == [(3, Decimal(3 * 2 ** 62))]
+
+
+@pytest.mark.parametrize("errors", ["raise", "skip_and_report"])
+def test_pushing_something_that_is_not_rows_names_the_input(errors):
+    ctx = _ctx(errors=errors)
+    s = ctx.stream(KV, name="orders")
+    for bad in (42, 1.5, None):
+        with pytest.raises(InputError, match=r"^input 'orders': cannot push a \w+: push a "):
+            s.push(bad)
+    s.insert([(1, 1)])
+    ctx.step()
+    ctx.close()
+
+
+def test_a_keyed_input_refuses_to_delete_a_row_it_does_not_hold(workers):
+    # item 10 where the engine knows the rows: an input with key= holds its current rows, so a
+    # delete of a row never inserted is caught at push time even when the group stays non-empty
+    ctx = _ctx(workers)
+    s = ctx.stream(KV, name="prices", key="k")
+    out = s.group_by("k").agg(n=count()).collect()
+    view = s.collect()
+    s.insert([(1, 1), (2, 2)])
+    ctx.step()
+    with pytest.raises(InputError, match=r"^input 'prices', row 1: a row was deleted that was "
+                                         r"never inserted .*\{'k': 1, 'v': 2\}"):
+        s.delete([(2, 2), (1, 2)])
+    s.insert([(3, 3)])
+    s.delete([(3, 3), (2, 2)])              # rows pushed earlier in the step are held
+    s.upsert([(1, 5)])                      # upsert retracts what the key holds: accepted
+    ctx.step()
+    assert view.view_dict() == {(1, 5): 1}
+    assert out.view_dict() == {(1, 1): 1}
+    ctx2 = _ctx(workers, errors="skip_and_report")
+    s2 = ctx2.stream(KV, name="prices", key="k")
+    view2 = s2.collect()
+    s2.insert([(1, 1)])
+    ctx2.step()
+    s2.delete([(1, 2), (1, 1), (1, 2)])
+    ctx2.step()
+    assert view2.view_dict() == {}
+    recs = ctx2.errors.records
+    assert [(r["source"], r["row"], r["weight"]) for r in recs] == [("prices", (1, 2), -1)] * 2
+    assert all("never inserted" in r["reason"] for r in recs)
+    ctx.close()
+    ctx2.close()

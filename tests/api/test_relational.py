@@ -140,3 +140,24 @@ def test_concat_of_other_kinds_is_refused_with_a_hint():
         c = ctx.stream(pa.schema([("y", pa.int64())]))
         with pytest.raises(TypeError, match="column names differ"):
             a.concat(c)
+
+
+# --- a global aggregate beside an input dealt by key --------------------------------------------
+
+@pytest.mark.parametrize("runtime", ["threads", "processes"])
+def test_a_global_aggregate_beside_an_input_dealt_by_key(runtime):
+    # the top-k by g makes the driver deal the input by g; the global count then swaps its
+    # partials between worker processes with an empty key (a batch of no column)
+    ctx = StreamContext(workers=2, runtime=runtime)
+    s = ctx.stream({"g": pa.int64(), "b": pa.int64()}, name="s")
+    top = s.group_by("g").topk(1, by="b").collect()
+    n = s.group_by().agg(n=count(), t=sum_("b")).collect()
+    s.insert([(1, 1), (1, 2), (1, 0), (2, 5)])
+    ctx.step()
+    assert top.view_dict() == {(1, 0): 1, (2, 5): 1}
+    assert n.view_dict() == {(4, 8): 1}
+    s.delete([(1, 0)])
+    ctx.step()
+    assert top.view_dict() == {(1, 1): 1, (2, 5): 1}
+    assert n.view_dict() == {(3, 8): 1}
+    ctx.close()

@@ -92,6 +92,19 @@ def test_hopping_windows(ctx):
     assert w.rows() == [(-5, 5, 1, 5), (0, 10, 2, 9), (5, 15, 2, 9), (10, 20, 1, 1)]
 
 
+def test_hopping_rows_of_one_pane_are_counted_once_per_window(ctx):
+    """Rows consolidated by (pane, key, value) before the copy into windows: rows of one pane
+    agree on their windows, rows of neighbouring panes do not (hop 4, size 10: panes of 2)."""
+    s = ctx.stream([("t", pa.int64()), ("k", pa.int64()), ("x", pa.int64())], name="ev")
+    w = s.group_by("k").window(hopping(10, 4), time="t").agg(n=count(), s=sum_("x")).collect()
+    s.insert([(8, 1, 2), (9, 1, 2), (9, 1, 2), (10, 1, 2), (11, 1, 5)])
+    ctx.step()
+    assert sorted(w.rows()) == [(1, 0, 10, 3, 6), (1, 4, 14, 5, 13), (1, 8, 18, 5, 13)]
+    s.delete([(9, 1, 2)])
+    ctx.step()
+    assert sorted(w.rows()) == [(1, 0, 10, 2, 4), (1, 4, 14, 4, 11), (1, 8, 18, 4, 11)]
+
+
 def test_hopping_with_offset_and_uneven_hop(ctx):
     s = ctx.stream(INT, name="ev")
     w = s.window(hopping(7, 3, offset=1), time="t").agg(n=count()).collect()
@@ -221,14 +234,16 @@ def _window_build(spec, keyed):
 
 
 @settings(max_examples=20)
-@given(kind=st.sampled_from(["tumbling", "hopping", "gaps", "session"]), keyed=st.booleans(),
-       steps=steps_of(ROW, n_steps=5))
+@given(kind=st.sampled_from(["tumbling", "hopping", "uneven", "gaps", "session"]),
+       keyed=st.booleans(), steps=steps_of(ROW, n_steps=5))
 def test_windows_match_reference(workers, kind, keyed, steps):
     keys = [1] if keyed else []
     if kind == "tumbling":
         spec, ref = tumbling(10), lambda z: R.window_agg(z, 0, keys, 10, 10, AGGS)
     elif kind == "hopping":
         spec, ref = hopping(15, 5), lambda z: R.window_agg(z, 0, keys, 15, 5, AGGS)
+    elif kind == "uneven":  # a hop that does not divide the size: panes of gcd(10, 4) = 2
+        spec, ref = hopping(10, 4, offset=3), lambda z: R.window_agg(z, 0, keys, 10, 4, AGGS, 3)
     elif kind == "gaps":  # windows shorter than the hop: some rows fall in none
         spec, ref = hopping(5, 8, offset=2), lambda z: R.window_agg(z, 0, keys, 5, 8, AGGS, 2)
     else:

@@ -57,7 +57,7 @@ def test_combine_partials(case, positive):
 
 
 @given(st.data())
-def test_versioned_put_and_pick_rows(data):
+def test_versioned_put_and_pick_partials(data):
     g = data.draw(st.integers(0, 10))
     bools = st.lists(st.booleans(), min_size=g, max_size=g)
     changed, has_old, keep = (np.array(data.draw(bools), dtype=bool) for _ in range(3))
@@ -71,15 +71,15 @@ def test_versioned_put_and_pick_rows(data):
     assert got[-1] == want[-1] == int((changed & keep).sum())
     cols_o = [np.arange(g, dtype=np.int64) * 3, np.linspace(0, 1, g)]
     cols_n = [np.arange(g, dtype=np.int64) - 7, np.linspace(5, 6, g)]
-    for a, b in zip(native.pick_rows(got[2], got[3], cols_o, cols_n),
-                    ref.pick_rows(want[2], want[3], cols_o, cols_n)):
+    for a, b in zip(native.pick_partials(got[2], got[3], cols_o, cols_n),
+                    ref.pick_partials(want[2], want[3], cols_o, cols_n)):
         _same(a, b)
         assert a.dtype == b.dtype
 
 
-def test_pick_rows_checks_its_indices():
+def test_pick_partials_checks_its_indices():
     with pytest.raises(IndexError):
-        native.pick_rows(np.array([True]), np.array([3]), [np.zeros(2, np.int64)],
+        native.pick_partials(np.array([True]), np.array([3]), [np.zeros(2, np.int64)],
                          [np.zeros(2, np.int64)])
 
 

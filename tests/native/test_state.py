@@ -4,6 +4,7 @@ larger one), and on batches that break the invariant (the kernel must say so: No
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from dbsp._native import state as native
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,6 +72,21 @@ def test_live_versions_matches_ref_and_truth(spine):
         assert batches[b][2][r] == v and batches[b][3][r] == 1
 
 
+@pytest.mark.parametrize("probes", [2000, 300, 40, 3])  # walk, skip blocks (ratio > 4), gallop
+def test_live_versions_over_a_long_batch(probes):
+    """One batch of 2,000 keys probed by few or many keys: every search strategy agrees with the
+    reference (keys every 3rd code, so about a third of the probes hit)."""
+    rng = np.random.default_rng(probes)
+    keys = np.arange(0, 6000, 3, dtype=np.uint64)
+    b = (keys, np.arange(len(keys) + 1, dtype=np.int64), np.arange(len(keys), dtype=np.uint64),
+         np.ones(len(keys), np.int64))
+    q = np.unique(rng.integers(0, 6100, probes)).astype(np.uint64)
+    got, want = _run(native.live_versions, [b], q), _run(ref.live_versions, [b], q)
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, y)
+    assert len(got[0]) == int(((q % 3 == 0) & (q < 6000)).sum())
+
+
 def test_live_versions_refuses_what_is_not_versioned_rows():
     two = [_batch({(1, 0): 2})]
     assert native.live_versions(*[[b[i] for b in two] for i in range(4)],
@@ -80,3 +96,90 @@ def test_live_versions_refuses_what_is_not_versioned_rows():
                                 np.asarray([1], np.uint64)) is None
     assert ref.live_versions(*[[b[i] for b in twice] for i in range(4)],
                              np.asarray([1], np.uint64)) is None
+
+
+_DTYPES = [np.int64, np.float64, np.int32, np.bool_, np.uint64]
+
+
+@st.composite
+def _gather(draw):
+    """Sources of one dtype (some None: all ``fill``) and the (pos, batch, row) of live rows."""
+    dt = draw(st.sampled_from(_DTYPES))
+    nb = draw(st.integers(1, 5))
+    sources = []
+    for _ in range(nb):
+        n = draw(st.integers(0, 12))
+        sources.append(None if draw(st.booleans()) and dt == np.bool_ else
+                       np.asarray(draw(st.lists(st.integers(-50, 50), min_size=n, max_size=n)))
+                       .astype(dt))
+    G = draw(st.integers(0, 20))
+    pos = sorted(draw(st.lists(st.integers(0, max(G - 1, 0)), unique=True, max_size=G))) \
+        if G else []
+    picks = []
+    for _ in pos:
+        ok = [b for b, s in enumerate(sources) if s is None or len(s)]
+        if not ok:
+            break
+        b = draw(st.sampled_from(ok))
+        picks.append((b, 0 if sources[b] is None else draw(st.integers(0, len(sources[b]) - 1))))
+    pos = pos[:len(picks)]
+    return dt, sources, G, np.asarray(pos, np.int64), \
+        np.asarray([b for b, _ in picks], np.int64), np.asarray([r for _, r in picks], np.int64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_gather())
+def test_gather_rows_matches_ref_and_truth(case):
+    dt, sources, G, pos, bno, row = case
+    got = native.gather_rows(pos, bno, row, sources, np.zeros(G, dt), True)
+    want = ref.gather_rows(pos, bno, row, sources, np.zeros(G, dt), True)
+    np.testing.assert_array_equal(got, want)
+    truth = np.zeros(G, dt)
+    for p, b, r in zip(pos, bno, row):
+        truth[p] = True if sources[b] is None else sources[b][r]
+    np.testing.assert_array_equal(got, truth)
+
+
+def test_gather_rows_checks_bounds():
+    src = [np.arange(3, dtype=np.int64)]
+    for pos, bno, row in (([0], [0], [3]), ([5], [0], [0]), ([0], [1], [0]), ([0], [0], [-1])):
+        with pytest.raises(IndexError):
+            native.gather_rows(np.asarray(pos), np.asarray(bno), np.asarray(row), src,
+                               np.zeros(2, np.int64))
+    with pytest.raises(ValueError):  # a source of another item size
+        native.gather_rows(np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                           [np.arange(3, dtype=np.int32)], np.zeros(2, np.int64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=30), st.integers(0, 1000),
+       st.sampled_from(_DTYPES))
+def test_versioned_pairs_and_pick_rows_match_ref_and_truth(flags, start, dt):
+    rm = np.asarray([a for a, _ in flags], dtype=bool)
+    add = np.asarray([b for _, b in flags], dtype=bool)
+    old_ver = np.arange(len(flags), dtype=np.uint64) * 3
+    got = native.versioned_pairs(rm, add, old_ver, start)
+    want = ref.versioned_pairs(rm, add, old_ver, start)
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x, y)
+    keys, off, g, is_old, ver, w = got
+    rows, nxt = [], start
+    for i, (a, b) in enumerate(flags):  # the old row first, new versions in key order
+        if a:
+            rows.append((i, True, int(old_ver[i]), -1))
+        if b:
+            rows.append((i, False, nxt, 1))
+            nxt += 1
+    assert list(zip(g.tolist(), is_old.tolist(), ver.tolist(), w.tolist())) == rows
+    assert keys.tolist() == sorted({r[0] for r in rows})
+    assert np.diff(off).tolist() == [sum(r[0] == k for r in rows) for k in keys.tolist()]
+    old = (np.arange(len(flags)) * 7 % 5).astype(dt)
+    new = (np.arange(len(flags)) * 3 % 4).astype(dt)
+    picked = native.pick_rows(g, is_old, old, new)
+    np.testing.assert_array_equal(picked, ref.pick_rows(g, is_old, old, new))
+    np.testing.assert_array_equal(picked, np.where(is_old, old[g], new[g]))
+
+
+def test_pick_rows_checks_bounds():
+    with pytest.raises(IndexError):
+        native.pick_rows(np.asarray([2]), np.asarray([True]), np.zeros(2), np.zeros(3))

@@ -217,3 +217,38 @@ def test_index_by_fused_into_a_linear_aggregate(read_index):
         (4, 1, 1, 1.0): 1}
     [rec] = c.error_log.records
     assert rec["row"] == {"k": 3, "v0": 2 ** 62} and rec["weight"] == 1
+
+
+KV2 = pa.schema([pa.field("k", pa.int64(), False), pa.field("v0", pa.int64()),
+                 pa.field("v1", pa.string())])
+
+
+def test_min_max_of_the_leading_value_column_literal(workers):
+    """The (key, v0) pairs of a min / max over the leading value column come sorted (no sort:
+    aggregate._consolidate_runs): equal values of other rows summed, cancelling ones dropped,
+    nulls left out."""
+    steps = [{(1, 5, "a"): 1, (1, 5, "b"): 1, (1, 9, "a"): 1, (1, None, "c"): 1, (2, 3, "a"): 2},
+             {(1, 9, "a"): -1, (1, 9, "b"): 1, (1, 5, "a"): -1, (2, 3, "a"): -2, (2, 4, "z"): 1},
+             {(1, 9, "b"): -1, (1, 5, "b"): -1, (2, 1, "x"): 1}]
+    _run(workers, KV2, {"lo": ("min", "v0"), "hi": ("max", "v0"), "cd": ("count_distinct", "v0"),
+                        "n": ("count", None)}, steps)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 6), st.integers(-3, 3)), max_size=40))
+def test_consolidate_runs_is_sort_consolidate_of_sorted_pairs(rows):
+    from dbsp.algebra import kernels as K
+    from dbsp.operators.aggregate import _consolidate_runs
+    ki = np.asarray([k for k, _, _ in rows], np.int64)
+    vc = np.asarray([v for _, v, _ in rows], np.uint64)
+    w = np.asarray([x for _, _, x in rows], np.int64)
+    order = np.lexsort((vc, ki))
+    inside = bool(len(rows) > 1 and ((ki[1:] == ki[:-1]) & (vc[1:] < vc[:-1])).any())
+    assert (_consolidate_runs(ki, vc, w) is None) == inside  # unsorted pairs: the caller sorts
+    ki, vc, w = ki[order], vc[order], w[order]
+    got = _consolidate_runs(ki, vc, w)
+    want = K.sort_consolidate(ki.astype(np.uint64), vc, w)
+    assert got is not None
+    np.testing.assert_array_equal(ki[got[0]], ki[want[0]])
+    np.testing.assert_array_equal(vc[got[0]], vc[want[0]])
+    np.testing.assert_array_equal(got[1], want[1])

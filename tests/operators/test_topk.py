@@ -159,6 +159,11 @@ def test_topk_per_column_direction_random(workers, case, data):
 
 
 @settings(max_examples=40, deadline=None)
+# s ASC, x DESC, read from the front: the tie group at the window's end (b) continues past it,
+# not the one at its start (a); reading from the wrong end took (0, 'b', 4) for (0, 'b', 6)
+@example(steps=[{(k, s, x): 1 for k in range(2) for s in "abc" for x in range(7)},
+                {(0, "a", 0): -1, (0, "a", 1): -1, (0, "b", 0): 1}],
+         k=6, flags=[False, True], rank=False)
 @given(steps=_big_steps(), k=st.integers(1, 9), flags=st.sampled_from(
     [[False, True], [True, False], [True, True], [False, False]]), rank=st.booleans())
 def test_topk_large_groups_per_column_direction(workers, steps, k, flags, rank):

@@ -306,7 +306,7 @@ def versioned_put(changed: np.ndarray, has_old: np.ndarray, keep: np.ndarray,
             nv - int(next_ver))
 
 
-def pick_rows(src_old: np.ndarray, idx: np.ndarray, old: list, new: list) -> list:
+def pick_partials(src_old: np.ndarray, idx: np.ndarray, old: list, new: list) -> list:
     """Per column: ``old[j][idx[k]]`` where ``src_old[k]``, else ``new[j][idx[k]]``."""
     src_old = np.asarray(src_old, dtype=bool)
     idx = np.asarray(idx, dtype=np.int64)
@@ -359,3 +359,42 @@ def join_matched_pairs(xo: np.ndarray, ai: np.ndarray, yo: np.ndarray, bi: np.nd
     kidx = np.repeat(np.asarray(ai, np.int64), counts)
     w, over = mul_checked(np.asarray(xw)[xs], np.asarray(yw)[ys])
     return kidx, xs, ys, w, over
+
+
+def gather_rows(pos, bno, row, sources: list, out: np.ndarray, fill=None) -> np.ndarray:
+    """``out[pos[i]] = sources[bno[i]][row[i]]`` in place; a ``None`` source gives ``fill``."""
+    pos, bno, row = (np.asarray(x, dtype=np.int64) for x in (pos, bno, row))
+    for b, src in enumerate(sources):
+        sel = np.flatnonzero(bno == b)
+        if len(sel):
+            out[pos[sel]] = fill if src is None else np.asarray(src)[row[sel]]
+    return out
+
+
+def versioned_pairs(rm, add, old_ver, next_version: int):
+    """The rows of a put of versioned rows (see ``dbsp._native.state.versioned_pairs``)."""
+    rm, add = np.asarray(rm, dtype=bool), np.asarray(add, dtype=bool)
+    keys, off, g, old, ver, w = [], [0], [], [], [], []
+    nxt = int(next_version)
+    for i in range(len(rm)):
+        if rm[i]:
+            g.append(i), old.append(True), ver.append(int(old_ver[i])), w.append(-1)
+        if add[i]:
+            g.append(i), old.append(False), ver.append(nxt), w.append(1)
+            nxt += 1
+        if rm[i] or add[i]:
+            keys.append(i)
+            off.append(len(g))
+    return (np.asarray(keys, dtype=np.int64), np.asarray(off, dtype=np.int64),
+            np.asarray(g, dtype=np.int64), np.asarray(old, dtype=bool),
+            np.asarray(ver, dtype=np.uint64), np.asarray(w, dtype=np.int64))
+
+
+def pick_rows(g, is_old, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``old[g[r]] if is_old[r] else new[g[r]]`` per row ``r`` (``new``'s dtype)."""
+    g = np.asarray(g, dtype=np.int64)
+    is_old = np.asarray(is_old, dtype=bool)
+    out = np.empty(len(g), dtype=new.dtype)
+    out[is_old] = np.asarray(old).view(new.dtype)[g[is_old]]
+    out[~is_old] = new[g[~is_old]]
+    return out

@@ -304,8 +304,19 @@ def _same_tz_kind(name: str, col: str, t: pa.DataType, vals: list) -> None:
             raise _tz_error(name, col, src, t, i)
 
 
+def row_list(name: str, rows: Any) -> list:
+    """``rows`` (an iterable of rows) as a list, or an InputError naming the input and what
+    it accepts."""
+    try:
+        return list(rows)
+    except TypeError:
+        raise InputError(name, f"cannot push a {type(rows).__name__}: push a pyarrow Table or "
+                               f"RecordBatch, a pandas or Polars DataFrame, a dict of columns "
+                               f"or a list of rows (tuples or dicts)") from None
+
+
 def _rows_to_table(name: str, schema: pa.Schema, rows: Iterable) -> pa.Table:
-    rows = list(rows)
+    rows = row_list(name, rows)
     names = schema.names
     cols: list[list] = [[] for _ in names]
     for i, r in enumerate(rows):

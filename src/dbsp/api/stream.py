@@ -626,6 +626,18 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
             raise TypeError(f"aggregate {out!r}: expected an expression like sum_(col('x')), a "
                             f"(kind, column) pair or an Aggregator, got {a!r}")
     names = [n for n, _ in proj]
+    fixed = len(keys) + len([c for c in extra if c not in keys])
+    ordered = {spec[1] for spec in specs.values() if isinstance(spec, tuple)
+               and spec[0] in ("min", "max", "count_distinct")}
+    if ordered and names != list(schema.names) and \
+            not any(isinstance(a, Aggregator) for _, a in items):
+        # the column of a min / max / count_distinct leads the values: a key's values are
+        # sorted by it, so the aggregate's (key, value) pairs need no sort
+        # (aggregate._consolidate_runs)
+        tail = proj[fixed:]
+        proj = proj[:fixed] + [p for p in tail if p[0] in ordered] + \
+            [p for p in tail if p[0] not in ordered]
+        names = [n for n, _ in proj]
     if not proj or names == list(schema.names):
         # nothing to compute (no projection: count() alone, no key, counts the rows as they are;
         # a batch of no columns would have no rows)

@@ -7,7 +7,8 @@ commit / gc / resume protocol of seed 002. Operators only expose their state
 (:class:`dbsp.circuit.operator.Stateful`); they do not know this layer.
 """
 from .state import CheckpointCorrupt, CheckpointError
-from .store import CheckpointInfo, CheckpointStore, CircuitMismatch, PendingCheckpoint
+from .store import (CheckpointInfo, CheckpointStore, CheckpointVersionError, CircuitMismatch,
+                    PendingCheckpoint)
 
 __all__ = ["CheckpointStore", "CheckpointInfo", "PendingCheckpoint", "CheckpointError",
-           "CheckpointCorrupt", "CircuitMismatch"]
+           "CheckpointCorrupt", "CircuitMismatch", "CheckpointVersionError"]

@@ -55,13 +55,14 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .._version import __version__, formats, readable
 from ..circuit.exchange import ShardMap, as_shard_map
 from ..storage.faults import fsync_dir, kill_point, write_durable
 from .reshard import load_worker_resharded, moved_fraction, old_worker_count
 from .state import CheckpointCorrupt, CheckpointError, capture_state, read_state, release
 
 __all__ = ["CheckpointStore", "CheckpointInfo", "PendingCheckpoint", "CheckpointError",
-           "CheckpointCorrupt", "CircuitMismatch", "save_worker_begin", "save_worker_finish",
+           "CheckpointCorrupt", "CircuitMismatch", "CheckpointVersionError", "save_worker_begin", "save_worker_finish",
            "load_worker", "release_worker_files"]
 
 CATALOG = "checkpoints.json"
@@ -70,6 +71,11 @@ MIN_KEEP = 2
 
 class CircuitMismatch(CheckpointError):
     """The checkpoints in a storage directory were written by a different circuit."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """The checkpoints were written in a checkpoint or layer-file format this package cannot
+    read (another dbsp version: :mod:`dbsp._version`)."""
 
 
 @dataclass
@@ -218,6 +224,7 @@ class CheckpointStore:
             cat = doc["catalog"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointCorrupt(f"{self.catalog_path}: damaged catalog ({e})") from e
+        self._check_formats(cat)
         if cat["fingerprint"] != self.fingerprint and cat["checkpoints"]:
             raise CircuitMismatch(
                 f"storage directory {self.root} holds checkpoints of a different circuit "
@@ -225,10 +232,29 @@ class CheckpointStore:
                 f"operators, inputs or outputs changed; use a new directory")
         return [CheckpointInfo(**c) for c in cat["checkpoints"]]
 
+    def _check_formats(self, cat: dict) -> None:
+        """Refuse checkpoints in a checkpoint or layer-file format this package cannot read (a
+        catalog without ``formats`` predates them: version 1 of both)."""
+        if not cat.get("checkpoints"):
+            return
+        mine = formats()
+        theirs = cat.get("formats") or {"checkpoint": 1, "layer": 1}
+        for name in ("checkpoint", "layer"):
+            v = int(theirs.get(name, 1))
+            if not readable(mine[name], v):
+                raise CheckpointVersionError(
+                    f"{self.root}: the checkpoints were written by dbsp "
+                    f"{cat.get('package', 'of an unknown version')} in {name} format {v}; this "
+                    f"is dbsp {__version__}, which reads {name} format "
+                    f"{mine[name][1]}..{mine[name][0]}: resume with a dbsp that reads it")
+
     def _write_catalog(self, cps: list[CheckpointInfo]) -> None:
         if self.before_publish is not None:
             self.before_publish()
+        f = formats()
         cat = {"version": 1, "fingerprint": self.fingerprint,
+               "formats": {"checkpoint": f["checkpoint"][0], "layer": f["layer"][0]},
+               "package": __version__,
                "checkpoints": [c.as_dict() for c in cps]}
         body = json.dumps(cat, sort_keys=True).encode()
         doc = json.dumps({"catalog": cat, "crc32": zlib.crc32(body)}).encode()

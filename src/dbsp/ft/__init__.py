@@ -9,9 +9,9 @@ checkpoint store: recovery = open the last checkpoint + replay the logged input 
 """
 from .coordinator import CancelToken, Coordinator, State
 from .durable import DurableCircuit, RecoveryError, StateStore
-from .logs import InputLog, LogCorrupt, OutputGap, OutputLog, OutputMismatch, Rereadable, Span, \
-    content_crc, read_outputs
+from .logs import InputLog, LogCorrupt, OutputGap, OutputLog, OutputMismatch, Rereadable, Slices, \
+    Span, content_crc, read_outputs
 
 __all__ = ["Coordinator", "State", "CancelToken", "DurableCircuit", "StateStore", "RecoveryError", "InputLog", "OutputLog",
            "LogCorrupt", "OutputGap", "OutputMismatch", "read_outputs", "Rereadable", "Span",
-           "content_crc"]
+           "Slices", "content_crc"]

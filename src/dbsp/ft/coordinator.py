@@ -5,7 +5,8 @@ checkpoints, and the restart of a pipeline whose worker died.
 A :class:`Coordinator` runs a :class:`~dbsp.ft.durable.DurableCircuit` on a thread of its own:
 
 * ``Run``: ``read(step, token)`` gives the step's input (``{input name: (RecordBatch, weights)}``
-  or rows for ``push``; None when there is none yet or the token was cancelled); the circuit
+  or rows for ``push``, or :class:`~dbsp.runtime.slices.SourceStep` for an input the workers
+  read from a sliced source; None when there is none yet or the token was cancelled); the circuit
   steps on it (input logged, output logged), and checkpoints follow the durable circuit's
   ``checkpoint_every`` / ``checkpoint_seconds``;
 * :meth:`Coordinator.pause` sets ``Pause`` and cancels the token, so a ``read`` blocked waiting
@@ -30,6 +31,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from ..runtime.process import WorkerDied
+from ..runtime.slices import SourceStep
 
 __all__ = ["Coordinator", "State", "CancelToken"]
 
@@ -125,13 +127,16 @@ class Coordinator:
         while True:
             before = self.durable.step_no
             c = self.durable.circuit
+            slices = {}
             for name, rows in data.items():
-                if isinstance(rows, tuple):
+                if isinstance(rows, SourceStep):
+                    slices[name] = rows.step
+                elif isinstance(rows, tuple):
                     c.inputs[name].put_pending(*rows)
                 else:
                     c.inputs[name].push(rows)
             try:
-                self.durable.step()
+                self.durable.step(slices=slices or None)
                 return
             except WorkerDied as e:
                 deaths += 1

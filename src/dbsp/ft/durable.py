@@ -40,6 +40,14 @@ of the rows instead of the rows (:class:`~dbsp.ft.logs.Span`), and the replay re
 range, conforms it to the input's schema and checks both: a source that changed under the log
 is a :class:`RecoveryError` naming the input and the step.
 
+*Sliced sources* (:mod:`dbsp.runtime.slices`, given with :meth:`sliced`): the workers read
+their own pieces of a step (``step(slices={input: k})``), no row passes through this process.
+The step runs first and its record is written after it, before any output of the step is
+released: it holds each piece's position and the row count and checksum the worker reported
+(:class:`~dbsp.ft.logs.Slices`). The replay sends the same pieces, dealt over the workers there
+are now, with what each must read back as: a piece that reads back different, or cannot be
+read, is a :class:`RecoveryError` naming the input, the step and the piece.
+
 Graceful shutdown is the case with nothing to replay: :meth:`close` takes a last checkpoint
 (``checkpoint_on_close``) and waits for the one being written.
 
@@ -59,7 +67,8 @@ from typing import Any, Callable, Optional, Protocol
 
 from ..algebra.schema import conform
 from ..runtime.process import WorkerDied
-from .logs import InputLog, OutputLog, Rereadable, Span, rows_crc
+from ..runtime.slices import SliceError
+from .logs import InputLog, OutputLog, Rereadable, Slices, Span, rows_crc
 
 log = logging.getLogger("dbsp.ft")
 
@@ -136,6 +145,32 @@ class DurableCircuit:
         self.layout_change: Optional[dict] = None
         #: inputs logged by position: ``{input: Rereadable}`` (see :meth:`rereadable`)
         self.sources: dict[str, Rereadable] = {}
+        #: inputs the workers read from sliced sources: ``{input: SlicedSource}``
+        self.sliced_sources: dict[str, Any] = {}
+        # the pushed rows of a sliced step a dead worker interrupted before it was logged
+        self._retry: Optional[dict] = None
+
+    def sliced(self, name: str, source: Any) -> None:
+        """Input ``name``'s rows come (in the steps that say so, ``step(slices={name: k})``)
+        from the sliced ``source`` (:class:`~dbsp.runtime.slices.SlicedSource`), each worker
+        reading its own pieces; recovery reads the logged pieces again (give the source again
+        before :meth:`open` when resuming). Before the circuit starts, this also names the input
+        as sliced (:meth:`~dbsp.runtime.circuit.Circuit.slice_inputs`)."""
+        if name not in self.circuit.inputs:
+            raise KeyError(f"sliced: the circuit has no input {name!r} (inputs: "
+                           f"{sorted(self.circuit.inputs)})")
+        if name not in self.circuit.sliced:
+            self.circuit.slice_inputs(name)
+        self.sliced_sources[name] = source
+
+    def _read_slices(self, slices: dict) -> None:
+        """Queue ``{input: source step}`` on the circuit (with checksums: they are logged)."""
+        for name, k in slices.items():
+            src = self.sliced_sources.get(name)
+            if src is None:
+                raise ValueError(f"step(slices=...): input {name!r} has no sliced source "
+                                 f"(sliced(name, source) first)")
+            self.circuit.read_slices(name, src, int(k), checksum=True)
 
     def rereadable(self, name: str, source: Rereadable) -> None:
         """Input ``name``'s rows come (in the steps that say so with ``spans=``) from
@@ -182,6 +217,14 @@ class DurableCircuit:
                                 f"recorded (checksum of their content and weights): the source "
                                 f"changed under the log")
         return batch, w
+
+    def _replay_slices(self, name: str, step: int, sl: Slices) -> None:
+        src = self.sliced_sources.get(name)
+        if src is None:
+            raise RecoveryError(f"input '{name}', step {step}: read by the workers from a "
+                                f"sliced source, but none is given for the input (sliced(name, "
+                                f"source) before open)")
+        self.circuit.read_slices(name, src, pieces=sl.pieces, expect=sl.report, checksum=True)
 
     # -- recovery ----------------------------------------------------------------------------
     def open(self, checkpoint: Any = None) -> "DurableCircuit":
@@ -230,9 +273,15 @@ class DurableCircuit:
                 for name, inp in c.inputs.items():
                     inp.take_pending()
                     p = parts.get(name)
+                    if isinstance(p, Slices):
+                        self._replay_slices(name, s, p)
+                        p = p.pushed
                     if p is not None:
                         inp.put_pending(*p, record_keys=True)
-                c.step()
+                try:
+                    c.step()
+                except SliceError as e:
+                    raise RecoveryError(f"step {s}: {e}") from e
                 self._write_outputs(s)
                 if self.on_replay is not None:
                     self.on_replay(s, parts)
@@ -251,17 +300,24 @@ class DurableCircuit:
         return self.input_log.position(name)
 
     def step(self, positions: Optional[dict] = None, meta: Optional[dict] = None,
-             spans: Optional[dict[str, tuple[int, int]]] = None) -> int:
+             spans: Optional[dict[str, tuple[int, int]]] = None,
+             slices: Optional[dict[str, int]] = None) -> int:
         """Log this step's pending input (with ``positions``), run it, log its output.
         ``spans``: ``{input: (start, end)}`` for inputs whose pending rows are exactly their
-        re-readable source's positions ``[start, end)`` (see :meth:`rereadable`). Returns the
-        step number run. A worker process that dies meanwhile is replaced (see the module
-        doc)."""
+        re-readable source's positions ``[start, end)`` (see :meth:`rereadable`). ``slices``:
+        ``{input: k}``, the input also gets step ``k`` of its sliced source (see
+        :meth:`sliced`). Returns the step number run. A worker process that dies meanwhile is
+        replaced (see the module doc)."""
         if spans:
             unknown = [n for n in spans if n not in self.sources]
             if unknown:
                 raise ValueError(f"step(spans=...): input {unknown[0]!r} has no re-readable "
                                  f"source (rereadable(name, source) first)")
+        if slices:
+            unknown = [n for n in slices if n not in self.sliced_sources]
+            if unknown:
+                raise ValueError(f"step(slices=...): input {unknown[0]!r} has no sliced source "
+                                 f"(sliced(name, source) first)")
         deaths = 0
         while not self.opened:  # pending input waits for the recovery's replay
             pending = {n: inp.take_pending() for n, inp in self.circuit.inputs.items()}
@@ -283,6 +339,13 @@ class DurableCircuit:
                     self.open()
                 if self.step_no > s:  # the step was logged, and replayed by the recovery
                     return s
+                if self._retry is not None:  # a sliced step a death cut short: again
+                    pending, self._retry = self._retry, None
+                    for n, p in pending.items():
+                        if p is not None:
+                            self.circuit.inputs[n].put_pending(*p)
+                if slices:
+                    self._read_slices(slices)
                 return self._step(positions, meta, spans)
             except WorkerDied as e:
                 deaths += 1
@@ -316,6 +379,8 @@ class DurableCircuit:
         c = self.circuit
         parts = {name: inp.take_pending() for name, inp in c.inputs.items()}
         s = self.step_no
+        if c.slices_pending:
+            return self._step_sliced(s, parts, positions, meta, spans)
         try:
             if self.fence is not None:
                 self.fence("input log")
@@ -336,6 +401,36 @@ class DurableCircuit:
             raise
         try:
             self.input_log.wait(s)  # no output of the step before its input is durable
+        except BaseException as e:
+            self.failed = e  # the state holds a step whose input is not durable
+            raise
+        self._write_outputs(s)
+        self.step_no = s + 1
+        self._since += 1
+        if self._due():
+            self.checkpoint(wait=not self.background)
+        return s
+
+    def _step_sliced(self, s: int, parts: dict, positions: Optional[dict],
+                     meta: Optional[dict], spans: Optional[dict]) -> int:
+        """A step whose workers read slices: run it, then log it (with what the workers
+        read), and only then release its output."""
+        c = self.circuit
+        if self.fence is not None:
+            self.fence("input log")
+        for name, p in parts.items():
+            if p is not None:
+                c.inputs[name].put_pending(*p)
+        try:
+            c.step()
+        except WorkerDied:
+            self._retry = parts  # nothing logged: the step runs again after the recovery
+            raise
+        try:
+            if self.fence is not None:
+                self.fence("input log")
+            self.input_log.append(s, parts, positions or {}, meta, wait=True, spans=spans,
+                                  slices=c.last_slices)
         except BaseException as e:
             self.failed = e  # the state holds a step whose input is not durable
             raise

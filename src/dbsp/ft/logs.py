@@ -24,6 +24,13 @@ source that changed under the log is an error naming the input, never silently d
 The caller declares a span only when the step's rows of the input are exactly the source's
 (rows pushed by hand beside them are logged as data).
 
+*Slices read by the workers.* An input whose rows the workers read themselves from a sliced
+source (:mod:`dbsp.runtime.slices`: each worker its own pieces, no row through the driver) is
+logged the same way, per piece: its position (the source's description: file, row group, row
+range) and the row count and :func:`rows_crc` the worker reported having read (``slices=`` of
+:meth:`InputLog.append`; :meth:`InputLog.read` gives a :class:`Slices`). Recovery sends the
+workers the same pieces with what they must read back as, whatever the number of workers now.
+
 *Group commit.* :meth:`InputLog.append` hands the record to one logger thread and returns at
 once: encoding (Arrow IPC, CRC-32C), the write and both fsyncs run there (``os.write``,
 ``os.fsync`` and the native CRC-32C of large buffers release the GIL) while the circuit computes the
@@ -71,13 +78,12 @@ from typing import Any, Optional, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .._native import block as _nb
+from ..algebra.checksum import content_crc, crc32c, rows_crc
 from ..storage.faults import fsync_dir, fsync_path, write_atomic, write_durable
 
 __all__ = ["InputLog", "OutputLog", "read_outputs", "output_steps", "read_output", "LogCorrupt",
-           "OutputGap", "OutputMismatch", "WEIGHT", "STEP", "Span", "Rereadable",
+           "OutputGap", "OutputMismatch", "WEIGHT", "STEP", "Span", "Slices", "Rereadable",
            "content_crc", "rows_crc"]
 
 WEIGHT = "__weight"
@@ -121,99 +127,18 @@ class Span:
 
 
 def _crc(buf: Any, crc: int = 0) -> int:
-    return _nb.crc32c(memoryview(buf).cast("B"), crc)
+    return crc32c(buf, crc)
 
 
-def _zero(t: pa.DataType) -> Any:
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return pa.scalar("", t)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return pa.scalar(b"", t)
-    if pa.types.is_boolean(t):
-        return pa.scalar(False, t)
-    return pa.scalar(0, t)
+@dataclass(frozen=True)
+class Slices:
+    """An input's rows of one step read by the workers from a sliced source: the source's
+    ``pieces`` (in order), per piece the ``(rows, crc)`` read (``report``), and the rows
+    pushed into the input beside them (``pushed``: ``(batch, weights)`` or None)."""
 
-
-def _fixed_width(t: pa.DataType) -> int:
-    """Bytes per value of a fixed-width type with one values buffer (0: another layout)."""
-    if t.num_buffers != 2 or pa.types.is_boolean(t):
-        return 0
-    try:
-        w = t.bit_width
-    except ValueError:
-        return 0
-    return w // 8 if w and w % 8 == 0 else 0
-
-
-def _column_crc(col: pa.ChunkedArray, crc: int) -> int:
-    """Fold a column's values into ``crc``: its length, then (with nulls) its validity, then
-    its values' lengths (strings and binaries), then its values. Each part is its own CRC
-    stream over the chunks, so the value does not depend on the chunking; values are read
-    from the arrays' buffers without copying where the layout allows (fixed-width values, the
-    bytes of strings), independent of the arrays' offsets and of what lies under nulls."""
-    t = col.type
-    if isinstance(t, pa.ExtensionType):
-        col = pa.chunked_array([c.storage for c in col.chunks], type=t.storage_type)
-        t = t.storage_type
-    crc = _crc(struct.pack("<q", len(col)), crc)
-    nulls = col.null_count > 0
-    strings = pa.types.is_string(t) or pa.types.is_binary(t)
-    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    width = _fixed_width(t)
-    if not (strings or large or width or pa.types.is_boolean(t)):
-        # another layout (nested, dictionary, ...): the Arrow IPC form of the whole column
-        # (which normalises offsets; null slots are written as they are)
-        a = pa.concat_arrays(col.chunks) if col.num_chunks != 1 else col.chunk(0)
-        sink = pa.BufferOutputStream()
-        rb = pa.RecordBatch.from_arrays([a], ["c"])
-        with pa.ipc.new_stream(sink, rb.schema) as wr:
-            wr.write_batch(rb)
-        return _crc(sink.getvalue(), crc)
-    c_valid = c_lens = c_vals = 0
-    for a in col.chunks:
-        n = len(a)
-        if n == 0:
-            continue
-        if nulls:
-            c_valid = _crc(a.is_valid().to_numpy(zero_copy_only=False).view(np.uint8), c_valid)
-            if a.null_count:
-                a = pc.fill_null(a, _zero(t))  # what lies under a null is not content
-        if pa.types.is_boolean(t):
-            c_vals = _crc(a.to_numpy(zero_copy_only=False).view(np.uint8), c_vals)
-            continue
-        bufs = a.buffers()
-        off = a.offset
-        if width:
-            c_vals = _crc(memoryview(bufs[1])[off * width:(off + n) * width], c_vals)
-            continue
-        ot = np.int64 if large else np.int32
-        offs = np.frombuffer(bufs[1], dtype=ot, count=off + n + 1)[off:]
-        c_lens = _crc(np.diff(offs), c_lens)  # n * 4 or 8 bytes: small beside the values
-        if bufs[2] is not None and offs[-1] > offs[0]:
-            c_vals = _crc(memoryview(bufs[2])[int(offs[0]):int(offs[-1])], c_vals)
-    return _crc(struct.pack("<III", c_valid, c_lens, c_vals), crc)
-
-
-def rows_crc(batch: Any, weights: Any) -> int:
-    """:func:`content_crc` of ``batch`` followed by its weights (int64): what a :class:`Span`
-    records of the rows it stands for."""
-    w = np.ascontiguousarray(weights, dtype=np.int64)
-    return _crc(w.view(np.uint8), content_crc(batch))
-
-
-def content_crc(data: Any) -> int:
-    """CRC-32C of the content of ``data`` (a RecordBatch or Table): column by column, each
-    column's values in row order (:func:`_column_crc`). Two batches with the same rows in the
-    same order have the same value however they are chunked, sliced or padded, and whatever
-    lies under nulls."""
-    if isinstance(data, pa.RecordBatch):
-        cols = [pa.chunked_array([c], type=c.type) for c in data.columns]
-    else:
-        cols = list(data.columns)
-    crc = _crc(struct.pack("<q", len(cols)))
-    for col in cols:
-        crc = _column_crc(col, crc)
-    return crc
+    pieces: tuple
+    report: tuple
+    pushed: Optional[tuple] = None
 
 
 class _Pieces:
@@ -361,11 +286,14 @@ class InputLog(_StepLog):
 
     def append(self, step: int, parts: dict[str, Optional[tuple]], positions: dict,
                meta: Optional[dict] = None, wait: bool = True,
-               spans: Optional[dict[str, tuple[int, int]]] = None) -> None:
+               spans: Optional[dict[str, tuple[int, int]]] = None,
+               slices: Optional[dict[str, dict]] = None) -> None:
         """Record step ``step``'s input durably: ``{input: (RecordBatch, weights) | None}``
         and the producers' positions after it. ``spans``: ``{input: (start, end)}``, the
         inputs whose rows this step are exactly their re-readable source's positions
-        ``[start, end)`` (logged as a :class:`Span`, see the module doc). ``wait=False``:
+        ``[start, end)`` (logged as a :class:`Span`, see the module doc). ``slices``: ``{input:
+        {"pieces": [...], "report": [(rows, crc), ...]}}``, the pieces the workers read
+        themselves (:attr:`dbsp.runtime.circuit.Circuit.last_slices`). ``wait=False``:
         return at once, the record is written and fsynced on the logger thread; :meth:`wait`
         for it before releasing any output of the step."""
         if self.failed is not None:
@@ -384,12 +312,12 @@ class InputLog(_StepLog):
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="dbsp-input-log")
         self._pending[step] = self._pool.submit(self._write, step, dict(parts), pos, meta,
-                                                dict(spans or {}))
+                                                dict(spans or {}), dict(slices or {}))
         if wait:
             self.wait(step)
 
     def _write(self, step: int, parts: dict, pos: dict, meta: Optional[dict],
-               spans: dict) -> None:
+               spans: dict, slices: dict) -> None:
         try:
             tables = []
             logged_spans = {}
@@ -408,6 +336,11 @@ class InputLog(_StepLog):
             header = {"step": step, "positions": pos, "meta": meta or {}}
             if logged_spans:
                 header["spans"] = logged_spans
+            if slices:
+                header["slices"] = {
+                    name: {"pieces": list(sl["pieces"]),
+                           "report": [[int(r), int(c)] for r, c in sl["report"]]}
+                    for name, sl in slices.items()}
             data = _encode(self.magic, header, tables)
             write_durable(self.path(step), data, kill_before_fsync="input-log-before-fsync",
                           kill_before_rename="input-log-before-rename")
@@ -468,6 +401,9 @@ class InputLog(_StepLog):
             parts[name] = (batch, w)
         for name, sp in header.get("spans", {}).items():
             parts[name] = Span(int(sp["start"]), int(sp["end"]), int(sp["rows"]), int(sp["crc"]))
+        for name, sl in header.get("slices", {}).items():
+            parts[name] = Slices(tuple(sl["pieces"]), tuple(tuple(r) for r in sl["report"]),
+                                 parts.get(name))
         return parts, header["positions"], header.get("meta", {})
 
     def position(self, name: str) -> Optional[int]:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from ..checkpoint import CheckpointStore
 from ..runtime.circuit import Circuit
@@ -181,7 +181,8 @@ class DurableJob:
     the replicas of the generation of ``auth`` and returns a :class:`Generation` (the launcher's
     :class:`LauncherGeneration`, :func:`dbsp.spark.spark_generation`). ``checkpoint_every`` /
     ``checkpoint_seconds``: when to checkpoint; ``max_restarts``: replica deaths in a row
-    before giving up.
+    before giving up. ``sliced``: ``{input: SlicedSource}``, inputs the replicas read
+    themselves (:mod:`dbsp.runtime.slices`; a step's input names ``SourceStep(k)`` for them).
 
     Drive it with :meth:`run` (the fault-tolerance coordinator: ``read(step, token)`` gives
     each step's input) or step it by hand: :meth:`open` gives the current generation's
@@ -192,7 +193,8 @@ class DurableJob:
                  start: Callable[[MeshAuth, str], Generation], *,
                  checkpoint_every: Optional[int] = None,
                  checkpoint_seconds: Optional[float] = None, keep_checkpoints: int = 2,
-                 max_restarts: int = 5, check_output: bool = False):
+                 max_restarts: int = 5, check_output: bool = False,
+                 sliced: Optional[dict] = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if storage is None:
@@ -211,6 +213,8 @@ class DurableJob:
         self.keep = keep_checkpoints
         self.max_restarts = max_restarts
         self.check_output = check_output
+        #: inputs the replicas read from sliced sources: ``{input: SlicedSource}``
+        self.sliced = dict(sliced or {})
         base = MeshAuth.new()
         self._job, self._secret = base.job, base.secret
         #: the driver's own files (output views in checkpoints), beside the replicas' parts
@@ -241,6 +245,7 @@ class DurableJob:
         circuit = Circuit(workers=self.workers, executor=ex.attach)
         try:
             self.outputs = build_outputs(circuit, self.build_fn)
+            circuit.slice_inputs(*self.sliced)
             circuit.start()  # the rendezvous: every replica on the mesh
         except BaseException:
             gen.close(failed=True)
@@ -263,6 +268,8 @@ class DurableJob:
                                       # a dead replica ends this generation: the job starts the
                                       # next one (run), not the circuit its workers in place
                                       max_restarts=0)
+        for name, src in self.sliced.items():
+            self.durable.sliced(name, src)
         return self.durable
 
     def open(self) -> DurableCircuit:
@@ -275,9 +282,13 @@ class DurableJob:
         """End the current generation (failed) and recover in the next."""
         t0 = time.perf_counter()
         if self.durable is not None:
+            try:  # a checkpoint being written finishes (or fails) before the replicas stop
+                self.durable.wait_checkpoint()
+            except Exception:  # the broken generation's own errors are not news
+                pass
             try:
                 self.durable.circuit.close()
-            except Exception:  # the broken generation's own errors are not news
+            except Exception:
                 pass
         self.durable = None
         d = self.open()
@@ -416,9 +427,10 @@ class LauncherGeneration:
     (or one for all), see :func:`~dbsp.runtime.launcher.spawn_workers`."""
 
     def __init__(self, auth: MeshAuth, root: str, workers: int, spec: str, timeout: float,
-                 python: Any = None, hosts: Optional[list] = None, env: Any = None):
-        self.coordinator = Coordinator(workers, auth, "127.0.0.1:0", spec, {"storage": root},
-                                       timeout)
+                 python: Any = None, hosts: Optional[list] = None, env: Any = None,
+                 sliced: Sequence[str] = ()):
+        self.coordinator = Coordinator(workers, auth, "127.0.0.1:0", spec,
+                                       {"storage": root, "sliced": list(sliced)}, timeout)
         self.procs = spawn_workers(self.coordinator.address, workers, auth, python, hosts, env)
 
     def close(self, failed: bool) -> None:
@@ -453,7 +465,7 @@ class LauncherJob(DurableJob):
         def start(auth: MeshAuth, root: str) -> LauncherGeneration:
             return LauncherGeneration(auth, root, workers, self.spec, self.timeout,
                                       placement["python"], placement["hosts"],
-                                      placement["env"])
+                                      placement["env"], list(self.sliced))
         return start
 
     def relayout(self, workers: Optional[int] = None, *, hosts: Optional[list] = None,

@@ -224,9 +224,22 @@ def _dec_zero(n: int, scale: int) -> pa.Array:
     return pa.array([Decimal(0)] * 1, _dec_t(scale)).take(np.zeros(n, np.int64))
 
 
-def _dec_add(a: pa.Array, b: pa.Array, scale: int) -> pa.Array:
-    w = pa.decimal256(38, scale)
-    return pc.add(a.cast(w), b.cast(w)).cast(_dec_t(scale))
+def _dec_add(a: pa.Array, b: pa.Array, scale: int, flags: Optional[list] = None,
+             what: str = "the sum") -> pa.Array:
+    w = pa.decimal256(40, scale)
+    return _dec_fit(pc.add(a.cast(w), b.cast(w)), scale, flags, what)
+
+
+def _dec_fit(v: pa.Array, scale: int, flags: Optional[list], what: str) -> pa.Array:
+    """``v`` (a wider decimal) as ``decimal128(38, scale)``: values of more than 38 digits
+    are out of range (SQL), checked like integer sums (:func:`_checked`; set to 0 when flagged)."""
+    bound = pa.scalar(Decimal(10) ** (38 - scale), pa.decimal256(76, scale))
+    over = pc.fill_null(pc.greater_equal(pc.abs(v.cast(pa.decimal256(76, scale))), bound), False)
+    if pc.any(over).as_py():
+        bad = np.asarray(over.to_numpy(zero_copy_only=False), dtype=bool)
+        v = pc.if_else(over, pa.scalar(Decimal(0), v.type), v)
+        _checked((None, bad), flags, what, "decimal128(38)")
+    return v.cast(_dec_t(scale))
 
 
 def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np.ndarray,
@@ -244,20 +257,31 @@ def weighted_sum(arr: pa.Array, w: np.ndarray, starts: np.ndarray, key_index: np
                            pa.array(w).cast(pa.decimal256(19, 0)))
         tab = pa.table({"g": key_index, "v": prod}).group_by("g", use_threads=False)
         res = tab.aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
-        return res.fill_null(Decimal(0)).cast(_dec_t(t.scale)), n
+        return _dec_fit(res.fill_null(Decimal(0)), t.scale, flags, f"the sum of {what}"), n
     x = arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else \
         arr.to_numpy(zero_copy_only=False)
     if nk == "i":
+        big = None
+        if t == pa.uint64():  # values past int64 would wrap in the int64 sum
+            over = np.asarray(x, dtype=np.uint64) > np.uint64(np.iinfo(np.int64).max)
+            if over.any():
+                big = np.zeros(len(starts), dtype=bool)
+                big[key_index[over]] = True
+                x = np.where(over, np.uint64(0), x)
         x = np.asarray(x, dtype=np.int64)
-        return _checked(weighted_group_sums(x, w, starts), flags, f"the sum of {what}"), n
+        sums, bad = weighted_group_sums(x, w, starts)
+        if big is not None:
+            bad = bad | big
+        return _checked((sums, bad), flags, f"the sum of {what}"), n
     x = np.asarray(x, dtype=np.float64)
     return _reduce(x * w.astype(np.float64), starts), n
 
 
-def _checked(res: tuple[np.ndarray, np.ndarray], flags: Optional[list], what: str) -> np.ndarray:
+def _checked(res: tuple[Any, np.ndarray], flags: Optional[list], what: str,
+             range_: str = "int64") -> Any:
     sums, bad = res
     if bad.any():
-        reason = f"{what} is out of the int64 range (SQL: numeric value out of range)"
+        reason = f"{what} is out of the {range_} range (SQL: numeric value out of range)"
         if flags is None:
             raise OverflowError(reason)
         flags.append((bad, reason))
@@ -417,6 +441,10 @@ def rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
     return eq
 
 
+def _all_valid(n: int) -> np.ndarray:
+    return np.ones(n, dtype=bool)
+
+
 class VersionedRows(Stateful):
     """A spine holding at most one row per key; its value code is the row's version number.
 
@@ -483,16 +511,18 @@ class VersionedRows(Stateful):
         parts, p, v, bq, rq = found
         has[p] = True
         ver[p] = v
-        one = len(parts) == 1 or bool((bq == bq[0]).all())
-        for bno in ([int(bq[0])] if one else np.unique(bq).tolist()):
-            sel = None if one else np.flatnonzero(bq == bno)
-            at, rows = (p, rq) if sel is None else (p[sel], rq[sel])
-            vals = parts[bno][0].vals
-            for j, out in enumerate(cols):
-                x, ok = np_values(vals.column(j), out.dtype)
-                out[at] = x[rows]
-                if oks is not None:
-                    oks[j][at] = True if ok is None else ok[rows]
+        # one native gather per column over the batches holding a live row (no selection and
+        # fancy index per batch and column)
+        used = np.flatnonzero(np.bincount(bq, minlength=len(parts))).tolist()
+        for j, out in enumerate(cols):
+            none = np.zeros(0, dtype=out.dtype)
+            xs: list = [none] * len(parts)
+            vs: list = [None] * len(parts)  # validity; None: no null (gather fills True)
+            for bno in used:
+                xs[bno], vs[bno] = np_values(parts[bno][0].vals.column(j), out.dtype)
+            K.gather_rows(p, bq, rq, xs, out)
+            if oks is not None:
+                K.gather_rows(p, bq, rq, vs, oks[j], True)  # None: no null in that batch
         return (has, cols, ver, oks) if valid else (has, cols, ver)
 
     def _live(self, kcodes, G: int):
@@ -561,21 +591,13 @@ class VersionedRows(Stateful):
         all valid)."""
         rm = has_old & changed
         add = keep_new & changed
-        counts = rm.astype(np.int64) + add.astype(np.int64)
-        if not counts.any():
+        if not (rm.any() or add.any()):
             return
-        kk = np.flatnonzero(counts)
-        c = counts[kk]
-        offsets = np.zeros(len(kk) + 1, np.int64)
-        np.cumsum(c, out=offsets[1:])
-        g = np.repeat(kk, c)  # key position of each entry
-        first = np.zeros(len(g), dtype=bool)
-        first[offsets[:-1]] = True
-        is_old = first & rm[g]  # the old row comes first (its version is the smaller)
-        w = np.where(is_old, -1, 1).astype(np.int64)
-        new_ver = np.zeros(len(kk), dtype=np.uint64)
-        new_ver[add[kk]] = self._versions(int(add.sum()))
-        vcodes = np.where(is_old, old_ver[g], new_ver[np.repeat(np.arange(len(kk)), c)])
+        # per changed key: the old row (its version is the smaller) before the new one
+        self._versions(0)  # (finds the counter after a restore)
+        start = self._next
+        kk, offsets, g, is_old, vcodes, w = K.versioned_pairs(rm, add, old_ver, start)
+        self._next = start + int(add.sum())
         if isinstance(old_vals, list):  # numpy columns: pick old / new rows, one Arrow batch
             cols = []
             for j, (o, n, f) in enumerate(zip(old_vals, new_vals, self.val_schema)):
@@ -583,10 +605,10 @@ class VersionedRows(Stateful):
                 nv = new_valid[j] if new_valid is not None else None
                 mask = None
                 if ov is not None or nv is not None:
-                    ok = np.where(is_old, True if ov is None else ov[g],
-                                  True if nv is None else nv[g])
+                    ok = K.pick_rows(g, is_old, _all_valid(len(o)) if ov is None else ov,
+                                     _all_valid(len(n)) if nv is None else nv)
                     mask = None if ok.all() else ~ok
-                cols.append(np_array(np.where(is_old, o[g], n[g]), f.type, mask))
+                cols.append(np_array(K.pick_rows(g, is_old, o, n), f.type, mask))
             vals = pa.RecordBatch.from_arrays(cols, schema=self.val_schema)
         else:
             G = old_vals.num_rows
@@ -672,16 +694,26 @@ class _Partials:
         key_index = None
         cols: list = [None] * len(self.schema)
         cols[0] = _checked(group_sums(d.weights, starts), flags, "the row count")
+        sums: dict = {}  # column -> (weighted sum, non-null count): sum and avg of one column
+        counts: dict = {}  # column -> non-null count
         for s, (ci, si, nk) in zip(self.specs, self.plan):
             arr = d.vals.column(s.column) if s.column is not None else None
             if si is not None:
-                if key_index is None:
-                    key_index = np.repeat(np.arange(d.num_keys, dtype=np.int64), np.diff(d.offsets))
-                cols[si], cols[ci] = weighted_sum(arr, d.weights, starts, key_index, flags,
+                if s.column not in sums:
+                    if key_index is None:
+                        key_index = np.repeat(np.arange(d.num_keys, dtype=np.int64),
+                                              np.diff(d.offsets))
+                    sums[s.column] = weighted_sum(arr, d.weights, starts, key_index, flags,
                                                   f"'{s.column}'")
+                cols[si], cols[ci] = sums[s.column]
             elif ci is not None:
-                cols[ci] = _checked(group_sums(d.weights * _valid(arr), starts), flags,
-                                    f"count({s.column})")
+                if s.column in sums:
+                    cols[ci] = sums[s.column][1]
+                    continue
+                if s.column not in counts:
+                    counts[s.column] = _checked(group_sums(d.weights * _valid(arr), starts),
+                                                flags, f"count({s.column})")
+                cols[ci] = counts[s.column]
         return cols
 
     def from_arrow(self, batch: pa.RecordBatch, has: np.ndarray) -> list:
@@ -706,7 +738,7 @@ class _Partials:
                 w = pa.decimal256(38, f.type.scale)
                 res = pa.table({"g": g, "v": c.cast(w)}).group_by("g", use_threads=False) \
                     .aggregate([("v", "sum")]).sort_by("g").column("v_sum").combine_chunks()
-                out.append(res.cast(f.type))
+                out.append(_dec_fit(res, f.type.scale, flags, self._what(f.name)))
             elif pa.types.is_integer(f.type):
                 out.append(_checked(group_sums(c, starts), flags, self._what(f.name)))
             else:
@@ -729,7 +761,7 @@ class _Partials:
         out = []
         for f, x, y in zip(self.schema, a, b):
             if pa.types.is_decimal(f.type):
-                out.append(_dec_add(x, y, f.type.scale))
+                out.append(_dec_add(x, y, f.type.scale, flags, self._what(f.name)))
             elif pa.types.is_integer(f.type):
                 out.append(_checked(add_overflows(x, y), flags, self._what(f.name)))
             else:
@@ -923,8 +955,8 @@ class LinearAggregateOperator(Operator):
         for s, (ci, si, nk) in zip(self.specs, self.partials.plan):
             if s.column is None:
                 continue
-            if si is not None and nk not in ("i", "f"):
-                return None
+            if si is not None and (nk not in ("i", "f") or s.in_type == pa.uint64()):
+                return None  # decimals; uint64 values past int64 (weighted_sum flags them)
             c = used.setdefault(s.column, [len(used), None])
             if si is not None:
                 kinds[si], cols[si] = (2, c[0]) if nk == "i" else (3, c[0])
@@ -1035,7 +1067,7 @@ class LinearAggregateOperator(Operator):
         """The rest of a step whose new partials (numpy columns) refuse no key: the versioned
         rows of the changed keys replaced, and ``-old`` / ``+new`` output rows, through the
         native kernels (:func:`~dbsp.algebra.kernels.combine_partials`, ``versioned_put``,
-        ``pick_rows``). Same state and output as the general path below it in :meth:`eval`."""
+        ``pick_partials``). Same state and output as the general path below it in :meth:`eval`."""
         new, changed, keep, eo, en = fast
         st = self.state
         st._versions(0)  # (sets the version counter after a restore)
@@ -1044,7 +1076,7 @@ class LinearAggregateOperator(Operator):
         if len(kk):
             st._next += used
             vals = pa.RecordBatch.from_arrays(
-                [pa.array(c, f.type) for c, f in zip(K.pick_rows(src, idx, old, new),
+                [pa.array(c, f.type) for c, f in zip(K.pick_partials(src, idx, old, new),
                                                      st.val_schema)], schema=st.val_schema)
             st.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
                                            vcodes, w, kcodec, st.vcodec))
@@ -1054,7 +1086,7 @@ class LinearAggregateOperator(Operator):
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
-        parts = K.pick_rows(ow < 0, rows, old, new)
+        parts = K.pick_partials(ow < 0, rows, old, new)
         cols = list(take(keys, rows).columns) + self._finish_numeric(parts)
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
 
@@ -1150,18 +1182,25 @@ class _ValueCounts(Stateful):
     def monotone(self, v: bool) -> None:
         self._monotone = v
 
-    def delta(self, d: OrdIndexedZSet) -> Optional[OrdIndexedZSet]:
-        """The consolidated ``key -> value`` delta of the column's non-null values (None if
-        empty)."""
+    def delta(self, d: OrdIndexedZSet) -> Optional[tuple[OrdIndexedZSet, np.ndarray]]:
+        """The consolidated ``key -> value`` delta of the column's non-null values and the
+        position in ``d`` of each of its entries' key (None if empty).
+
+        ``d``'s keys are sorted and distinct already, so the pairs are sorted by ``(key
+        position, value code)``, two integers: the key columns are neither re-encoded nor
+        compared (a key of several columns has var-length codes, whose sort costs several
+        times more)."""
         arr = d.vals.column(self.col)
         vf = d.vcodec.fields
         if len(vf) == 1 and arr.null_count == 0 and vf[0].type == self.schema.field(0).type \
                 and vf[0].nullable == self.schema.field(0).nullable:
             # the column is d's only value column and codes alike: d's (key, value) pairs are
             # already consolidated, sorted and encoded as this trace keeps them
-            return OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
-                                  pa.RecordBatch.from_arrays([arr], schema=self.schema),
-                                  d.vcodes, d.weights, d.kcodec, self.codec) if len(d) else None
+            if not len(d):
+                return None
+            return (OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
+                                   pa.RecordBatch.from_arrays([arr], schema=self.schema),
+                                   d.vcodes, d.weights, d.kcodec, self.codec), d.key_index())
         ki = d.key_index()
         if arr.null_count:
             rows = np.flatnonzero(_valid(arr))
@@ -1170,14 +1209,45 @@ class _ValueCounts(Stateful):
             w = d.weights
         if len(ki) == 0:
             return None
-        dv = OrdIndexedZSet.from_parts(take(d.keys, ki), pa.RecordBatch.from_arrays(
-            [arr], schema=self.schema), w, kcodec=d.kcodec, vcodec=self.codec,
-            kcodes=K.take(d.kcodes, ki))
-        return dv if len(dv) else None
+        vals = pa.RecordBatch.from_arrays([arr], schema=self.schema)
+        vcodes = self.codec.encode(vals.columns, len(arr))
+        got = _consolidate_runs(ki, vcodes, w)
+        perm, w = got if got is not None else K.sort_consolidate(ki.astype(np.uint64), vcodes, w)
+        if len(perm) == 0:
+            return None
+        gpos = ki[perm]
+        bounds = np.flatnonzero(np.r_[True, gpos[1:] != gpos[:-1], True])
+        uk = gpos[bounds[:-1]]
+        dv = OrdIndexedZSet(take(d.keys, uk), K.take(d.kcodes, uk), bounds.astype(np.int64),
+                            take(vals, perm), K.take(vcodes, perm), w, d.kcodec, self.codec)
+        return dv, gpos
 
     def clear(self) -> None:
         self.trace.clear()
         self._monotone = True
+
+
+def _consolidate_runs(ki: np.ndarray, vcodes, w: np.ndarray):
+    """:func:`K.sort_consolidate` of ``(ki, vcodes)`` pairs that are sorted already: ``(first
+    row of each distinct pair, summed weight)``, zero sums dropped; None when the u64 codes are
+    not in order inside each key (or a sum leaves int64: the caller's sort then reports it).
+
+    A key's values sit in the order of their whole value code, whose first column leads, so the
+    pairs of the first value column arrive sorted (``group_by().agg()`` puts the column of a min /
+    max / count_distinct first): one pass finds the runs, no sort."""
+    if not isinstance(vcodes, np.ndarray):
+        return None
+    if len(ki) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    same = ki[1:] == ki[:-1]
+    if (same & (vcodes[1:] < vcodes[:-1])).any():
+        return None
+    starts = np.flatnonzero(np.r_[True, ~same | (vcodes[1:] != vcodes[:-1])])
+    sums, bad = group_sums(w, starts)
+    if bad.any():
+        return None
+    nz = sums != 0
+    return starts[nz], sums[nz]
 
 
 def _pick_first(gpos: np.ndarray, mask: np.ndarray, last: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -1197,11 +1267,10 @@ def _pair_changes(d: OrdIndexedZSet, vc: _ValueCounts, specs: list):
     position in ``d``, each pair's weight before it (None when insert-only and no count_distinct
     needs it), whether the pair is present after it, and whether it was present before and is
     not now (None when insert-only). None when the step changes no pair."""
-    dv = vc.delta(d)
-    if dv is None:
+    got = vc.delta(d)
+    if got is None:
         return None
-    ai, _ = K.intersect(d.kcodes, dv.kcodes)  # dv's keys are a subset of d's
-    gpos = ai[dv.key_index()]  # position in d of each (key, value) entry
+    dv, gpos = got  # gpos: the position in d of each (key, value) entry's key
     insert_only = vc.monotone and bool((dv.weights > 0).all())
     need_w = not insert_only or any(s.kind == "count_distinct" for _, s in specs)
     old_w = pair_weights(vc.trace.batches(), d.kcodes, gpos, dv.vcodes) if need_w else None

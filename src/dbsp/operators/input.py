@@ -20,12 +20,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from ..algebra.schema import WEIGHT, InputError, concat_batches, conform, empty_batch, take
+from ..algebra.schema import (WEIGHT, InputError, concat_batches, conform, empty_batch, row_list,
+                              take)
 from ..circuit.errors import check_policy
 from ..circuit.exchange import as_shard_map, deal
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
-from ..trace.batch import ZSet
+from ..trace.batch import OrdIndexedZSet, ZSet
 from .stream import Stream
 from .upsert import upsert_push
 
@@ -88,7 +89,9 @@ class InputStream(Stream):
         batch, w, bad = conform_rows(self.name, self.schema, data, weights)
         return self._accept(batch, w), bad
 
-    def _accept(self, batch: pa.RecordBatch, w: np.ndarray) -> int:
+    def _accept(self, batch: pa.RecordBatch, w: np.ndarray, held: bool = False) -> int:
+        """Queue a conformed batch for the next step (``held``: its retractions are rows the
+        keyed input holds, as an upsert's are: not checked again)."""
         if batch.num_rows:
             # the weights of one step may be summed in any order (consolidation): refuse a push
             # that would let that sum leave int64, rather than wrap (float: no overflow here)
@@ -97,8 +100,12 @@ class InputStream(Stream):
                 raise InputError(self.name, f"the weights of this step's rows add up to {mass:.3g}"
                                             f" in absolute value, beyond the int64 range of "
                                             f"weights (step between such pushes)", WEIGHT)
-            self._pending_mass = mass
             keyed = self._key.indexed(batch, w) if self._key is not None else None
+            if keyed is not None and not held and (w < 0).any():
+                batch, w, keyed = self._never_inserted(batch, w, keyed)
+                if not batch.num_rows:
+                    return 0
+            self._pending_mass = mass
             self._pending.append((batch, w))
             self._pending_rows += batch.num_rows
             self._rows_pushed += batch.num_rows
@@ -106,6 +113,31 @@ class InputStream(Stream):
                 self._key.record(keyed)
                 self._keyed.append(keyed)
         return batch.num_rows
+
+    def _never_inserted(self, batch: pa.RecordBatch, w: np.ndarray, keyed: Any):
+        """A keyed input knows its current rows: a retraction of a row it does not hold (as
+        many times) is refused (``raise``: an InputError naming the row, nothing applied) or,
+        under ``skip_and_report``, every retraction of that row in this push is set aside."""
+        old = self._key.trace.lookup(keyed.kcodes)
+        total = keyed if old is None else OrdIndexedZSet.merge([old, keyed])
+        neg = total.weights < 0
+        if not neg.any():
+            return batch, w, keyed
+        held = total.flatten()
+        bad_rows = {_frozen(r) for r in take(held.data, np.flatnonzero(neg))
+                    .select(self.schema.names).to_pylist()}
+        rows = batch.to_pylist()
+        bad = np.array([wi < 0 and _frozen(r) in bad_rows for r, wi in zip(rows, w)], bool)
+        reason = "a row was deleted that was never inserted (the keyed input does not hold it)"
+        if self.policy == "raise":
+            raise InputError(self.name, f"{reason}: {rows[int(np.flatnonzero(bad)[0])]}",
+                             row=int(np.flatnonzero(bad)[0]))
+        log = self.circuit.error_log
+        for i in np.flatnonzero(bad):
+            log.add(self.circuit.steps, self.name, reason, tuple(rows[i].values()), int(w[i]))
+        keep = np.flatnonzero(~bad)
+        batch, w = take(batch, keep), w[keep]
+        return batch, w, (self._key.indexed(batch, w) if len(keep) else None)
 
     def insert(self, data: Any) -> int:
         """Add rows with weight +1."""
@@ -210,6 +242,17 @@ class BadInput:
         return f"BadInput(row {self.index}: {self.reason})"
 
 
+def _frozen(row: dict) -> tuple:
+    """A row (a dict of Python values, nested lists and dicts included) as a hashable tuple."""
+    def f(v: Any) -> Any:
+        if isinstance(v, list):
+            return tuple(f(x) for x in v)
+        if isinstance(v, dict):
+            return tuple((k, f(x)) for k, x in v.items())
+        return v
+    return tuple(f(v) for v in row.values())
+
+
 def _rows_of(data: Any) -> Any:
     """``data`` in a form whose rows can be taken by position: a Table, or a list of rows."""
     if isinstance(data, pa.RecordBatch):
@@ -234,7 +277,7 @@ def conform_rows(name: str, schema: pa.Schema, data: Any,
     """
     if not isinstance(data, (pa.Table, pa.RecordBatch)) and \
             not (hasattr(data, "to_dict") and hasattr(data, "columns")):
-        data = list(data)  # an iterator is read once
+        data = row_list(name, data)  # an iterator is read once
     try:
         batch, w = conform(name, schema, data, weights)
         return batch, w, []

@@ -216,9 +216,15 @@ class TopKOperator(Operator):
             if self.edge_cols is not None and lim_e.any():
                 # the tie group nearest the window's edge may continue beyond it
                 obc = self.edge_codec.encode([vals.column(c) for c in self.edge_cols], len(w.k))
+                # a key's rows are ascending: read from the back, the edge next to the unread
+                # values is the key's first row; read from the front, its last
                 first = np.r_[True, w.k[1:] != w.k[:-1]]
-                head = np.flatnonzero(first)[np.cumsum(first) - 1]
-                edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, head)
+                group = np.cumsum(first) - 1
+                if last:
+                    edge = np.flatnonzero(first)[group]
+                else:
+                    edge = np.flatnonzero(np.r_[w.k[1:] != w.k[:-1], True])[group]
+                edge_tie = _code_eq(obc, np.arange(len(w.k)), obc, edge)
                 trusted = pos & ~(edge_tie & lim_e)
             places = np.bincount(w.k, np.where(trusted, w.weights, 0), minlength=n)
             done = ~w.limited | (places >= self.k)

@@ -115,7 +115,8 @@ def upsert_push(inp, data: Any, key: Optional[Sequence[str]] = None) -> int:
         old_rows = pa.RecordBatch.from_arrays(old_rows.columns, schema=inp.schema)
         delta = pa.concat_batches([old_rows, new])
         w = np.concatenate([-old.weights, np.ones(len(last), np.int64)])
-    inp.push(delta, weights=w)
+    inp.circuit.check_open("push into")
+    inp._accept(delta, w, held=True)  # conformed above; the old rows come from the key state
     return len(last)
 
 

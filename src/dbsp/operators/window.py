@@ -28,8 +28,11 @@ nothing (its last row stays in the view); without a watermark, all window state 
 
 Design
 ------
-*Tumbling / hopping*: a vectorised flat-map gives every row its window starts; the rows are
-indexed by ``(window_start, keys...)`` - the window start is the *leading key column*, so key
+*Tumbling / hopping*: a hopping window's rows are first consolidated by (pane, keys, aggregated
+columns), a pane being the slice of width ``gcd(size, every)`` holding the row's time (every time
+of a pane falls in the same windows), so a burst of rows on one key is copied into its windows
+once, with its summed weight. Then a vectorised flat-map gives every row its window starts; the
+rows are indexed by ``(window_start, keys...)`` - the window start is the *leading key column*, so key
 codes order by time - sharded by key hash, and aggregated by the engine's aggregate operators
 (running partials for count/sum/avg, per-(key, value) weights for min/max/count_distinct). After
 each step, every trace of that operator is cut below the key code of ``(cut, smallest keys)``
@@ -55,6 +58,7 @@ watermark; sweeps are amortised (run when the trace has doubled since the last o
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -161,6 +165,30 @@ class _Assign:
         rows = batch.select(self.cols).take(pa.array(parent, pa.int64()))
         cols = [_from_physical(ws, self.t)] + list(rows.columns)
         return pa.RecordBatch.from_arrays(cols, schema=self.out_schema), parent
+
+
+class _Pane:
+    """Vectorised map of each row to its *pane*: the event time replaced by the start of its
+    slice of width ``gcd(size, every)`` (rows with a null time dropped, as :class:`_Assign`
+    drops them). Every time of one pane falls in the same hopping windows, so rows that agree on
+    pane, keys and aggregated columns may be consolidated (their weights summed) before
+    :class:`_Assign` copies each into its ``ceil(size / every)`` windows."""
+
+    def __init__(self, time_col: str, t: pa.DataType, width: int, offset: int, cols: list[str],
+                 out_schema: pa.Schema):
+        self.time_col, self.t, self.width, self.offset = time_col, t, width, offset
+        self.cols, self.out_schema = cols, out_schema
+
+    def __call__(self, batch: pa.RecordBatch):
+        t, valid = time_int64(batch.column(self.time_col))
+        idx = np.flatnonzero(valid)
+        tv = t[idx]
+        pane = tv - np.mod(tv - self.offset, self.width)
+        rows = batch.select(self.cols)
+        if len(idx) != batch.num_rows:
+            rows = rows.take(pa.array(idx, pa.int64()))
+        cols = [_from_physical(pane, self.t)] + list(rows.columns)
+        return pa.RecordBatch.from_arrays(cols, schema=self.out_schema), idx
 
 
 def key_prefix_bound(kcodec: KeyCodec, first: pa.Array):
@@ -303,6 +331,16 @@ def window_aggregate(stream, time_col: str, spec, keys: Sequence[str], aggs: dic
     assigned = pa.schema([pa.field(_WS, t, nullable=False)]
                          + [schema.field(k) for k in keys] + [schema.field(c) for c in vcols])
     fn = _Assign(time_col, t, size, every, offset, keys + vcols, assigned)
+    if fn.copies > 1 and time_col not in keys + vcols:
+        # hopping: consolidate rows by (pane, keys, aggregated columns) before copying each
+        # into its windows. Nexmark q5's 92K bids a step fall on ~6.3K (auction, 2 s pane)
+        # rows, so the windows' index sorts 32K rows instead of 460K; at worst (no two rows
+        # alike) it costs one more sort of the input, 1 / copies of the index's.
+        panes = pa.schema([pa.field(time_col, t, nullable=False)]
+                          + [schema.field(k) for k in keys] + [schema.field(c) for c in vcols])
+        width = math.gcd(size, every)
+        stream = stream.flat_map(_Pane(time_col, t, width, offset, keys + vcols, panes),
+                                 panes).consolidate()
     rows = stream.flat_map(fn, assigned)
     ix = rows.index_by([_WS] + keys)
     specs = parse_aggs(aggs, ix.key_schema, ix.val_schema)

@@ -71,6 +71,7 @@ from ..trace.merge_helper import start_helper, stop_helpers
 from ..trace.spill import SpineStorage
 from .placement import plan
 from .process import ProcessPool, WorkerDied
+from .slices import SLICES, SliceRead, SliceReader, deal_pieces, gather_report
 from .threads import InProcTransport, ThreadPool
 
 
@@ -167,6 +168,12 @@ class Circuit(Graph):
         # small state of the layers above (name -> (get, set)), saved with the driver's state
         self._state_hooks: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
         self._initial: Optional[dict] = None  # driver_state() before the first step
+        #: inputs the workers read themselves from sliced sources (:meth:`slice_inputs`)
+        self.sliced: set[str] = set()
+        self._slice_reads: dict[str, tuple] = {}  # input -> (source, pieces, expect, checksum)
+        #: per input read from a sliced source in the last step: ``{"pieces": [...],
+        #: "report": [(rows, crc) per piece]}``
+        self.last_slices: dict[str, dict] = {}
 
     # -- construction ---------------------------------------------------------------------
     def add_input(self, name: str, schema: Any, key: Optional[Sequence[str]] = None):
@@ -185,6 +192,74 @@ class Circuit(Graph):
         s._key = state
         self.inputs[name] = s
         return s
+
+    def slice_inputs(self, *names: str) -> None:
+        """Inputs ``names`` will (also) be read by the workers themselves from sliced sources
+        (:meth:`read_slices`): the driver's placement leaves them out (see
+        :mod:`dbsp.runtime.slices`). Only before the workers start."""
+        unknown = [n for n in names if n not in self.inputs]
+        if unknown:
+            raise KeyError(f"slice_inputs: no input named {unknown[0]!r} (inputs: "
+                           f"{', '.join(self.inputs)})")
+        if self._executor is not None and not set(names) <= self.sliced:
+            raise CircuitError(f"circuit '{self.name}' is running: name its sliced inputs "
+                               f"before the first step")
+        self.sliced.update(names)
+
+    def unplaced(self) -> frozenset:
+        """Node ids of the inputs read from sliced sources (:meth:`slice_inputs`)."""
+        return frozenset(self.inputs[n].node for n in self.sliced)
+
+    def read_slices(self, name: str, source: Any, step: Optional[int] = None, *,
+                    pieces: Optional[Sequence] = None, expect: Optional[Sequence] = None,
+                    checksum: bool = False) -> int:
+        """The next step, input ``name`` also gets step ``step`` of ``source`` (a
+        :class:`~dbsp.runtime.slices.SlicedSource`): its pieces dealt to the workers by index,
+        each worker reading its own (remote workers read them where they run; the embedded
+        runtimes read them here). ``pieces`` instead of ``step``: those pieces (a replay);
+        ``expect``: per piece the ``(rows, crc)`` they must read back as; ``checksum``: have
+        the workers report each piece's crc (:attr:`last_slices`). Returns the number of
+        pieces (0: the source has no step ``step``; nothing is read)."""
+        self.check_open("read slices into")
+        if name not in self.sliced:
+            raise ValueError(f"input {name!r} is not read from a sliced source: name it with "
+                             f"slice_inputs({name!r}) (launch(sliced=[...])) before the first "
+                             f"step")
+        if name in self._slice_reads:
+            raise ValueError(f"input {name!r} has a sliced read pending already: step first")
+        if pieces is None:
+            if step is None:
+                raise ValueError("read_slices: give the source's step or its pieces")
+            got = source.pieces(step)
+            if got is None:
+                return 0
+            pieces = list(got)
+        pieces = list(pieces)
+        if expect is not None and len(expect) != len(pieces):
+            raise ValueError(f"read_slices: {len(expect)} expectations for {len(pieces)} pieces")
+        if pieces:
+            self._slice_reads[name] = (source, pieces, None if expect is None else list(expect),
+                                       checksum)
+        return len(pieces)
+
+    @property
+    def slices_pending(self) -> bool:
+        """Whether sliced reads are pending for the next step (:meth:`read_slices`)."""
+        return bool(self._slice_reads)
+
+    def _slice_requests(self, reads: dict) -> list[dict]:
+        """Per worker ``{input node: SliceRead}`` of ``reads`` (the pending reads)."""
+        W = self.workers
+        out: list[dict] = [{} for _ in range(W)]
+        for name, (source, pieces, expect, checksum) in reads.items():
+            node = self.inputs[name].node
+            reader = source.reader() if hasattr(source, "reader") else source
+            for w, idx in enumerate(deal_pieces(pieces, W)):
+                if idx:
+                    out[w][node] = SliceRead(name, reader, tuple(pieces[i] for i in idx),
+                                             None if expect is None else
+                                             tuple(expect[i] for i in idx), checksum)
+        return out
 
     def recursive(self, fn: Callable, *inputs: Any, **kw: Any):
         """The least fixed point ``x = fn(x, *inputs)`` at every step, by a nested circuit
@@ -255,7 +330,7 @@ class Circuit(Graph):
     def _start(self) -> None:
         tune_malloc()
         self.mark_policies()
-        self._placement = plan(self.nodes, self.workers)
+        self._placement = plan(self.nodes, self.workers, self.unplaced())
         local = self._placement.local_exchanges
         if self._executor_factory is not None:
             self._executor = self._executor_factory(self.nodes, self.workers, local)
@@ -303,6 +378,25 @@ class Circuit(Graph):
                 if part is not None:
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
+        reads, self._slice_reads = self._slice_reads, {}
+        local_reports: list = []
+        if reads:
+            requests = self._slice_requests(reads)
+            if self.remote:  # each worker reads its pieces where it runs
+                for w, r in enumerate(requests):
+                    if r:
+                        per_worker[w][SLICES] = r
+            else:  # the embedded runtimes: this process reads every worker's pieces
+                reader = SliceReader({inp.node: (n, inp.schema)
+                                      for n, inp in self.inputs.items()})
+                try:
+                    for w, r in enumerate(requests):
+                        per_worker[w][SLICES] = r
+                        local_reports.append(reader.resolve(per_worker[w]))
+                except BaseException:
+                    for inp in self.inputs.values():
+                        inp._step_done(False)
+                    raise
         try:
             outs = self._executor.step(per_worker, self._check_outputs)
         except WorkerDied as e:
@@ -324,6 +418,14 @@ class Circuit(Graph):
             raise
         for inp in self.inputs.values():
             inp._step_done(True)
+        self.last_slices = {}
+        if reads:
+            reports = local_reports or [o.pop(SLICES, {}) for o in outs]
+            for name, (_, pieces, _, _) in reads.items():
+                node = self.inputs[name].node
+                self.last_slices[name] = {
+                    "pieces": pieces,
+                    "report": gather_report([r.get(node) for r in reports], len(pieces), W)}
         for out in self.outputs:
             out._gather([o.get(out.node) for o in outs])
         for o in outs:
@@ -355,6 +457,7 @@ class Circuit(Graph):
             except Exception:  # the broken workers' own errors are not news
                 pass
         self._broken = None
+        self._slice_reads = {}
         self._start()
         if self._initial is not None:
             self.restore_driver_state(self._initial)

@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
-from .._version import __version__
+from .._version import __version__, formats, incompatibility
 from ..circuit.errors import check_policy
 from ..circuit.exchange import ShardMap, TransportAborted
 from ..circuit.scheduler import Scheduler
@@ -51,9 +51,10 @@ from ..storage.config import as_storage_config
 from .circuit import Circuit, make_worker_context
 from .placement import plan
 from .process import WorkerDied, serve_replica
+from .slices import SliceReader
 from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
-__all__ = ["Coordinator", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs",
+__all__ = ["Coordinator", "VersionMismatch", "Job", "launch", "serve_worker", "spawn_workers", "build_outputs",
            "pipeline_spec", "per_worker", "resolve_pipeline", "AUTH_ENV"]
 
 #: the directory this package was loaded from (a worker reports it: which code it runs)
@@ -142,6 +143,12 @@ class PolledApply:
         return self._result
 
 
+class VersionMismatch(RuntimeError):
+    """A worker runs a package whose formats (wire protocol, checkpoint, layer files) this
+    driver cannot work with (:func:`dbsp._version.incompatibility`): the generation is not
+    formed."""
+
+
 class Coordinator:
     """The driver's side of a launch: rendezvous, then the executor of the circuit's steps.
 
@@ -167,6 +174,9 @@ class Coordinator:
         self.ctrl: dict[int, socket.socket] = {}
         self.info: dict[int, dict] = {}
         self.mesh_seconds = 0.0
+        #: the formats this driver speaks (:func:`dbsp._version.formats`): a worker whose
+        #: formats do not interoperate with them is refused (:class:`VersionMismatch`)
+        self.formats = formats()
         #: called while waiting for workers; raises to give up (their launcher failed)
         self.watch = watch
         # one request / reply exchange at a time: a checkpoint writer polls its background
@@ -195,6 +205,7 @@ class Coordinator:
                 raise RuntimeError(f"worker {w} sent {msg[0]!r} instead of registering")
             addresses[w] = msg[1]
             self.info[w] = msg[2]
+        self._check_versions()
         for w, s in self.ctrl.items():
             wire.send(s, ("mesh", addresses, self.pipeline, self.settings))
         for w in self.ctrl:
@@ -205,6 +216,26 @@ class Coordinator:
         for s in self.ctrl.values():
             s.settimeout(None)
         self.mesh_seconds = time.perf_counter() - t0
+
+    def _check_versions(self) -> None:
+        """Refuse to form a generation whose members cannot interoperate: each worker's formats
+        against this driver's (so, through it, against each other's). Different package
+        versions with the same formats (a rolling upgrade) are fine."""
+        for w, info in sorted(self.info.items()):
+            why = incompatibility(self.formats, info.get("formats"))
+            if why is None:
+                continue
+            err = VersionMismatch(
+                f"worker {w} on host {info.get('address') or info.get('host', '?')} runs dbsp "
+                f"{info.get('version', '?')}, the driver dbsp {__version__}: they cannot work "
+                f"together ({why}; the driver's formats {self.formats}, the worker's "
+                f"{info.get('formats')}); the generation is not formed")
+            for s in self.ctrl.values():  # the workers stop waiting for the mesh
+                try:
+                    wire.send(s, ("err", err))
+                except OSError:
+                    pass
+            raise err
 
     def _recv(self, w: int) -> Any:
         try:
@@ -324,7 +355,7 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
                  build: Optional[Callable[[Circuit], Any]] = None, listen_host: str = "127.0.0.1",
                  advertise_host: Optional[str] = None, timeout: float = 120.0,
                  on_ready: Optional[Callable[[], None]] = None,
-                 info: Optional[dict] = None) -> None:
+                 info: Optional[dict] = None, sources: Optional[dict] = None) -> None:
     """Run worker ``worker`` of the job of ``auth`` until the coordinator says stop.
 
     Dials the coordinator, listens for its peers on ``listen_host`` (an ephemeral port), joins
@@ -332,7 +363,9 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
     steps. Raises if the handshake is refused or the mesh cannot be formed in ``timeout``.
     The worker registers with its pid, host name and the host its peers dial (``address``: the
     host a checkpoint's layout records for it), the package version it runs and where that
-    package was loaded from (``code``), plus ``info``.
+    package was loaded from (``code``), plus ``info``. ``sources``: sliced sources only this
+    worker knows, by name (:class:`~dbsp.runtime.slices.LocalSource`: e.g. a Spark task's
+    partition).
     """
     deadline = time.monotonic() + timeout
     ctrl = dial(coordinator, auth, worker, deadline)
@@ -343,8 +376,10 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
         wire.send(ctrl, ("register", address,
                          {**(info or {}), "pid": os.getpid(), "host": socket.gethostname(),
                           "address": advertise_host or listen_host, "version": __version__,
-                          "code": _PACKAGE_DIR}))
+                          "formats": formats(), "code": _PACKAGE_DIR}))
         msg = wire.recv(ctrl)
+        if msg[0] == "err":
+            raise msg[1]
         if msg[0] != "mesh":
             raise RuntimeError(f"coordinator sent {msg[0]!r} instead of the mesh")
         _, addresses, spec, settings = msg
@@ -356,8 +391,11 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
             W = len(addresses)
             circuit = Circuit(workers=W, errors=settings.get("errors", "raise"))
             build_outputs(circuit, build)
+            circuit.slice_inputs(*settings.get("sliced", ()))
             circuit.mark_policies()
-            local = plan(circuit.nodes, W).local_exchanges
+            local = plan(circuit.nodes, W, circuit.unplaced()).local_exchanges
+            reader = SliceReader({inp.node: (n, inp.schema) for n, inp in circuit.inputs.items()},
+                                 sources)
             transport = tcp_mesh(worker, addresses, auth, listener=listener,
                                  timeout=max(1.0, deadline - time.monotonic()))
             storage = settings.get("storage")
@@ -392,7 +430,7 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
             return None, new
 
         serve_replica(ctrl, replica, transport,
-                      {"remesh_listen": remesh_listen, "remesh": remesh})
+                      {"remesh_listen": remesh_listen, "remesh": remesh}, reader=reader)
     finally:
         if transport is not None:
             transport.close()
@@ -451,13 +489,14 @@ class Job:
     def __init__(self, pipeline: Pipeline, workers: int, listen: str, advertise: Optional[str],
                  spawn: bool, python: str, storage: Any, timeout: float,
                  auth: Optional[MeshAuth] = None, errors: str = "raise",
-                 layout: Optional[ShardMap] = None):
+                 layout: Optional[ShardMap] = None, sliced: Sequence[str] = ()):
         self.auth = auth or MeshAuth.new()
         build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
         self.spec = pipeline_spec(pipeline)
         settings = {"storage": os.fspath(storage) if storage is not None else None,
                     "errors": check_policy(errors),
-                    "layout": None if layout is None else layout.to_dict()}
+                    "layout": None if layout is None else layout.to_dict(),
+                    "sliced": list(sliced)}
         self.coordinator = Coordinator(workers, self.auth, listen, self.spec, settings, timeout,
                                        advertise)
         self.circuit = Circuit(workers=workers, executor=self.coordinator.executor,
@@ -465,6 +504,7 @@ class Job:
         if layout is not None:  # the workers have it from the start (settings)
             self.circuit.set_layout(layout)
         self.outputs = build_outputs(self.circuit, build)
+        self.circuit.slice_inputs(*sliced)
         self.inputs = self.circuit.inputs
         self.procs: list[subprocess.Popen] = []
         self.python = python
@@ -482,6 +522,12 @@ class Job:
         it secret)."""
         return (f"{AUTH_ENV}={self.auth.to_text()} dbsp worker --coordinator "
                 f"{shlex.quote(self.coordinator.address)} --worker {i}")
+
+    def read_slices(self, name: str, source: Any, step: int) -> int:
+        """The next step, input ``name`` also gets step ``step`` of the sliced ``source``
+        (:mod:`dbsp.runtime.slices`): every worker reads its own pieces, no row passes through
+        this process. Returns the number of pieces (0: the source has no such step)."""
+        return self.circuit.read_slices(name, source, step)
 
     def step(self) -> None:
         self.circuit.step()
@@ -507,7 +553,7 @@ class Job:
 def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
            advertise: Optional[str] = None, spawn: bool = True, python: Optional[str] = None,
            storage: Any = None, timeout: float = 120.0, errors: str = "raise",
-           layout: Optional[ShardMap] = None) -> Job:
+           layout: Optional[ShardMap] = None, sliced: Sequence[str] = ()) -> Job:
     """Run ``pipeline`` on ``workers`` worker processes joined by the authenticated mesh.
 
     ``spawn=True`` starts them here (``python -m dbsp.cli worker``); ``spawn=False`` waits (up to
@@ -517,7 +563,9 @@ def launch(pipeline: Pipeline, workers: int = 2, *, listen: str = "127.0.0.1:0",
     spills its state under (its own ``worker-i`` part). ``errors``: the pipeline's error policy
     (:mod:`dbsp.circuit.errors`). ``layout``: the :class:`~dbsp.circuit.exchange.ShardMap` keys
     are sharded by (default: the dynamic map of ``workers``), e.g. one resized from a
-    checkpoint's. Returns the running :class:`Job` (a context manager).
+    checkpoint's. ``sliced``: inputs the workers read themselves from sliced sources
+    (:meth:`Job.read_slices`, :mod:`dbsp.runtime.slices`). Returns the running :class:`Job` (a
+    context manager).
     """
     return Job(pipeline, workers, listen, advertise, spawn, python or sys.executable, storage,
-               timeout, errors=errors, layout=layout)
+               timeout, errors=errors, layout=layout, sliced=sliced)

@@ -38,8 +38,10 @@ class Placement:
     local_exchanges: frozenset = frozenset()
 
 
-def plan(nodes: Sequence, workers: int) -> Placement:
-    """The placement of the inputs of ``nodes`` (a frozen circuit's node list)."""
+def plan(nodes: Sequence, workers: int, unplaced: frozenset = frozenset()) -> Placement:
+    """The placement of the inputs of ``nodes`` (a frozen circuit's node list). ``unplaced``:
+    input node ids whose rows the driver does not deal (the workers read them from a sliced
+    source, :mod:`dbsp.runtime.slices`): their exchanges stay exchanges."""
     if workers <= 1:
         return Placement()
     uses: dict = defaultdict(list)  # input id -> [((names, key schema), exchange id)]
@@ -50,7 +52,7 @@ def plan(nodes: Sequence, workers: int) -> Placement:
         if src.info.get("recode_keys"):  # a join aligning key nullability: same columns
             src = nodes[src.inputs[0]]
         names = src.info.get("index_key")
-        if names is None or nodes[src.inputs[0]].kind != "input":
+        if names is None or nodes[src.inputs[0]].kind != "input" or src.inputs[0] in unplaced:
             continue
         # the exchange hashes codes of its own key schema (nullability included); a combiner
         # (a linear aggregate swapping partials by key) those of its input's key

@@ -48,6 +48,7 @@ from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
 from ..storage import wire
 from ..storage.wire import portable_exception
+from .slices import SLICES
 from .socket_transport import SocketTransport, socketpair_mesh
 
 
@@ -82,7 +83,7 @@ def _run_boxed(box: list, replica: Scheduler, fn, args) -> None:
 
 def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                   handlers: Optional[dict] = None,
-                  bg: Optional[socket.socket] = None) -> None:
+                  bg: Optional[socket.socket] = None, reader: Any = None) -> None:
     """A worker's loop: answer the driver's requests on ``ctrl`` (the protocol of the module
     doc) until it says stop or goes away. An error in a step aborts ``transport`` (so the
     other workers stop waiting in an exchange) and is sent to the driver; a ``rollback`` brings
@@ -90,7 +91,10 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
 
     ``handlers``: more commands, ``name -> fn(msg, transport) -> (reply, new transport or
     None)`` (the launcher's workers rebuild their TCP mesh this way). ``bg``: the socket of
-    ``apply_bg`` results (None: the driver asks for them with ``bg_result``)."""
+    ``apply_bg`` results (None: the driver asks for them with ``bg_result``). ``reader``: a
+    :class:`~dbsp.runtime.slices.SliceReader` that reads the slices a step names (a step's
+    :data:`~dbsp.runtime.slices.SLICES`) into its input; its report goes back with the
+    outputs under the same key."""
     running: Optional[threading.Thread] = None
     box: list = []  # the last apply_bg's result, without a background socket
     while True:
@@ -104,9 +108,19 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
             return
         try:
             if cmd == "step":
-                replica.feed(msg[1])
+                feed = msg[1]
+                report = None
+                if SLICES in feed:
+                    if reader is None:
+                        raise ValueError("this worker cannot read slices of a source (it was "
+                                         "started without a slice reader)")
+                    report = reader.resolve(feed)
+                replica.feed(feed)
                 replica.step()
-                wire.send(ctrl, ("ok", replica.take_outputs()))
+                outs = replica.take_outputs()
+                if report:
+                    outs[SLICES] = report
+                wire.send(ctrl, ("ok", outs))
             elif cmd == "call":
                 wire.send(ctrl, ("ok", _call(replica, msg[1])))
             elif cmd == "rollback":

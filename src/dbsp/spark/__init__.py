@@ -10,7 +10,13 @@ authenticated TCP mesh of the other tasks; then it serves steps until the driver
 Spark job, stage or shuffle runs per step: a step is one request per worker from the driver and
 the exchanges between workers over the mesh.
 
-Data in and out goes through Arrow, never row by row: :meth:`SparkJob.push` takes a Spark
+Data in and out goes through Arrow, never row by row. Input the tasks read themselves, no row
+crossing the driver: a sliced source (:mod:`dbsp.runtime.slices`, e.g. Parquet files dealt to
+the tasks by row group: ``SparkJob(sliced=[...])`` and :meth:`SparkJob.read_slices`), or an input
+DataFrame as the barrier job's own input (``SparkJob(partitioned=(name, df, rows_per_step))``:
+``df.repartition(W).mapInArrow(worker, ..., barrier=True)``, each task reading its partition's
+Arrow batches from the task iterator step by step, :meth:`SparkJob.read_partition`). Input
+through the driver: :meth:`SparkJob.push` takes a Spark
 DataFrame (collected with ``toArrow``) or an Arrow table, and :meth:`SparkJob.changes` returns a
 view's changes of the last step as a Spark DataFrame (built from an Arrow table, with a
 ``__weight`` column). :func:`run` does a whole list of steps and returns every output's changes
@@ -52,10 +58,11 @@ from ..ft.remote import DurableJob
 from ..runtime.circuit import Circuit
 from ..runtime.launcher import Coordinator, build_outputs, resolve_pipeline, serve_worker
 from ..runtime.process import WorkerDied
+from ..runtime.slices import LocalSource, SourceStep
 from ..runtime.socket_transport import MeshAuth
 
 __all__ = ["SparkJob", "SparkGeneration", "SparkDurableJob", "durable", "run", "settings",
-           "SETTINGS"]
+           "SETTINGS", "PartitionSource", "PartitionReader", "PARTITION"]
 
 #: the ``spark.dbsp.*`` keys and their defaults
 SETTINGS = {
@@ -79,22 +86,103 @@ def settings(spark: SparkSession) -> dict:
 
 
 def _worker_task(coordinator: str, auth: str, build: Callable, timeout: float,
-                 host: Optional[str]) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
-    """The function each barrier task runs: one dbsp worker until the driver stops it."""
+                 host: Optional[str], partition_input: bool = False
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+    """The function each barrier task runs: one dbsp worker until the driver stops it.
+    ``partition_input``: the task's partition is an input DataFrame's, which the worker reads
+    step by step (:class:`PartitionReader`, the local source :data:`PARTITION`) instead of
+    draining it."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _ in batches:  # the task's one row (its partition of spark.range(W))
-            pass
+        sources = None
+        if partition_input:
+            sources = {PARTITION: PartitionReader(batches)}
+        else:
+            for _ in batches:  # the task's one row (its partition of spark.range(W))
+                pass
         ctx = BarrierTaskContext.get()
         w = ctx.partitionId()
         listen = host or ctx.getTaskInfos()[w].address.rsplit(":", 1)[0]
         t0 = time.perf_counter()
         serve_worker(coordinator, MeshAuth.from_text(auth), w, build=build, listen_host=listen,
-                     timeout=timeout)
+                     timeout=timeout, sources=sources)
         yield pa.record_batch([pa.array([w], pa.int64()), pa.array(["stopped"]),
                                pa.array([time.perf_counter() - t0])], schema=_STATUS)
 
     return task
+
+
+#: the name of a barrier task's own partition as a worker-local sliced source
+PARTITION = "spark-partition"
+
+
+class PartitionReader:
+    """A barrier task's partition of the input DataFrame, read in pieces ``{"partition": w,
+    "start": lo, "end": hi}`` (rows ``[lo, hi)`` of the partition) from the task's iterator of
+    Arrow batches as the steps ask for them: only the rows from the last piece's start on are
+    kept (a rolled-back step reads its piece again), earlier ones are let go. A piece past the
+    end of the partition reads short (or empty)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]):
+        self._it = iter(batches)
+        self._buf: list[pa.RecordBatch] = []
+        self._lo = 0      # partition row of the first buffered row
+        self._hi = 0      # partition row after the last buffered row
+        self._schema: Optional[pa.Schema] = None
+        self.done = False
+
+    def read(self, piece: dict) -> pa.Table:
+        lo, hi = int(piece["start"]), int(piece["end"])
+        if lo < self._lo:
+            raise ValueError(f"rows [{lo}, {hi}) of the partition were let go already (the "
+                             f"reader is at row {self._lo}): a piece before the last one read")
+        while self._hi < hi and not self.done:
+            try:
+                b = next(self._it)
+            except StopIteration:
+                self.done = True
+                break
+            self._schema = b.schema
+            if b.num_rows:
+                self._buf.append(b)
+                self._hi += b.num_rows
+        # let go of whole batches before lo
+        while self._buf and self._lo + self._buf[0].num_rows <= lo:
+            self._lo += self._buf.pop(0).num_rows
+        if not self._buf:  # nothing left (no schema seen: an empty partition)
+            return pa.table({}) if self._schema is None else self._schema.empty_table()
+        t = pa.Table.from_batches(self._buf)
+        a, b = lo - self._lo, min(hi, self._hi) - self._lo
+        return t.slice(a, max(0, b - a))
+
+
+class PartitionSource:
+    """An input DataFrame as the barrier job's own input (see :class:`SparkJob`): step ``k`` is
+    rows ``[k n, (k + 1) n)`` of every one of the W partitions, each read by the task that holds
+    the partition (piece ``w`` goes to worker ``w``), none through the driver. The source has
+    no known end: a step whose pieces all read short is the last (:meth:`ended`)."""
+
+    def __init__(self, workers: int, rows_per_step: int):
+        if rows_per_step < 1:
+            raise ValueError(f"rows_per_step must be >= 1, got {rows_per_step}")
+        self.workers, self.rows_per_step = workers, rows_per_step
+
+    def pieces(self, step: int) -> Optional[list]:
+        if step < 0:
+            return None
+        n = self.rows_per_step
+        return [{"partition": w, "start": step * n, "end": (step + 1) * n}
+                for w in range(self.workers)]
+
+    def reader(self) -> LocalSource:
+        return LocalSource(PARTITION)
+
+    def read(self, piece: dict) -> Any:
+        raise RuntimeError("a Spark partition is read only by the barrier task that holds it")
+
+    def ended(self, report: Sequence) -> bool:
+        """Whether a step whose per-piece ``(rows, crc)`` is ``report`` was the last."""
+        return all(r < self.rows_per_step for r, _ in report)
 
 
 def _to_arrow(df: DataFrame) -> pa.Table:
@@ -112,17 +200,20 @@ class SparkGeneration:
 
     def __init__(self, spark: SparkSession, auth: MeshAuth, build: Callable, workers: int,
                  storage: Optional[str], timeout: float, coordinator_host: str,
-                 worker_host: Optional[str]):
+                 worker_host: Optional[str], sliced: Sequence[str] = (),
+                 input_df: Optional[DataFrame] = None):
         self.spark = spark
         self.workers = workers
         self.auth = auth
         self._error: Optional[BaseException] = None
         self._result: Optional[list] = None
+        self.input_df = input_df
         self.coordinator = Coordinator(workers, auth, f"{coordinator_host}:0", None,
-                                       {"storage": storage}, timeout, watch=self._watch)
+                                       {"storage": storage, "sliced": list(sliced)}, timeout,
+                                       watch=self._watch)
         self.group = f"dbsp-{auth.job.hex()[:12]}-g{auth.generation}"
         task = _worker_task(self.coordinator.address, auth.to_text(), build, timeout,
-                            worker_host)
+                            worker_host, partition_input=input_df is not None)
         self._thread = threading.Thread(target=self._run_job, args=(task,), daemon=True,
                                         name=self.group)
         self._thread.start()
@@ -132,7 +223,10 @@ class SparkGeneration:
         sc.setJobGroup(self.group, f"dbsp: {self.workers} circuit replicas, generation "
                                    f"{self.auth.generation}", interruptOnCancel=True)
         try:
-            df = self.spark.range(0, self.workers, numPartitions=self.workers)
+            if self.input_df is not None:  # each task reads its partition itself
+                df = self.input_df.repartition(self.workers)
+            else:
+                df = self.spark.range(0, self.workers, numPartitions=self.workers)
             self._result = df.mapInArrow(task, _STATUS_DDL, barrier=True).collect()
         except BaseException as e:  # reported by _watch / close
             self._error = e
@@ -188,11 +282,19 @@ class SparkJob:
     ``pipeline``: ``build(circuit) -> {name: output}`` (a function or its ``module:function``
     name; it reaches the executors in the task's closure, so they need only dbsp installed).
     Use as a context manager, or call :meth:`close`. Not fault tolerant: see :func:`durable`.
+
+    ``sliced``: inputs the tasks read themselves from sliced sources (:meth:`read_slices`).
+    ``partitioned``: ``(input, DataFrame, rows_per_step)``: the DataFrame is the barrier job's
+    own input (``df.repartition(W).mapInArrow(worker, ..., barrier=True)``), each task reads
+    its partition ``rows_per_step`` rows a step (:meth:`read_partition`) and no row passes
+    through the driver. Spark shuffles the whole DataFrame into the W partitions before the
+    tasks start (the barrier stage waits for the shuffle's map stage).
     """
 
     def __init__(self, spark: SparkSession, pipeline: Union[str, Callable],
                  workers: Optional[int] = None, storage: Any = None,
-                 timeout: Optional[float] = None):
+                 timeout: Optional[float] = None, sliced: Sequence[str] = (),
+                 partitioned: Optional[tuple] = None):
         cfg = _plan(spark, workers, storage, timeout)
         self.spark = spark
         self.workers = W = cfg["workers"]
@@ -200,13 +302,24 @@ class SparkJob:
         self.timeout = cfg["timeout"]
         build = resolve_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
         self.auth = MeshAuth.new()
+        sliced = list(sliced)
+        input_df = None
+        #: the input read from the barrier job's own input DataFrame, and its source
+        self.partitioned: Optional[tuple[str, PartitionSource]] = None
+        if partitioned is not None:
+            name, input_df, n = partitioned
+            self.partitioned = (name, PartitionSource(W, int(n)))
+            if name not in sliced:
+                sliced.append(name)
         t0 = time.perf_counter()
         self.gen = SparkGeneration(spark, self.auth, build, W, cfg["storage"], self.timeout,
-                                   cfg["coordinator_host"], cfg["worker_host"])
+                                   cfg["coordinator_host"], cfg["worker_host"], sliced,
+                                   input_df)
         self.coordinator = self.gen.coordinator
         self.group = self.gen.group
         self.circuit = Circuit(workers=W, executor=self.coordinator.executor)
         self.outputs = build_outputs(self.circuit, build)
+        self.circuit.slice_inputs(*sliced)
         self.inputs = self.circuit.inputs
         try:
             self.coordinator.connect()
@@ -228,6 +341,31 @@ class SparkJob:
             self._need_free_slot("reading a DataFrame")
             data = _to_arrow(data)
         return self.inputs[name].push(data, weights)
+
+    def read_slices(self, name: str, source: Any, step: int) -> int:
+        """The next step, input ``name`` (named in ``sliced=``) also gets step ``step`` of the
+        sliced ``source`` (:mod:`dbsp.runtime.slices`, e.g. a
+        :class:`dbsp.connectors.slices.FileSlices` the executors see): each task reads its own
+        pieces, no row passes through the driver. Returns the number of pieces."""
+        return self.circuit.read_slices(name, source, step)
+
+    def read_partition(self, step: int) -> None:
+        """The next step, the ``partitioned`` input gets step ``step`` of the barrier job's own
+        input: rows ``[step n, (step + 1) n)`` of each task's partition."""
+        if self.partitioned is None:
+            raise ValueError("this job has no partitioned input (SparkJob(partitioned=(name, "
+                             "df, rows_per_step)))")
+        name, src = self.partitioned
+        self.circuit.read_slices(name, src, step)
+
+    @property
+    def partition_ended(self) -> bool:
+        """Whether the last step read the end of every task's partition."""
+        if self.partitioned is None:
+            return False
+        name, src = self.partitioned
+        last = self.circuit.last_slices.get(name)
+        return last is not None and src.ended(last["report"])
 
     def step(self) -> None:
         """One step on all workers: feed the pushed input, update every view."""
@@ -276,19 +414,27 @@ def _from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
 
 
 def run(spark: SparkSession, pipeline: Union[str, Callable], steps: Sequence[dict],
-        workers: Optional[int] = None, storage: Any = None) -> dict[str, DataFrame]:
-    """Run ``pipeline`` on Spark over ``steps`` (each ``{input name: DataFrame or Arrow}``) and
-    return, for every output, all its changes as one DataFrame with ``__step`` and
-    ``__weight`` columns. The input DataFrames are read (through Arrow) before the workers
-    start, so this works with exactly W task slots."""
+        workers: Optional[int] = None, storage: Any = None,
+        sources: Optional[dict] = None) -> dict[str, DataFrame]:
+    """Run ``pipeline`` on Spark over ``steps`` (each ``{input name: DataFrame or Arrow, or
+    SourceStep(k)}``) and return, for every output, all its changes as one DataFrame with
+    ``__step`` and ``__weight`` columns. The input DataFrames are read (through Arrow) before
+    the workers start, so this works with exactly W task slots. ``sources``: ``{input:
+    SlicedSource}`` for the inputs given as :class:`~dbsp.runtime.slices.SourceStep`: the
+    tasks read those themselves, no row passes through the driver."""
     # read every input DataFrame before the workers take their task slots
     steps = [{name: _to_arrow(d) if isinstance(d, DataFrame) else d for name, d in st.items()}
              for st in steps]
-    with SparkJob(spark, pipeline, workers=workers, storage=storage) as job:
+    sources = dict(sources or {})
+    with SparkJob(spark, pipeline, workers=workers, storage=storage,
+                  sliced=list(sources)) as job:
         acc: dict[str, list] = {name: [] for name in job.outputs}
         for i, st in enumerate(steps):
             for name, data in st.items():
-                job.push(name, data)
+                if isinstance(data, SourceStep):
+                    job.read_slices(name, sources[name], data.step)
+                else:
+                    job.push(name, data)
             job.step()
             for name in job.outputs:
                 t = job.changes_arrow(name)
@@ -299,10 +445,26 @@ def run(spark: SparkSession, pipeline: Union[str, Callable], steps: Sequence[dic
 
 class SparkDurableJob(DurableJob):
     """A :class:`~dbsp.ft.remote.DurableJob` whose generations are barrier jobs
-    (:func:`durable`); :meth:`relayout` changes its worker count."""
+    (:func:`durable`); :meth:`relayout` changes its worker count.
 
-    def __init__(self, spark: SparkSession, build: Callable, cfg: dict, **kw: Any):
+    ``partitioned``: ``(input, DataFrame, rows_per_step)``, the DataFrame as every generation's
+    own barrier-job input (as :class:`SparkJob`'s): a step's input names it
+    ``SourceStep(k)`` (or ``d.step(slices={input: k})``), the input log records each task's
+    row range of its partition with its checksum, and a new generation's tasks read their
+    partitions again from the start (the rows before the replayed steps are skipped, the
+    replayed ones checked against the log). Its worker count is fixed: the partitions are the
+    tasks'."""
+
+    def __init__(self, spark: SparkSession, build: Callable, cfg: dict,
+                 partitioned: Optional[tuple] = None, **kw: Any):
         self.spark, self.build_fn_spark, self.cfg = spark, build, cfg
+        self.input_df = None
+        #: the partitioned input's name and source (None: no DataFrame input)
+        self.partitioned: Optional[tuple[str, PartitionSource]] = None
+        if partitioned is not None:
+            name, self.input_df, n = partitioned
+            self.partitioned = (name, PartitionSource(cfg["workers"], int(n)))
+            kw["sliced"] = {**(kw.get("sliced") or {}), name: self.partitioned[1]}
         super().__init__(build, cfg["workers"], cfg["storage"], self._starter(cfg["workers"]),
                          **kw)
 
@@ -311,8 +473,18 @@ class SparkDurableJob(DurableJob):
 
         def start(auth: MeshAuth, root: str) -> SparkGeneration:
             return SparkGeneration(self.spark, auth, self.build_fn_spark, workers, root,
-                                   cfg["timeout"], cfg["coordinator_host"], cfg["worker_host"])
+                                   cfg["timeout"], cfg["coordinator_host"], cfg["worker_host"],
+                                   list(self.sliced), self.input_df)
         return start
+
+    @property
+    def partition_ended(self) -> bool:
+        """Whether the last step read the end of every task's partition."""
+        if self.partitioned is None or self.durable is None:
+            return False
+        name, src = self.partitioned
+        last = self.durable.circuit.last_slices.get(name)
+        return last is not None and src.ended(last["report"])
 
     def relayout(self, workers: int) -> dict:
         """A cold layout change to ``workers`` barrier tasks
@@ -321,6 +493,9 @@ class SparkDurableJob(DurableJob):
         loading the state of the shards it now owns, a checkpoint in the new layout before any
         input."""
         W = _plan(self.spark, workers, self.cfg["storage"], self.cfg["timeout"])["workers"]
+        if self.partitioned is not None and W != self.workers:
+            raise ValueError(f"this job reads a DataFrame as its {self.workers} tasks' "
+                             f"partitions: its worker count cannot change")
         return self.change_layout(W, self._starter(W))
 
 

@@ -99,6 +99,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._native import block as _nb
+from .._version import LAYER_FORMAT, LAYER_FORMAT_MIN
 
 __all__ = [
     "FORMAT_VERSION", "MIN_READ_VERSION", "BLOCK_ALIGN", "HEADER", "TAIL", "TAIL_MAGIC",
@@ -110,8 +111,9 @@ __all__ = [
     "verify_block", "schema_to_b64", "schema_from_b64", "dumps_trailer", "loads_trailer",
 ]
 
-FORMAT_VERSION = 1
-MIN_READ_VERSION = 1
+# the layer-file format's numbers live with the package version (every layer names them there)
+FORMAT_VERSION = LAYER_FORMAT
+MIN_READ_VERSION = LAYER_FORMAT_MIN
 BLOCK_ALIGN = 4096
 HEADER_SIZE = 64
 BUF_ALIGN = 64

@@ -156,6 +156,10 @@ _VAR = {pa.string(): 4, pa.binary(): 4, pa.large_string(): 8, pa.large_binary():
 
 def _record_batch_from_buffers(schema: bytes, n: int, cols: list) -> "pa.RecordBatch":
     sch = _schema_of(schema)
+    if not cols:  # no column to carry the length (a global aggregate's keys): from_arrays
+        # would make it 0 rows long
+        return pa.RecordBatch.from_struct_array(pa.StructArray.from_buffers(
+            pa.struct([]), n, [None])).replace_schema_metadata(sch.metadata)
     arrays = [pa.Array.from_buffers(f.type, n,
                                     [None if b is None else pa.py_buffer(b) for b in bufs],
                                     null_count=nulls)

@@ -11,7 +11,10 @@ a spawned ``dbsp worker`` or a Spark executor, can import them by name.
   :func:`keyed_events` and :func:`join_avg_steps`);
 * (the Nexmark pipeline of the same tests is :mod:`dbsp.nexmark.pipelines`, beside its queries);
 * :func:`crash_views`: the views of the crash harness (:mod:`dbsp.testing.crash`), for the
-  kill tests of replicas on the launcher and on Spark.
+  kill tests of replicas on the launcher and on Spark;
+* :func:`bids_files`, :func:`views_pushed`, :func:`views_sliced`: the bids of
+  :func:`sample_steps` as files the workers read themselves (:mod:`dbsp.runtime.slices`), and
+  the views step by step with the bids pushed through the driver or read by the workers.
 """
 from __future__ import annotations
 
@@ -139,3 +142,59 @@ def push_step(inputs: dict, step: dict) -> None:
     for name, (rows, weights) in step.items():
         if rows:
             inputs[name].push(rows, weights=np.asarray(weights, dtype=np.int64))
+
+
+def _table(schema: pa.Schema, rows: list, weights: list) -> pa.Table:
+    cols = list(zip(*rows)) if rows else [[] for _ in schema]
+    return pa.table({**{f.name: pa.array(c, f.type) for f, c in zip(schema, cols)},
+                     "__weight": pa.array(weights, pa.int64())})
+
+
+def bids_files(d: str, steps: list[dict], fmt: str = "parquet", group: int = 47):
+    """Each step's bids of ``steps`` (:func:`sample_steps`) as one file (Parquet row groups or
+    Arrow IPC record batches of ``group`` rows) under ``d``: a
+    :class:`~dbsp.connectors.slices.FileSlices` whose step ``k`` is step ``k``'s bids."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from ..connectors.slices import FileSlices
+    os.makedirs(d, exist_ok=True)
+    for s, stp in enumerate(steps):
+        t = _table(BIDS, *stp["bids"])
+        if fmt == "parquet":
+            pq.write_table(t, os.path.join(d, f"bids-{s:03d}.parquet"), row_group_size=group)
+        else:
+            with pa.OSFile(os.path.join(d, f"bids-{s:03d}.arrow"), "wb") as f:
+                with pa.ipc.new_file(f, t.schema) as w:
+                    for b in t.to_batches(max_chunksize=group):
+                        w.write_batch(b)
+    return FileSlices(d)
+
+
+def views_pushed(steps: list[dict], workers: int = 1) -> list[dict]:
+    """:func:`join_agg_closure`'s changes step by step on an embedded circuit, every input
+    pushed through the driver."""
+    from ..runtime.circuit import Circuit
+    from ..runtime.launcher import build_outputs
+    with Circuit(workers=workers) as c:
+        outs = build_outputs(c, join_agg_closure)
+        got = []
+        for stp in steps:
+            push_step(c.inputs, stp)
+            c.step()
+            got.append({k: o.to_dict() for k, o in outs.items()})
+    return got
+
+
+def views_sliced(runner, outputs: dict, steps: list[dict], src) -> list[dict]:
+    """The same with the bids read by the workers from ``src`` (:func:`bids_files`):
+    ``runner`` is a circuit or a launched / Spark job whose ``bids`` input is sliced."""
+    got = []
+    for s, stp in enumerate(steps):
+        push_step(runner.inputs, {k: v for k, v in stp.items() if k != "bids"})
+        if not runner.read_slices("bids", src, s):
+            raise AssertionError(f"the source has no step {s}")
+        runner.step()
+        got.append({k: o.to_dict() for k, o in outputs.items()})
+    return got
