@@ -35,6 +35,7 @@ EXTENSIONS = {
     "step": {},         # the small-step path's checks (identity take, checked weight products)
     "hashing": {},      # key hashing for the exchange
     "state": {},        # operators' per-key state (the aggregate's versioned rows)
+    "linear": {},       # the linear aggregate's per-step path (partials, versioned puts)
     "strings": {},      # string kernels on Arrow buffers (split_part)
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)
     "block": {},        # storage: layer-file block kernels (crc32c, Bloom filter, var seek)

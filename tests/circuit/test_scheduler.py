@@ -177,3 +177,52 @@ def test_an_operator_passing_empty_inputs_must_return_an_empty_value():
     sch.feed({src.node: []})
     with pytest.raises(RuntimeError, match="passes_empty"):
         sch.step()
+
+
+class Doubler(Operator):
+    """Fuses a ``Rec`` upstream operator: applies its function itself, then doubles."""
+
+    def __init__(self, ctx, log):
+        super().__init__(ctx)
+        self.log, self.up = log, None
+
+    def fuse_input(self, upstream):
+        if isinstance(upstream, Rec):
+            self.up = upstream
+            return True
+        return False
+
+    def eval(self, v):
+        self.log.append(("double", v))
+        return 2 * (self.up.fn(v) if self.up is not None else v)
+
+
+def _chain(log, extra_reader: bool):
+    g = _graph()
+    src = g.add_node("src", lambda ctx: Source(ctx), [], None, kind="input")
+    inc = g.add_node("inc", lambda ctx: Rec(ctx, log, "inc", lambda v: v + 1), [src], None)
+    dbl = g.add_node("double", lambda ctx: Doubler(ctx, log), [inc], None)
+    g.add_node("out", lambda ctx: Sink(ctx), [dbl], None, kind="output")
+    if extra_reader:
+        g.add_node("out2", lambda ctx: Sink(ctx), [inc], None, kind="output")
+    return g, src, dbl
+
+
+def test_an_operator_absorbs_the_upstream_operator_feeding_only_it():
+    log: list = []
+    g, src, dbl = _chain(log, extra_reader=False)
+    sch = Scheduler(g.nodes, WorkerContext())
+    sch.feed({src.node: 5})
+    sch.step()
+    assert log == [("double", 5)]      # inc not evaluated: double got its input and applied it
+    assert sch.take_outputs()[3] == 12
+
+
+def test_an_upstream_operator_read_elsewhere_is_not_fused():
+    log: list = []
+    g, src, dbl = _chain(log, extra_reader=True)
+    sch = Scheduler(g.nodes, WorkerContext())
+    sch.feed({src.node: 5})
+    sch.step()
+    assert log == [("inc", (5,)), ("double", 6)]
+    assert sch.take_outputs() == {3: 12, 4: 6}

@@ -42,3 +42,37 @@ def test_mul_checked(pairs):
 def test_mul_checked_lengths():
     with pytest.raises(ValueError, match="weights"):
         native.mul_checked(np.ones(2, np.int64), np.ones(3, np.int64))
+
+
+@st.composite
+def matched_batches(draw):
+    """Offsets and weights of two indexed batches and a matching of some of their keys."""
+    def batch():
+        sizes = draw(st.lists(st.integers(1, 3), min_size=1, max_size=5))
+        offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        w = np.array(draw(st.lists(I64, min_size=int(offs[-1]), max_size=int(offs[-1]))),
+                     dtype=np.int64)
+        return offs, w
+    (xo, xw), (yo, yw) = batch(), batch()
+    n = min(len(xo), len(yo)) - 1
+    ai = sorted(draw(st.sets(st.integers(0, len(xo) - 2), max_size=n)))
+    bi = sorted(draw(st.sets(st.integers(0, len(yo) - 2), min_size=len(ai), max_size=len(ai))))
+    return xo, np.array(ai, np.int64), yo, np.array(bi, np.int64), xw, yw
+
+
+@given(matched_batches())
+def test_join_matched_pairs(case):
+    got = native.join_matched_pairs(*case)
+    want = ref.join_matched_pairs(*case)
+    for a, b in zip(got[:4], want[:4]):
+        np.testing.assert_array_equal(a, b)
+    assert (got[4] is None) == (want[4] is None)
+    if want[4] is not None:
+        np.testing.assert_array_equal(got[4], want[4])
+
+
+def test_join_matched_pairs_checks_its_indices():
+    o = np.array([0, 1], np.int64)
+    with pytest.raises(IndexError):
+        native.join_matched_pairs(o, np.array([1]), o, np.array([0]), np.ones(1, np.int64),
+                                  np.ones(1, np.int64))

@@ -189,6 +189,36 @@ def test_aggregate_multi_column_key_random(workers, data):
          key=("k1", "k0"))
 
 
+@pytest.mark.parametrize("read_index", [False, True])
+def test_index_by_fused_into_a_linear_aggregate(read_index):
+    """An index_by feeding only a linear aggregate is fused into it (the rows are grouped, not
+    consolidated by value); read elsewhere too, it is not. Same output either way, refused keys
+    reported with the rows the index would have given (consolidated)."""
+    c = dbsp.Circuit(errors="skip_and_report")
+    t = c.add_input("t", KV)
+    ix = t.index_by(["k"])
+    out = ix.aggregate({"s": ("sum", "v0"), "n": ("count", None), "a": ("avg", "v0")}).output()
+    if read_index:
+        ix.output()
+    steps = [[((1, 5), 1), ((2, 3), 1), ((1, 5), 1), ((1, 6), 1), ((1, 6), -1)],
+             [((1, 5), -1), ((2, 3), -1), ((2, 4), 1)],
+             [((3, 2 ** 62), 1)],
+             [((3, 2 ** 62), 1), ((4, 1), 1), ((3, 2 ** 62), 1), ((3, 2 ** 62), -1)]]
+    view: dict = {}
+    for s in steps:
+        t.push(pa.Table.from_pylist([{"k": k, "v0": v} for (k, v), _ in s],
+                                    schema=KV).to_batches()[0], weights=[w for _, w in s])
+        c.step()
+        for row, w in out.to_dict().items():
+            view[row] = view.get(row, 0) + w
+    assert bool(c._replicas[0]._fused) is not read_index
+    assert {r: w for r, w in view.items() if w} == {
+        (1, 5, 1, 5.0): 1, (2, 4, 1, 4.0): 1, (3, 2 ** 62, 1, float(2 ** 62)): 1,
+        (4, 1, 1, 1.0): 1}
+    [rec] = c.error_log.records
+    assert rec["row"] == {"k": 3, "v0": 2 ** 62} and rec["weight"] == 1
+
+
 KV2 = pa.schema([pa.field("k", pa.int64(), False), pa.field("v0", pa.int64()),
                  pa.field("v1", pa.string())])
 

@@ -34,10 +34,15 @@ _NATIVE = {
     "shard": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
+    "join_matched_pairs": "step",
     "live_versions": "state",
     "gather_rows": "state",
     "versioned_pairs": "state",
     "pick_rows": "state",
+    "combine_partials": "linear",
+    "versioned_put": "linear",
+    "pick_partials": "linear",
+    "delta_partials": "linear",
 }
 
 
@@ -120,10 +125,15 @@ hash64 = _resolve("hash64")
 shard = _resolve("shard")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
+join_matched_pairs = _resolve("join_matched_pairs")
 live_versions = _resolve("live_versions")
 gather_rows = _resolve("gather_rows")
 versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
+combine_partials = _resolve("combine_partials")
+versioned_put = _resolve("versioned_put")
+pick_partials = _resolve("pick_partials")
+delta_partials = _resolve("delta_partials")
 
 
 def using_native() -> dict[str, bool]:

@@ -253,6 +253,114 @@ def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, prob
             np.asarray([best[i][2] for i in pos], dtype=np.int64), hits)
 
 
+def combine_partials(old: list, delta: list, has_old: np.ndarray, is_int: list,
+                     positive: bool = False):
+    """A linear aggregate's step on the touched keys' partial columns (column 0: the row
+    count; int64 where ``is_int``, else float64): ``(new, changed, keep, emit_old, emit_new)``
+    with ``new = old + delta``, ``changed`` = no old row or some column differs, ``keep`` = some
+    new column non-zero, ``emit_old`` = keys (ascending) changed that had an old row of non-zero
+    row count, ``emit_new`` = keys changed whose new row count is non-zero. None when an int64
+    sum leaves int64 or, with ``positive``, a new row count is negative."""
+    has_old = np.asarray(has_old, dtype=bool)
+    new, changed, keep = [], ~has_old, np.zeros(len(has_old), dtype=bool)
+    for o, d, i in zip(old, delta, is_int):
+        if i:
+            exact = [int(a) + int(b) for a, b in zip(np.asarray(o).tolist(), np.asarray(d).tolist())]
+            if any(not -2 ** 63 <= x < 2 ** 63 for x in exact):
+                return None
+            n = np.asarray(exact, dtype=np.int64).reshape(-1)
+        else:
+            n = np.asarray(o, np.float64) + np.asarray(d, np.float64)
+        changed = changed | ~(n == o)
+        keep = keep | (n != 0)
+        new.append(n)
+    if positive and (new[0] < 0).any():
+        return None
+    o0 = np.asarray(old[0], np.int64)
+    emit_old = np.flatnonzero(changed & has_old & (o0 != 0)).astype(np.int64)
+    emit_new = np.flatnonzero(changed & (new[0] != 0)).astype(np.int64)
+    return new, changed, keep, emit_old, emit_new
+
+
+def versioned_put(changed: np.ndarray, has_old: np.ndarray, keep: np.ndarray,
+                  old_ver: np.ndarray, next_ver: int):
+    """The entries replacing the changed keys' rows of a versioned-rows spine:
+    ``(kk, offsets, src_old, idx, weights, vcodes, versions used)``; per changed key ``kk[i]``
+    with an old row or a kept new one, its old row (weight -1, version ``old_ver``) then its new
+    row (weight +1, the next version from ``next_ver``); ``src_old`` / ``idx`` say which
+    partials (old or new, of which key) each entry holds."""
+    kk, offsets, so, idx, w, vc = [], [0], [], [], [], []
+    nv = int(next_ver)
+    for g in range(len(changed)):
+        if not changed[g] or not (has_old[g] or keep[g]):
+            continue
+        if has_old[g]:
+            so.append(True), idx.append(g), w.append(-1), vc.append(int(old_ver[g]))
+        if keep[g]:
+            so.append(False), idx.append(g), w.append(1), vc.append(nv)
+            nv += 1
+        kk.append(g)
+        offsets.append(len(idx))
+    return (np.asarray(kk, np.int64), np.asarray(offsets, np.int64), np.asarray(so, bool),
+            np.asarray(idx, np.int64), np.asarray(w, np.int64), np.asarray(vc, np.uint64),
+            nv - int(next_ver))
+
+
+def pick_partials(src_old: np.ndarray, idx: np.ndarray, old: list, new: list) -> list:
+    """Per column: ``old[j][idx[k]]`` where ``src_old[k]``, else ``new[j][idx[k]]``."""
+    src_old = np.asarray(src_old, dtype=bool)
+    idx = np.asarray(idx, dtype=np.int64)
+    return [np.where(src_old, np.asarray(o)[idx], np.asarray(n)[idx]) for o, n in zip(old, new)]
+
+
+def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: list,
+                   values: list, valids: list):
+    """Partials of a delta grouped by key (see ``dbsp._native.linear.delta_partials``): per
+    partial column ``j``, kind 0 ``Σ w``, 1 ``Σ w`` over valid rows of ``values[cols[j]]``, 2
+    ``Σ w·x`` (int64, valid rows), 3 ``Σ w·x`` (float64, nulls as 0, summed from each group's
+    first row); None when an int64 product or sum leaves int64."""
+    b = np.asarray(bounds, np.int64).tolist()
+    w = np.asarray(weights, np.int64).tolist()
+    out = []
+    for j, kind in enumerate(kinds):
+        ok = None if kind == 0 or valids[cols[j]] is None else np.asarray(valids[cols[j]]).tolist()
+        x = None if kind < 2 else np.asarray(values[cols[j]]).tolist()
+        res = []
+        for g in range(len(b) - 1):
+            rows = range(b[g], b[g + 1])
+            if kind == 3:
+                acc = None
+                for r in rows:
+                    t = (x[r] if ok is None or ok[r] else 0.0) * float(w[r])
+                    acc = t if acc is None else acc + t
+                res.append(0.0 if acc is None else acc)
+                continue
+            acc = 0
+            for r in rows:
+                if ok is not None and not ok[r]:
+                    continue
+                p = x[r] * w[r] if kind == 2 else w[r]
+                if not -2 ** 63 <= p < 2 ** 63:
+                    return None
+                acc += p
+                if not -2 ** 63 <= acc < 2 ** 63:
+                    return None
+            res.append(acc)
+        out.append(np.asarray(res, dtype=np.float64 if kind == 3 else np.int64).reshape(-1))
+    return out
+
+
+def join_matched_pairs(xo: np.ndarray, ai: np.ndarray, yo: np.ndarray, bi: np.ndarray,
+                       xw: np.ndarray, yw: np.ndarray):
+    """Matched value pairs of two indexed batches: ``(kidx, xs, ys, w, over)`` (see
+    :func:`expand_pairs` and :func:`mul_checked`; ``kidx``: the X key of each pair)."""
+    xs, ys = expand_pairs(xo, ai, yo, bi)
+    counts = (np.asarray(xo)[ai + 1] - np.asarray(xo)[ai]) * (np.asarray(yo)[bi + 1] - np.asarray(yo)[bi])
+    kidx = np.repeat(np.asarray(ai, np.int64), counts)
+    w, over = mul_checked(np.asarray(xw)[xs], np.asarray(yw)[ys])
+    return kidx, xs, ys, w, over
+
+
 def gather_rows(pos, bno, row, sources: list, out: np.ndarray, fill=None) -> np.ndarray:
     """``out[pos[i]] = sources[bno[i]][row[i]]`` in place; a ``None`` source gives ``fill``."""
     pos, bno, row = (np.asarray(x, dtype=np.int64) for x in (pos, bno, row))

@@ -206,6 +206,14 @@ class Operator(Stateful):
         :meth:`~dbsp.trace.spine.Spine.memory` (rows, batches, memory / file / Arrow bytes)."""
         return sum_memory(sp.memory() for sp in spines_of(self))
 
+    def fuse_input(self, upstream: "Operator") -> bool:
+        """Plan-time fusion of a linear chain: ``upstream`` feeds only this operator (one input
+        each, nothing else reads its stream). Return True to take over its work: the scheduler
+        then no longer evaluates ``upstream`` and hands this operator ``upstream``'s input
+        instead (this operator must compute on it what it would have computed on ``upstream``'s
+        output, e.g. skip building a batch it does not need). Default: no fusion."""
+        return False
+
     def fixedpoint(self) -> Optional[bool]:
         """In a nested scope: whether this operator's output would not change any more."""
         return None

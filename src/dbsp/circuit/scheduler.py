@@ -14,6 +14,13 @@ worker's storage) and runs a step in three phases:
    (values are immutable), so an idle part of a circuit costs a length check per operator;
 3. every strict operator consumes its input, closing the step.
 
+*Fusion.* When the scheduler is built, an operator whose one input comes from an operator that
+feeds nothing else (one input itself, not strict, not an input or output node) is offered that
+upstream operator (:meth:`~dbsp.circuit.operator.Operator.fuse_input`); if it accepts, the
+upstream operator is not evaluated any more and its input is wired straight to the operator
+that absorbed it (e.g. ``index_by`` into a linear aggregate, which then groups the rows itself
+without consolidating them by value).
+
 An error is annotated with the operator and the worker once (``add_note``) and re-raised.
 
 A top-level step (``atomic=True``) is a transaction: it runs inside a
@@ -66,6 +73,7 @@ class Scheduler:
             p = n.info.get("errors")
             if p is not None and p != ctx.errors.policy:
                 op.policy = p
+        inputs = self._fuse(nodes)
         self.values: list[Any] = [None] * len(nodes)
         self.timing = np.zeros(len(nodes), dtype=np.float64)
         self.atomic = atomic
@@ -77,17 +85,39 @@ class Scheduler:
         #: first step whose inputs were all empty)
         by_id = {n.id: n for n in nodes}
         self._empty_out: list[Any] = [
-            False if (not n.strict and n.inputs and op.passes_empty
+            False if (not n.strict and ins and op.passes_empty
                       and all(isinstance(getattr(by_id.get(j), "type", None), _ZSET_TYPES)
-                              for j in n.inputs)) else None
-            for n, op in zip(nodes, self.ops)]
+                              for j in ins)) else None
+            for n, op, ins in zip(nodes, self.ops, inputs)]
         # the step's plan, worked out once: strict nodes; the others in construction order with
         # their input node ids; each strict node with the node it consumes
         self._strict = [i for i, n in enumerate(nodes) if n.strict]
-        self._order = [(i, tuple(n.inputs), len(n.inputs)) for i, n in enumerate(nodes)
-                       if not n.strict]
+        self._order = [(i, tuple(inputs[i]), len(inputs[i])) for i, n in enumerate(nodes)
+                       if not n.strict and i not in self._fused]
         self._consumers = [(i, n.inputs[0]) for i, n in enumerate(nodes) if n.strict]
         self._outputs = [i for i, n in enumerate(nodes) if n.kind == "output"]
+
+    def _fuse(self, nodes: list[Node]) -> list[list[int]]:
+        """Offer each operator the upstream operator that feeds only it (see the module doc);
+        returns every node's inputs after fusion and sets :attr:`_fused` (the absorbed
+        nodes)."""
+        inputs = [list(n.inputs) for n in nodes]
+        uses = [0] * len(nodes)
+        for n in nodes:
+            for j in n.inputs:
+                uses[j] += 1
+        self._fused: set[int] = set()
+        for i, n in enumerate(nodes):
+            if n.strict or n.kind != "op" or len(inputs[i]) != 1:
+                continue
+            j = inputs[i][0]
+            up = nodes[j]
+            if up.strict or up.kind != "op" or len(inputs[j]) != 1 or uses[j] != 1:
+                continue
+            if self.ops[i].fuse_input(self.ops[j]):
+                inputs[i] = inputs[j]
+                self._fused.add(j)
+        return inputs
 
     def step(self) -> None:
         if not self.atomic:

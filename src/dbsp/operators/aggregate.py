@@ -79,7 +79,7 @@ import pyarrow.compute as pc
 
 from ..algebra import kernels as K
 from ..algebra.checked import add_overflows, group_sums, weighted_group_sums
-from ..algebra.codes import KeyCodec
+from ..algebra.codes import KeyCodec, codec_for
 from ..algebra.schema import take
 from ..circuit.exchange import shard_rows
 from ..circuit.errors import BadRows, RowError
@@ -89,6 +89,7 @@ from ..trace.batch import DistinctZSet, OrdIndexedZSet, ZSet, match_batches, ran
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
+from .index import IndexOperator
 
 KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
 LINEAR = ("count", "sum", "avg")
@@ -868,6 +869,14 @@ class LinearAggregateOperator(Operator):
     With ``preaggregate`` (and W > 1) the input is *not* sharded beforehand: each worker sums its
     own delta into one partial row per key, and only those rows cross the exchange (by key hash),
     where the parts of a key are added up (a combiner: the exchange moves keys, not rows).
+
+    *Fused index.* An ``index_by`` feeding only this operator is fused into it at plan time
+    (:meth:`fuse_input`): the operator then gets the loose rows and groups them by key itself
+    (key codes, one stable sort, the columns it sums), without encoding the values or
+    consolidating ``(key, value)`` pairs: partials are sums over rows, so equal rows need not
+    meet first (the sums are exact, so they are the same). Only when some key is refused (an
+    overflow, a negative count) are the rows indexed as the unfused ``index_by`` would, so the
+    rows reported are the same.
     """
 
     state_attrs = ('state',)
@@ -888,34 +897,139 @@ class LinearAggregateOperator(Operator):
         #: set by the replica when the input arrives already sharded by its key (an input the
         #: driver dealt by this key, :mod:`dbsp.runtime.placement`): no partials to swap
         self.local = False
+        #: the ``index_by`` fused into this operator (see the class doc), or None
+        self._index: Optional[IndexOperator] = None
+        #: per partial column: int64 (else float64); None when a column is a decimal
+        self._is_int = None if self.partials.dtypes is None else \
+            [dt is np.int64 for dt in self.partials.dtypes]
+        self._np_plan = self._plan_native()
+        #: (the fused index's plan, the codec of the value columns read), see _group
+        self._vcodec: Optional[tuple] = None
+        #: value columns the partials read (each once, in first use order)
+        self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
 
     @property
     def passes_empty(self) -> bool:  # type: ignore[override]
         """An empty delta changes nothing, unless the partials must cross the exchange."""
         return not self.preaggregate or self.local
 
+    def fuse_input(self, upstream: Operator) -> bool:
+        """Take over an ``index_by`` that feeds only this operator (see the class doc)."""
+        if type(upstream) is IndexOperator:
+            self._index = upstream
+            return True
+        return False
+
+    def _group(self, z: ZSet) -> OrdIndexedZSet:
+        """The rows of ``z`` grouped by the fused index's key: distinct keys ascending by code,
+        each key's rows contiguous (in input order, *not* consolidated by value; value codes
+        left zero) with only the value columns the partials read. Everything a partial sum
+        needs, at the price of one key encoding and one stable sort."""
+        ix = self._index
+        if len(z) == 0:
+            return OrdIndexedZSet.empty(ix.type.key, ix.type.val)
+        p = ix.plan(z)
+        if p is None:
+            return ix.eval(z)  # raises naming the column
+        kc = p[1]
+        data = z.data
+        keys = data.select(ix.key)
+        kcodes = kc.encode(keys.columns, data.num_rows)
+        perm = K.argsort(kcodes)
+        sk = K.take(kcodes, perm)
+        bounds = K.group_bounds(sk)
+        first = bounds[:-1]
+        vals = take(data.select(self._used), perm)
+        if self._vcodec is None or self._vcodec[0] is not p:  # once per input schema
+            self._vcodec = (p, codec_for(vals.schema))
+        return OrdIndexedZSet(take(keys, perm[first]), K.take(sk, first), bounds, vals,
+                              np.zeros(len(perm), np.uint64), z.weights[perm], kc,
+                              self._vcodec[1])
+
+    def _plan_native(self) -> Optional[tuple]:
+        """How :func:`~dbsp.algebra.kernels.delta_partials` computes this operator's partials:
+        ``(kinds, column of each partial, [(value column, dtype or None: validity only)])``, or
+        None when a sum is over decimals (the Arrow path)."""
+        kinds, cols = [0] * len(self.partials.schema), [0] * len(self.partials.schema)
+        used: dict = {}
+        for s, (ci, si, nk) in zip(self.specs, self.partials.plan):
+            if s.column is None:
+                continue
+            if si is not None and (nk not in ("i", "f") or s.in_type == pa.uint64()):
+                return None  # decimals; uint64 values past int64 (weighted_sum flags them)
+            c = used.setdefault(s.column, [len(used), None])
+            if si is not None:
+                kinds[si], cols[si] = (2, c[0]) if nk == "i" else (3, c[0])
+                c[1] = np.int64 if nk == "i" else np.float64
+            if ci is not None:
+                kinds[ci], cols[ci] = 1, c[0]
+        return kinds, cols, [(name, dt) for name, (_, dt) in used.items()]
+
+    def _native_partials(self, d: OrdIndexedZSet) -> Optional[list]:
+        """:meth:`_Partials.of_delta` in one native pass (None: decimals, or some key's sums
+        leave int64: the checked path names it)."""
+        plan = self._np_plan
+        if plan is None:
+            return None
+        kinds, cols, used = plan
+        values, valids = [], []
+        for name, dt in used:
+            arr = d.vals.column(name)
+            ok = None
+            if arr.null_count:
+                ok = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                arr = arr.fill_null(0) if dt is not None else arr
+            values.append(None if dt is None else
+                          np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dt))
+            valids.append(ok)
+        return K.delta_partials(d.offsets, d.weights, kinds, cols, values, valids)
+
+    def _delta_partials(self, d: OrdIndexedZSet, z: Optional[ZSet]):
+        """``(d, partials of d)`` with the keys whose partials overflow left out
+        (:func:`bad_groups`; partials None when no key is left). ``z``: the loose input when
+        the index is fused (``d`` is :meth:`_group` of it): a refused key's rows are then
+        reported as the index would have given them (consolidated)."""
+        P = self.partials
+        delta = self._native_partials(d)
+        if delta is not None:
+            return d, delta
+        flags: list = []
+        delta = P.of_delta(d, flags)
+        if not flags:
+            return d, delta
+        if z is not None:
+            d = self._index.eval(z)  # type: ignore[union-attr]
+            flags = []
+            delta = P.of_delta(d, flags)
+            if not flags:
+                return d, delta
+        d = bad_groups(self, d, flags)
+        return d, (P.of_delta(d) if len(d) else None)
+
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         P = self.partials
+        z = None
+        if self._index is not None:  # index_by fused in: d is the loose rows
+            z, d = d, self._group(d)
         if self.preaggregate and not self.local:
-            got = self._exchange_partials(d)
+            got = self._exchange_partials(d, z)
             if got is None:
                 return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec, delta = got
         else:
             if len(d) == 0:
                 return ZSet.empty(self.out_schema)
-            flags: list = []
-            delta = P.of_delta(d, flags)
-            if flags:
-                d = bad_groups(self, d, flags)
-                if len(d) == 0:
-                    return ZSet.empty(self.out_schema)
-                delta = P.of_delta(d)
+            d, delta = self._delta_partials(d, z)
+            if delta is None:
+                return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec = d.keys, d.kcodes, d.kcodec
         G = keys.num_rows
         if P.dtypes is not None:  # numeric partials: read, added and written back as numpy
             has_old, old, old_ver = self.state.get_numpy(kcodes, G, P.dtypes)
             old_batch = None
+            fast = K.combine_partials(old, delta, has_old, self._is_int, self.positive)
+            if fast is not None:  # else some key is refused: the checked path below names it
+                return self._step_numeric(keys, kcodes, kcodec, has_old, old, old_ver, fast)
         else:
             has_old, old_batch, old_ver = self.state.get(kcodes, G)
             old = P.from_arrow(old_batch, has_old)
@@ -926,6 +1040,8 @@ class LinearAggregateOperator(Operator):
             if negative.any():
                 flags.append((negative, NEGATIVE))
         if flags:  # (rare) keys whose new state would be wrong: raise, or set their rows aside
+            if z is not None and not self.preaggregate:
+                d = self._index.eval(z)  # type: ignore[union-attr]  # the rows, consolidated
             ok = np.flatnonzero(bad_keys(self, keys, d if not self.preaggregate else None,
                                          kcodes, flags, delta[0]))
             keys, kcodes = take(keys, ok), K.take(kcodes, ok)
@@ -946,7 +1062,53 @@ class LinearAggregateOperator(Operator):
         return _emit(self.out_schema, keys, old_out, new_out, old_present & changed,
                      new_present & changed)
 
-    def _exchange_partials(self, d: OrdIndexedZSet):
+    def _step_numeric(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec,
+                      has_old: np.ndarray, old: list, old_ver: np.ndarray, fast: tuple) -> ZSet:
+        """The rest of a step whose new partials (numpy columns) refuse no key: the versioned
+        rows of the changed keys replaced, and ``-old`` / ``+new`` output rows, through the
+        native kernels (:func:`~dbsp.algebra.kernels.combine_partials`, ``versioned_put``,
+        ``pick_partials``). Same state and output as the general path below it in :meth:`eval`."""
+        new, changed, keep, eo, en = fast
+        st = self.state
+        st._versions(0)  # (sets the version counter after a restore)
+        kk, offsets, src, idx, w, vcodes, used = K.versioned_put(changed, has_old, keep,
+                                                                 old_ver, st._next)
+        if len(kk):
+            st._next += used
+            vals = pa.RecordBatch.from_arrays(
+                [pa.array(c, f.type) for c, f in zip(K.pick_partials(src, idx, old, new),
+                                                     st.val_schema)], schema=st.val_schema)
+            st.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
+                                           vcodes, w, kcodec, st.vcodec))
+        n_old = len(eo)
+        if n_old + len(en) == 0:
+            return ZSet.empty(self.out_schema)
+        rows = np.concatenate([eo, en])
+        ow = np.ones(len(rows), np.int64)
+        ow[:n_old] = -1
+        parts = K.pick_partials(ow < 0, rows, old, new)
+        cols = list(take(keys, rows).columns) + self._finish_numeric(parts)
+        return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
+
+    def _finish_numeric(self, parts: list) -> list:
+        """:meth:`_Partials.finish` of numpy partials (no decimal): count as it is, sum and avg
+        null where the non-null count is 0, avg as ``float(sum) / float(count)``."""
+        out = []
+        for s, (ci, si, _) in zip(self.specs, self.partials.plan):
+            if s.kind == "count":
+                out.append(pa.array(parts[0] if ci is None else parts[ci], pa.int64()))
+                continue
+            n = parts[ci]
+            null = n == 0
+            mask = null if null.any() else None
+            if s.kind == "sum":
+                out.append(pa.array(parts[si], s.out_type, mask=mask))
+            else:
+                avg = np.divide(parts[si], n, out=np.zeros(len(n), np.float64), where=~null)
+                out.append(pa.array(avg, pa.float64(), mask=mask))
+        return out
+
+    def _exchange_partials(self, d: OrdIndexedZSet, z: Optional[ZSet] = None):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
         partial columns)`` of the keys this worker owns, or None.
 
@@ -957,11 +1119,7 @@ class LinearAggregateOperator(Operator):
         P, W = self.partials, self.ctx.workers
         parts: list = [None] * W
         if len(d):
-            flags: list = []
-            local = P.of_delta(d, flags)
-            if flags:
-                d = bad_groups(self, d, flags)
-                local = P.of_delta(d)
+            d, local = self._delta_partials(d, z)
         if len(d):
             for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
                 if len(idx):

@@ -1,7 +1,7 @@
 """index_by / flatten: between Z-sets of rows and indexed Z-sets ``key -> value``; linear."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import pyarrow as pa
 
@@ -21,18 +21,28 @@ class IndexOperator(Operator):
         self._schema = None  # the input schema the codecs below were worked out for
         self._plan: tuple = ()
 
-    def eval(self, z):
-        if len(z) == 0:
-            return OrdIndexedZSet.empty(self.type.key, self.type.val)
+    def plan(self, z) -> Optional[tuple]:
+        """``(value column names, key codec, value codec)`` for the rows of ``z`` (non-empty),
+        worked out once per input schema, not per step (a lookup hashes the schema); None when
+        the columns do not split into key and values (:meth:`eval` then lets
+        :meth:`OrdIndexedZSet.from_loose` raise, naming the column)."""
         s = z.schema
-        if s != self._schema:  # once per input schema, not per step (a lookup hashes it)
+        if s is not self._schema and s != self._schema:
             vnames = [n for n in s.names if n not in self.key]
             if len(vnames) + len(self.key) != len(s.names) or any(k not in s.names
                                                                  for k in self.key):
-                return OrdIndexedZSet.from_loose(z, self.key)  # raises naming the column
+                return None
             self._schema = s
             self._plan = (vnames, codec_for(s, self.key), codec_for(s, vnames))
-        vnames, kc, vc = self._plan
+        return self._plan
+
+    def eval(self, z):
+        if len(z) == 0:
+            return OrdIndexedZSet.empty(self.type.key, self.type.val)
+        p = self.plan(z)
+        if p is None:
+            return OrdIndexedZSet.from_loose(z, self.key)  # raises naming the column
+        vnames, kc, vc = p
         return OrdIndexedZSet.from_loose(z, self.key, vnames, kc, vc)
 
 

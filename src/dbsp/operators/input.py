@@ -44,9 +44,11 @@ class InputOperator(Operator):
         super().__init__(ctx)
         self.schema = schema
         self.pending: Optional[ZSet] = None
+        #: the value of a step without input (immutable: built once, not looked up per step)
+        self._empty = ZSet.empty(schema)
 
     def eval(self) -> ZSet:
-        z = self.pending if self.pending is not None else ZSet.empty(self.schema)
+        z = self.pending if self.pending is not None else self._empty
         self.pending = None
         return z
 

@@ -118,10 +118,8 @@ def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
 def join_matched(x: OrdIndexedZSet, ai: np.ndarray, y: OrdIndexedZSet, bi: np.ndarray):
     """:func:`join_pairs` for keys already matched: key ``ai[m]`` of ``x`` equals key ``bi[m]``
     of ``y`` (both ascending)."""
-    xs, ys = K.expand_pairs(x.offsets, ai, y.offsets, bi)
-    counts = (x.offsets[ai + 1] - x.offsets[ai]) * (y.offsets[bi + 1] - y.offsets[bi])
-    kidx = np.repeat(ai, counts)
-    w, over = K.mul_checked(x.weights[xs], y.weights[ys])
+    kidx, xs, ys, w, over = K.join_matched_pairs(x.offsets, ai, y.offsets, bi, x.weights,
+                                                 y.weights)  # one native pass
     if over is not None:  # a joined pair's weight would wrap: an error naming the key
         i = int(np.argmax(over))
         key = x.keys.slice(int(kidx[i]), 1).to_pylist()[0]

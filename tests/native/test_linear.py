@@ -1,0 +1,114 @@
+"""dbsp._native.linear against kernels_ref: the linear aggregate's per-step kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dbsp._native import linear as native
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from dbsp.algebra import kernels_ref as ref
+
+I64 = st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-3, 3) | st.sampled_from(
+    [2 ** 62, -2 ** 62, 2 ** 63 - 1, -2 ** 63])
+F64 = st.floats(allow_nan=True, allow_infinity=False, width=64) | st.sampled_from(
+    [0.0, -0.0, 1.5, -1.5])
+
+
+@st.composite
+def partials(draw):
+    """(old, delta, has_old, is_int): a row count, then int64 or float64 columns."""
+    g = draw(st.integers(0, 12))
+    is_int = [True] + draw(st.lists(st.booleans(), max_size=3))
+    old, delta = [], []
+    for i in is_int:
+        el, dt = (I64, np.int64) if i else (F64, np.float64)
+        small = st.integers(-3, 3) if i else st.sampled_from([0.0, 1.0, -2.5])
+        old.append(np.array(draw(st.lists(el | small, min_size=g, max_size=g)), dtype=dt))
+        delta.append(np.array(draw(st.lists(small, min_size=g, max_size=g)), dtype=dt))
+    has_old = np.array(draw(st.lists(st.booleans(), min_size=g, max_size=g)), dtype=bool)
+    for col in old:  # a key without an old row has zero partials (as the state lookup gives)
+        col[~has_old] = 0
+    return old, delta, has_old, is_int
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@given(partials(), st.booleans())
+@example(([np.array([2 ** 63 - 1], np.int64)], [np.array([1], np.int64)], np.array([True]),
+          [True]), False)  # the row count leaves int64: refused
+@example(([np.array([1], np.int64)], [np.array([-2], np.int64)], np.array([True]), [True]),
+         True)  # a negative row count with positive: refused
+@example(([np.array([0], np.int64), np.array([0.0])], [np.array([0], np.int64),
+          np.array([-0.0])], np.array([True]), [True, False]), False)  # -0.0 is no change
+def test_combine_partials(case, positive):
+    old, delta, has_old, is_int = case
+    got = native.combine_partials(old, delta, has_old, is_int, positive)
+    want = ref.combine_partials(old, delta, has_old, is_int, positive)
+    assert (got is None) == (want is None)
+    if want is None:
+        return
+    for a, b in zip(got[0], want[0]):
+        _same(a, b)
+    for a, b in zip(got[1:], want[1:]):
+        _same(a, b)
+
+
+@given(st.data())
+def test_versioned_put_and_pick_partials(data):
+    g = data.draw(st.integers(0, 10))
+    bools = st.lists(st.booleans(), min_size=g, max_size=g)
+    changed, has_old, keep = (np.array(data.draw(bools), dtype=bool) for _ in range(3))
+    old_ver = np.array(data.draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=g, max_size=g)),
+                       dtype=np.uint64)
+    nv = data.draw(st.integers(0, 2 ** 40))
+    got = native.versioned_put(changed, has_old, keep, old_ver, nv)
+    want = ref.versioned_put(changed, has_old, keep, old_ver, nv)
+    for a, b in zip(got[:-1], want[:-1]):
+        _same(a, b)
+    assert got[-1] == want[-1] == int((changed & keep).sum())
+    cols_o = [np.arange(g, dtype=np.int64) * 3, np.linspace(0, 1, g)]
+    cols_n = [np.arange(g, dtype=np.int64) - 7, np.linspace(5, 6, g)]
+    for a, b in zip(native.pick_partials(got[2], got[3], cols_o, cols_n),
+                    ref.pick_partials(want[2], want[3], cols_o, cols_n)):
+        _same(a, b)
+        assert a.dtype == b.dtype
+
+
+def test_pick_partials_checks_its_indices():
+    with pytest.raises(IndexError):
+        native.pick_partials(np.array([True]), np.array([3]), [np.zeros(2, np.int64)],
+                         [np.zeros(2, np.int64)])
+
+
+@st.composite
+def grouped_delta(draw):
+    sizes = draw(st.lists(st.integers(1, 4), max_size=6))
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(bounds[-1])
+    w = np.array(draw(st.lists(I64 | st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+    xi = np.array(draw(st.lists(I64 | st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+    xf = np.array(draw(st.lists(st.floats(-1e6, 1e6) | st.sampled_from([0.0, -0.0]),
+                                min_size=n, max_size=n)), np.float64)
+    valid = draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n))
+    valids = [None if valid is None else np.array(valid, bool), None]
+    kinds = [0] + draw(st.lists(st.sampled_from([1, 2, 3]), max_size=4))
+    cols = [0] + [0 if k == 2 or (k == 1 and draw(st.booleans())) else 1 for k in kinds[1:]]
+    return bounds, w, kinds, cols, [xi, xf], valids
+
+
+@given(grouped_delta())
+def test_delta_partials(case):
+    bounds, w, kinds, cols, values, valids = case
+    values = [values[0], values[1]]
+    # kind 3 reads the float column (1), kind 2 the int column (0)
+    cols = [1 if k == 3 else c for k, c in zip(kinds, cols)]
+    got = native.delta_partials(bounds, w, kinds, cols, values, valids)
+    want = ref.delta_partials(bounds, w, kinds, cols, values, valids)
+    assert (got is None) == (want is None)
+    if want is not None:
+        for a, b in zip(got, want):
+            _same(a, b)
+            assert a.dtype == b.dtype
