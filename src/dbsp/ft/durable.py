@@ -339,7 +339,7 @@ class DurableCircuit:
                     self.open()
                 if self.step_no > s:  # the step was logged, and replayed by the recovery
                     return s
-                if self._retry is not None:  # a sliced step a death cut short: again
+                if self._retry is not None:  # a step a death cut short before it was logged
                     pending, self._retry = self._retry, None
                     for n, p in pending.items():
                         if p is not None:
@@ -351,6 +351,11 @@ class DurableCircuit:
                 deaths += 1
                 if deaths > self.max_restarts:
                     raise
+                if self.input_log.end <= s and self._retry is None:
+                    # the death surfaced before the step's input was logged (e.g. from the
+                    # background checkpoint of the step before): its pending rows are the only
+                    # copy, and the restart drops pending input, so keep them for the re-run
+                    self._retry = {n: inp.take_pending() for n, inp in self.circuit.inputs.items()}
                 self._restart(e)
 
     def _restart(self, e: BaseException) -> None:
