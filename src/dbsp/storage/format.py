@@ -108,6 +108,7 @@ __all__ = [
     "INCOMPAT_LZ4", "INCOMPAT_KNOWN", "COMPAT_BLOOM",
     "StorageError", "CorruptBlockError", "TruncatedFileError", "FormatVersionError",
     "Physical", "physical_of", "is_ipc_type", "IPC", "BlockHeader", "align", "bloom_params", "bloom_fpr",
+    "hash_codes",
     "verify_block", "schema_to_b64", "schema_from_b64", "dumps_trailer", "loads_trailer",
 ]
 
@@ -308,6 +309,15 @@ def bloom_fpr(bits_per_key: float, k: int, block_bits: int = 512) -> float:
         logp[1:] = -lam + np.cumsum(np.log(lam / j[1:]))
     q = 1.0 - 1.0 / block_bits
     return float(np.sum(np.exp(logp) * (1.0 - q ** (k * j)) ** k))
+
+
+def hash_codes(codes, seed: int) -> np.ndarray:
+    """The Bloom filters' 64-bit key hashes of a code array: a uint64 array, or var codes (an
+    object with ``offsets`` and ``data``)."""
+    if hasattr(codes, "offsets"):
+        return _nb.hash_var(np.ascontiguousarray(codes.offsets, dtype=np.int64),
+                            np.ascontiguousarray(codes.data, dtype=np.uint8), seed)
+    return _nb.hash_u64(np.ascontiguousarray(codes, dtype=np.uint64), seed)
 
 
 _BLOOM_CACHE: dict = {}

@@ -679,15 +679,6 @@ class LayerFile:
 
     def may_contain_many(self, codes) -> np.ndarray:
         """Vectorised ``may_contain`` over a uint64 array or VarCodes."""
-        if self.layers[0]["code"] == "u64":
-            c = np.ascontiguousarray(codes, dtype=np.uint64)
-            if self._words is None:
-                return np.ones(len(c), dtype=bool)
-            h = _nb.hash_u64(c, self._bloom_seed)
-        else:
-            o = np.ascontiguousarray(codes.offsets, dtype=np.int64)
-            d = np.ascontiguousarray(codes.data, dtype=np.uint8)
-            if self._words is None:
-                return np.ones(len(o) - 1, dtype=bool)
-            h = _nb.hash_var(o, d, self._bloom_seed)
-        return _nb.bloom_query(self._words, self._bloom_k, h)
+        if self._words is None:
+            return np.ones(len(codes), dtype=bool)
+        return _nb.bloom_query(self._words, self._bloom_k, F.hash_codes(codes, self._bloom_seed))

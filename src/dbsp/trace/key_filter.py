@@ -35,8 +35,8 @@ import numpy as np
 
 from .._native import block as _nb
 from ..algebra import kernels as K
-from ..algebra.codes import CodeArray, Codes
-from ..storage.format import bloom_params
+from ..algebra.codes import CodeArray
+from ..storage.format import bloom_params, hash_codes
 
 __all__ = ["KeyFilter", "MIN_KEYS", "SPARSE", "FPR", "filtered_intersect", "attach_filter"]
 
@@ -50,10 +50,7 @@ _SEED = 0x2545F4914F6CDD1D
 
 
 def _hashes(codes: CodeArray) -> np.ndarray:
-    if Codes.is_u64(codes):
-        return _nb.hash_u64(np.ascontiguousarray(codes, dtype=np.uint64), _SEED)
-    return _nb.hash_var(np.ascontiguousarray(codes.offsets, dtype=np.int64),
-                        np.ascontiguousarray(codes.data, dtype=np.uint8), _SEED)
+    return hash_codes(codes, _SEED)
 
 
 class KeyFilter:

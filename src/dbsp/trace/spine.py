@@ -443,9 +443,9 @@ class Spine:
         # sum is the state, exactly) and no merge runs until the state changes again
         self._merge_blocked = False
         self._proto: Optional[Batch] = None
-        # point probes of this Z-set trace have begun (weights_of): large batches get a key
-        # filter from then on (dbsp.trace.key_filter); a trace only ever scanned (a view) never
-        # pays for one
+        # point probes of this Z-set trace have begun (weights_of, also a view's overflow check
+        # of each step): large batches get a key filter from then on (dbsp.trace.key_filter); a
+        # trace never probed by row never pays for one
         self._filtered = False
         if storage is None:
             storage = current_storage()
