@@ -5,18 +5,18 @@ A linear aggregate (count / sum / avg) keeps one row of *partials* per key (row 
 counts, weighted sums: int64 or float64 columns) and each step adds the delta's partials to the
 touched keys' old ones. With a hundred keys a step, the numpy version of that bookkeeping costs
 some fifty calls (an add, an overflow check, a comparison per column, masks, where, repeat ...),
-each a microsecond or more, for loops of a hundred iterations. These are those loops as three
+each a microsecond or more, for loops of a hundred iterations. These are those loops as native
 calls, every loop without the GIL:
 
 * ``combine_partials(old, delta, has_old, is_int, positive)``: ``new = old + delta`` column by
   column, with which keys changed, which keep a partial row (not all zero) and the rows to emit
   (``-old`` then ``+new``); None when an int64 sum leaves int64 or (``positive``) a row count
   goes negative: the caller then takes the checked path that names the key.
-* ``versioned_put(changed, has_old, keep, old_ver, next_ver)``: the entries that replace the
-  changed keys' partial rows in the versioned-rows spine (the old row retracted under its
-  version, the new one inserted under a fresh version, old before new within a key).
-* ``pick_partials(src_old, idx, old, new)``: per column, ``old[idx[k]]`` where ``src_old[k]`` else
-  ``new[idx[k]]`` (the values of those entries, and of the emitted rows).
+* ``delta_partials``: a delta's partials grouped by key, in one pass.
+
+The rows that replace the changed keys' partials in the versioned-rows spine, and their values,
+come from the versioned state's own kernels (``dbsp._native.state``: ``versioned_pairs``,
+``pick_rows``), which the general aggregate uses too.
 
 Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one length.
 """
@@ -117,110 +117,6 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
                     pen[n_new] = g
                     n_new += 1
     return news, changed, keep, eo[:n_old], en[:n_new]
-
-
-def versioned_put(changed, has_old, keep, old_ver, uint64_t next_ver):
-    """``(kk, offsets, src_old, idx, weights, vcodes, versions used)``: the entries replacing the
-    partial rows of the ``changed`` keys. Per such key ``kk[i]`` (ascending), entries
-    ``offsets[i]:offsets[i+1]``: its old row (if it had one: weight -1 under ``old_ver``), then
-    its new row (if ``keep``: weight +1 under the next fresh version from ``next_ver``). Keys with
-    neither get no entry. ``src_old`` / ``idx``: where each entry's values come from (old or new
-    partials of key ``idx``)."""
-    cdef cnp.ndarray c = np.ascontiguousarray(changed, dtype=np.bool_)
-    cdef int64_t G = c.shape[0], g, k = 0, e = 0
-    cdef cnp.ndarray h = _col(has_old, np.bool_, G, "versioned_put")
-    cdef cnp.ndarray kp = _col(keep, np.bool_, G, "versioned_put")
-    cdef cnp.ndarray ov = _col(old_ver, np.uint64, G, "versioned_put")
-    cdef const uint8_t* pc = <const uint8_t*>cnp.PyArray_DATA(c)
-    cdef const uint8_t* ph = <const uint8_t*>cnp.PyArray_DATA(h)
-    cdef const uint8_t* pk = <const uint8_t*>cnp.PyArray_DATA(kp)
-    cdef const uint64_t* pv = <const uint64_t*>cnp.PyArray_DATA(ov)
-    cdef cnp.ndarray kk = np.empty(G, dtype=np.int64)
-    cdef cnp.ndarray offsets = np.empty(G + 1, dtype=np.int64)
-    cdef cnp.ndarray src_old = np.empty(2 * G, dtype=np.bool_)
-    cdef cnp.ndarray idx = np.empty(2 * G, dtype=np.int64)
-    cdef cnp.ndarray w = np.empty(2 * G, dtype=np.int64)
-    cdef cnp.ndarray vc = np.empty(2 * G, dtype=np.uint64)
-    cdef int64_t* pkk = <int64_t*>cnp.PyArray_DATA(kk)
-    cdef int64_t* pof = <int64_t*>cnp.PyArray_DATA(offsets)
-    cdef uint8_t* pso = <uint8_t*>cnp.PyArray_DATA(src_old)
-    cdef int64_t* pidx = <int64_t*>cnp.PyArray_DATA(idx)
-    cdef int64_t* pw = <int64_t*>cnp.PyArray_DATA(w)
-    cdef uint64_t* pvc = <uint64_t*>cnp.PyArray_DATA(vc)
-    cdef uint64_t nv = next_ver
-    with nogil:
-        pof[0] = 0
-        for g in range(G):
-            if not pc[g] or not (ph[g] or pk[g]):
-                continue
-            if ph[g]:
-                pso[e] = 1
-                pidx[e] = g
-                pw[e] = -1
-                pvc[e] = pv[g]
-                e += 1
-            if pk[g]:
-                pso[e] = 0
-                pidx[e] = g
-                pw[e] = 1
-                pvc[e] = nv
-                nv += 1
-                e += 1
-            pkk[k] = g
-            k += 1
-            pof[k] = e
-    return (kk[:k], offsets[:k + 1], src_old[:e], idx[:e], w[:e], vc[:e],
-            int(nv - next_ver))
-
-
-def pick_partials(src_old, idx, old, new):
-    """Per column ``j``: ``old[j][idx[k]]`` where ``src_old[k]``, else ``new[j][idx[k]]``
-    (``idx`` must index both; columns int64 or float64, ``old[j]`` and ``new[j]`` alike)."""
-    cdef cnp.ndarray s = np.ascontiguousarray(src_old, dtype=np.bool_)
-    cdef int64_t n = s.shape[0], k, i, G
-    cdef cnp.ndarray ix = _col(idx, np.int64, n, "pick_partials")
-    cdef const uint8_t* ps = <const uint8_t*>cnp.PyArray_DATA(s)
-    cdef const int64_t* pi = <const int64_t*>cnp.PyArray_DATA(ix)
-    cdef const int64_t* ao
-    cdef const int64_t* an
-    cdef int64_t* ar
-    cdef const double* do
-    cdef const double* dn
-    cdef double* dr
-    if len(old) != len(new):
-        raise ValueError("pick_partials: old and new need one entry per column")
-    out = []
-    for o, nw in zip(old, new):
-        dt = np.float64 if np.asarray(o).dtype.kind == "f" else np.int64
-        oa = np.ascontiguousarray(o, dtype=dt)
-        G = oa.shape[0]
-        na = _col(nw, dt, G, "pick_partials")
-        i = 0
-        with nogil:
-            for k in range(n):
-                if pi[k] < 0 or pi[k] >= G:
-                    i = 1
-        if i:
-            raise IndexError(f"pick_partials: an index is out of the {G} rows")
-        r = np.empty(n, dtype=dt)
-        if dt is np.int64:
-            ao = <const int64_t*>cnp.PyArray_DATA(oa)
-            an = <const int64_t*>cnp.PyArray_DATA(na)
-            ar = <int64_t*>cnp.PyArray_DATA(r)
-            with nogil:
-                for k in range(n):
-                    i = pi[k]
-                    ar[k] = ao[i] if ps[k] else an[i]
-        else:
-            do = <const double*>cnp.PyArray_DATA(oa)
-            dn = <const double*>cnp.PyArray_DATA(na)
-            dr = <double*>cnp.PyArray_DATA(r)
-            with nogil:
-                for k in range(n):
-                    i = pi[k]
-                    dr[k] = do[i] if ps[k] else dn[i]
-        out.append(r)
-    return out
 
 
 cdef extern from *:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from dbsp._native import linear as native
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -54,33 +53,6 @@ def test_combine_partials(case, positive):
         _same(a, b)
     for a, b in zip(got[1:], want[1:]):
         _same(a, b)
-
-
-@given(st.data())
-def test_versioned_put_and_pick_partials(data):
-    g = data.draw(st.integers(0, 10))
-    bools = st.lists(st.booleans(), min_size=g, max_size=g)
-    changed, has_old, keep = (np.array(data.draw(bools), dtype=bool) for _ in range(3))
-    old_ver = np.array(data.draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=g, max_size=g)),
-                       dtype=np.uint64)
-    nv = data.draw(st.integers(0, 2 ** 40))
-    got = native.versioned_put(changed, has_old, keep, old_ver, nv)
-    want = ref.versioned_put(changed, has_old, keep, old_ver, nv)
-    for a, b in zip(got[:-1], want[:-1]):
-        _same(a, b)
-    assert got[-1] == want[-1] == int((changed & keep).sum())
-    cols_o = [np.arange(g, dtype=np.int64) * 3, np.linspace(0, 1, g)]
-    cols_n = [np.arange(g, dtype=np.int64) - 7, np.linspace(5, 6, g)]
-    for a, b in zip(native.pick_partials(got[2], got[3], cols_o, cols_n),
-                    ref.pick_partials(want[2], want[3], cols_o, cols_n)):
-        _same(a, b)
-        assert a.dtype == b.dtype
-
-
-def test_pick_partials_checks_its_indices():
-    with pytest.raises(IndexError):
-        native.pick_partials(np.array([True]), np.array([3]), [np.zeros(2, np.int64)],
-                         [np.zeros(2, np.int64)])
 
 
 @st.composite

@@ -40,8 +40,6 @@ _NATIVE = {
     "versioned_pairs": "state",
     "pick_rows": "state",
     "combine_partials": "linear",
-    "versioned_put": "linear",
-    "pick_partials": "linear",
     "delta_partials": "linear",
 }
 
@@ -131,8 +129,6 @@ gather_rows = _resolve("gather_rows")
 versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
-versioned_put = _resolve("versioned_put")
-pick_partials = _resolve("pick_partials")
 delta_partials = _resolve("delta_partials")
 
 

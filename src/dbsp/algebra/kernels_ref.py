@@ -282,37 +282,6 @@ def combine_partials(old: list, delta: list, has_old: np.ndarray, is_int: list,
     return new, changed, keep, emit_old, emit_new
 
 
-def versioned_put(changed: np.ndarray, has_old: np.ndarray, keep: np.ndarray,
-                  old_ver: np.ndarray, next_ver: int):
-    """The entries replacing the changed keys' rows of a versioned-rows spine:
-    ``(kk, offsets, src_old, idx, weights, vcodes, versions used)``; per changed key ``kk[i]``
-    with an old row or a kept new one, its old row (weight -1, version ``old_ver``) then its new
-    row (weight +1, the next version from ``next_ver``); ``src_old`` / ``idx`` say which
-    partials (old or new, of which key) each entry holds."""
-    kk, offsets, so, idx, w, vc = [], [0], [], [], [], []
-    nv = int(next_ver)
-    for g in range(len(changed)):
-        if not changed[g] or not (has_old[g] or keep[g]):
-            continue
-        if has_old[g]:
-            so.append(True), idx.append(g), w.append(-1), vc.append(int(old_ver[g]))
-        if keep[g]:
-            so.append(False), idx.append(g), w.append(1), vc.append(nv)
-            nv += 1
-        kk.append(g)
-        offsets.append(len(idx))
-    return (np.asarray(kk, np.int64), np.asarray(offsets, np.int64), np.asarray(so, bool),
-            np.asarray(idx, np.int64), np.asarray(w, np.int64), np.asarray(vc, np.uint64),
-            nv - int(next_ver))
-
-
-def pick_partials(src_old: np.ndarray, idx: np.ndarray, old: list, new: list) -> list:
-    """Per column: ``old[j][idx[k]]`` where ``src_old[k]``, else ``new[j][idx[k]]``."""
-    src_old = np.asarray(src_old, dtype=bool)
-    idx = np.asarray(idx, dtype=np.int64)
-    return [np.where(src_old, np.asarray(o)[idx], np.asarray(n)[idx]) for o, n in zip(old, new)]
-
-
 def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: list,
                    values: list, valids: list):
     """Partials of a delta grouped by key (see ``dbsp._native.linear.delta_partials``): per

@@ -1066,18 +1066,19 @@ class LinearAggregateOperator(Operator):
                       has_old: np.ndarray, old: list, old_ver: np.ndarray, fast: tuple) -> ZSet:
         """The rest of a step whose new partials (numpy columns) refuse no key: the versioned
         rows of the changed keys replaced, and ``-old`` / ``+new`` output rows, through the
-        native kernels (:func:`~dbsp.algebra.kernels.combine_partials`, ``versioned_put``,
-        ``pick_partials``). Same state and output as the general path below it in :meth:`eval`."""
+        native kernels (:func:`~dbsp.algebra.kernels.combine_partials`, and the versioned
+        state's ``versioned_pairs`` and ``pick_rows``, shared with the general aggregate). Same state and output as the general path below it in :meth:`eval`."""
         new, changed, keep, eo, en = fast
         st = self.state
         st._versions(0)  # (sets the version counter after a restore)
-        kk, offsets, src, idx, w, vcodes, used = K.versioned_put(changed, has_old, keep,
-                                                                 old_ver, st._next)
+        add = changed & keep
+        kk, offsets, idx, src, vcodes, w = K.versioned_pairs(changed & has_old, add, old_ver,
+                                                             st._next)
         if len(kk):
-            st._next += used
+            st._next += int(np.count_nonzero(add))
             vals = pa.RecordBatch.from_arrays(
-                [pa.array(c, f.type) for c, f in zip(K.pick_partials(src, idx, old, new),
-                                                     st.val_schema)], schema=st.val_schema)
+                [pa.array(K.pick_rows(idx, src, o, n), f.type)
+                 for o, n, f in zip(old, new, st.val_schema)], schema=st.val_schema)
             st.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
                                            vcodes, w, kcodec, st.vcodec))
         n_old = len(eo)
@@ -1086,7 +1087,7 @@ class LinearAggregateOperator(Operator):
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
-        parts = K.pick_partials(ow < 0, rows, old, new)
+        parts = [K.pick_rows(rows, ow < 0, o, n) for o, n in zip(old, new)]
         cols = list(take(keys, rows).columns) + self._finish_numeric(parts)
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
 
