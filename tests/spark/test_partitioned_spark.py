@@ -4,7 +4,8 @@ while the job changes its worker count and while its tasks are killed.
 The DataFrame is cut into P partitions once for the job's life; step ``k`` is rows ``[k n, (k +
 1) n)`` of each, and task ``w`` of W reads partitions ``p % W == w`` (its own partition when
 P == W, else the batches of its partitions routed to it). The reference is one embedded
-worker fed, step by step, the same rows read on the driver from the same ``repartition(P)``:
+worker fed, step by step, the same rows read on the driver from the same cut
+(:func:`dbsp.spark.cut_frame`):
 the output log must equal it step for step (a layout change moves state, never input), and
 the crash checker must find every event exactly once."""
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dbsp.runtime.circuit import Circuit  # noqa: E402
 from dbsp.runtime.launcher import build_outputs  # noqa: E402
 from dbsp.runtime.slices import SourceStep  # noqa: E402
 from dbsp.spark import (PartitionReader, RoutedPartitionReader, _TAG_DDL,  # noqa: E402
-                        _tag_partition, durable)
+                        _tag_partition, cut_frame, durable)
 from dbsp.testing import crash  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
 
@@ -126,9 +127,9 @@ def _frame(spark):
 
 def _reference_steps(df, parts: int, rows: int) -> dict[int, dict[str, Counter]]:
     """Every step's changes on one embedded worker fed, on the driver, rows ``[k n, (k + 1) n)``
-    of each of the ``parts`` partitions of ``df.repartition(parts)`` (read through the same
+    of each of the ``parts`` partitions of ``cut_frame(df, parts)`` (read through the same
     tagging the tasks' input goes through), step 0 also ``dims``."""
-    t = df.repartition(parts).mapInArrow(_tag_partition, _TAG_DDL).toArrow()
+    t = cut_frame(df, parts).mapInArrow(_tag_partition, _TAG_DDL).toArrow()
     by: dict[int, list] = {}
     for p, start, n, ipc in sorted(zip(*[t.column(c).to_pylist() for c in t.column_names]),
                                    key=lambda r: (r[0], r[1])):
@@ -201,18 +202,12 @@ def test_partitioned_durable_job_scales_1_2_3_2_exactly_once(spark4, tmp_path):
     assert res["ok"] > 0 and (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed,parts", [(1, 4), (2, 2)])
-def test_killed_tasks_of_a_partitioned_durable_job_recover_exactly_once(spark, tmp_path, seed,
-                                                                        parts):
-    """kill -9 of a task's Python worker at random steps (twice) while its 2 tasks read a
-    DataFrame's partitions themselves, routed (P = 4) and direct (P = 2): Spark aborts the
-    barrier job, the next generation's tasks read their partitions again, skip the rows before
-    the checkpoint and replay the logged pieces (checked against their logged checksums); the
-    crash checker finds every event exactly once, and the log equals the reference step for
-    step."""
+def _killed(spark, tmp_path, seed: int, parts: int, pick=None) -> None:
+    """A durable job of 2 tasks reading ``parts`` partitions of the crash stream's events,
+    killed twice at random steps (``pick``: the process to kill instead of the task's Python
+    worker), checked against the reference and by the crash checker."""
     df = _frame(spark)
-    rows = EVENTS // (parts * 10)  # 10 full steps, then one that reads nothing
+    rows = EVENTS // (parts * 10)  # 10 full steps, then one that reads (nearly) nothing
     want = _reference_steps(df, parts, rows)
     steps = len(want)
 
@@ -227,7 +222,7 @@ def test_killed_tasks_of_a_partitioned_durable_job_recover_exactly_once(spark, t
     with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_every=3,
                  timeout=600, max_restarts=10, partitioned=("ev", df, rows),
                  partitions=parts) as job:
-        kills = crash.run_killed(job, read, steps, 2, seed)
+        kills = crash.run_killed(job, read, steps, 2, seed, pick)
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
         print(f"\nP = {parts}: kills (generation, worker, step, pid) {kills}, recovery "
               f"{[round(s, 1) for s in job.recovery_seconds]} s")
@@ -235,3 +230,40 @@ def test_killed_tasks_of_a_partitioned_durable_job_recover_exactly_once(spark, t
     res = crash.check(str(tmp_path), EVENTS, retract=False)
     assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
     assert res["ok"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed,parts", [(1, 4), (2, 2)])
+def test_killed_tasks_of_a_partitioned_durable_job_recover_exactly_once(spark, tmp_path, seed,
+                                                                        parts):
+    """kill -9 of a task's Python worker at random steps (twice) while its 2 tasks read a
+    DataFrame's partitions themselves, routed (P = 4) and direct (P = 2): Spark aborts the
+    barrier job, the next generation's tasks read their partitions again, skip the rows before
+    the checkpoint and replay the logged pieces (checked against their logged checksums); the
+    crash checker finds every event exactly once, and the log equals the reference step for
+    step."""
+    _killed(spark, tmp_path, seed, parts)
+
+
+def _executor_of(pid: int) -> int:
+    """The executor JVM above a Spark task's Python worker (its ancestor running
+    CoarseGrainedExecutorBackend)."""
+    p = pid
+    while p > 1:
+        with open(f"/proc/{p}/cmdline", "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return p
+        with open(f"/proc/{p}/stat") as f:
+            p = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise AssertionError(f"no executor JVM above process {pid}")
+
+
+@pytest.mark.slow
+def test_killed_executors_of_a_partitioned_durable_job_recover_exactly_once(sessions, tmp_path):
+    """kill -9 of a whole executor JVM (``local-cluster``: the standalone worker starts a new
+    one) twice at random steps while the tasks read 4 routed partitions: the shuffle that
+    routed them is lost with the executor, the next generation cuts and routes them again
+    with another number of executors and another shuffle fetch order, and must read the same
+    rows at the logged positions."""
+    _killed(sessions.get("local-cluster[2,1,1024]"), tmp_path, random.randrange(1 << 30), 4,
+            _executor_of)

@@ -14,7 +14,7 @@ Data in and out goes through Arrow, never row by row. Input the tasks read thems
 crossing the driver: a sliced source (:mod:`dbsp.runtime.slices`, e.g. Parquet files dealt to
 the tasks by row group: ``SparkJob(sliced=[...])`` and :meth:`SparkJob.read_slices`), or an input
 DataFrame as the barrier job's own input (``SparkJob(partitioned=(name, df, rows_per_step))``:
-``df.repartition(W).mapInArrow(worker, ..., barrier=True)``, each task reading its partition's
+``cut_frame(df, W).mapInArrow(worker, ..., barrier=True)``, each task reading its partition's
 Arrow batches from the task iterator step by step, :meth:`SparkJob.read_partition`; a durable
 job cuts it into P partitions for its life and deals them over its W tasks, so that it may
 change W: :class:`SparkDurableJob`). Input
@@ -65,7 +65,7 @@ from ..runtime.socket_transport import MeshAuth
 
 __all__ = ["SparkJob", "SparkGeneration", "SparkDurableJob", "durable", "run", "settings",
            "SETTINGS", "PartitionSource", "PartitionReader", "RoutedPartitionReader",
-           "routed_partitions", "PARTITION"]
+           "routed_partitions", "cut_frame", "PARTITION"]
 
 #: the ``spark.dbsp.*`` keys and their defaults
 SETTINGS = {
@@ -230,12 +230,24 @@ def _identity(k: int) -> int:
     return k
 
 
+def cut_frame(df: DataFrame, partitions: int) -> DataFrame:
+    """``df`` cut into ``partitions`` partitions whose rows and order depend on its rows only:
+    hash-partitioned by every column, each partition sorted by every column. A round-robin
+    ``repartition(P)`` is not: its partitions depend on the upstream partitioning (the number
+    of executors when the DataFrame is read) and a partition's order on the order the shuffle
+    fetches blocks in, so after a lost executor a new generation would read other rows at the
+    logged positions (which the logged checksums refuse). Every column must be sortable (no
+    map columns)."""
+    cols = df.columns
+    return df.repartition(partitions, *cols).sortWithinPartitions(*cols)
+
+
 def routed_partitions(df: DataFrame, partitions: int, workers: int) -> Any:
     """The RDD whose partition ``w`` holds the tagged batches (:func:`_tag_partition`) of the
-    ``partitions`` partitions ``p`` of ``df.repartition(partitions)`` with ``p % workers ==
+    ``partitions`` partitions ``p`` of :func:`cut_frame` with ``p % workers ==
     w``: what a barrier task of ``workers`` reads when the input's partitions are not the
     tasks' (a job that changed its worker count). One record per Arrow batch crosses Python."""
-    tagged = df.repartition(partitions).mapInArrow(_tag_partition, _TAG_DDL)
+    tagged = cut_frame(df, partitions).mapInArrow(_tag_partition, _TAG_DDL)
     return tagged.rdd.map(_route_key(workers)).partitionBy(workers, _identity).values()
 
 
@@ -290,7 +302,7 @@ class RoutedPartitionReader:
 
 class PartitionSource:
     """An input DataFrame as the barrier job's own input (see :class:`SparkJob`): the DataFrame
-    cut into ``partitions`` partitions (``df.repartition(P)``); step ``k`` is rows ``[k n, (k
+    cut into ``partitions`` partitions (:func:`cut_frame`); step ``k`` is rows ``[k n, (k
     + 1) n)`` of every one of them, piece ``p`` read by the task that holds partition ``p``
     (task ``p % W``, as :func:`~dbsp.runtime.slices.deal_pieces` deals piece ``p``), none
     through the driver. The pieces do not depend on the worker count, so a durable job may
@@ -369,7 +381,7 @@ class SparkGeneration:
                 self._result = rdd.barrier().mapPartitions(task).collect()
                 return
             if self.input_df is not None:  # each task reads its partition itself
-                df = self.input_df.repartition(self.workers)
+                df = cut_frame(self.input_df, self.workers)
             else:
                 df = self.spark.range(0, self.workers, numPartitions=self.workers)
             self._result = df.mapInArrow(task, _STATUS_DDL, barrier=True).collect()
@@ -430,7 +442,9 @@ class SparkJob:
 
     ``sliced``: inputs the tasks read themselves from sliced sources (:meth:`read_slices`).
     ``partitioned``: ``(input, DataFrame, rows_per_step)``: the DataFrame is the barrier job's
-    own input (``df.repartition(W).mapInArrow(worker, ..., barrier=True)``), each task reads
+    own input (``cut_frame(df, W).mapInArrow(worker, ..., barrier=True)``: its rows
+    hash-partitioned and sorted by every column, so that another barrier job reads the same
+    partitions), each task reads
     its partition ``rows_per_step`` rows a step (:meth:`read_partition`) and no row passes
     through the driver. Spark shuffles the whole DataFrame into the W partitions before the
     tasks start (the barrier stage waits for the shuffle's map stage).
@@ -598,7 +612,7 @@ class SparkDurableJob(DurableJob):
     row range of its partition with its checksum, and a new generation's tasks read their
     partitions again from the start (the rows before the replayed steps are skipped, the
     replayed ones checked against the log). ``partitions``: P, the partitions the DataFrame is
-    cut into (``df.repartition(P)``, default the first worker count), fixed for the job's life:
+    cut into (:func:`cut_frame`, default the first worker count), fixed for the job's life:
     a step is ``rows_per_step`` rows of each, so what a step reads does not depend on the worker
     count. With W tasks, task ``w`` reads partitions ``p % W == w``: when P == W its own
     partition (``mapInArrow(barrier=True)``), else the tagged batches of its partitions routed
