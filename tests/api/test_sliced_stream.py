@@ -149,3 +149,35 @@ def test_durable_sliced_stream_refuses_a_changed_file_on_replay(tmp_path):
     with pytest.raises(RecoveryError, match="bids"):
         ctx2.open()
     ctx2.circuit.close()
+
+
+@pytest.mark.parametrize("procs", [2, 3])
+def test_launcher_workers_read_the_sliced_stream_of_a_stream_api_pipeline(tmp_path, procs):
+    """A stream-API pipeline function declaring ``ctx.stream(BIDS, name="bids", sliced=True)``
+    run by the launcher (no ``sliced=`` at launch: the pipeline says it): each worker process
+    reads its own pieces, no bid row is in any request the driver sends, and the changes
+    equal the driver-fed stream's step for step."""
+    from dbsp.runtime.launcher import launch
+    steps = P.sample_steps(4)
+    want = _pushed(steps)
+    src = P.bids_files(str(tmp_path / "bids"), steps, group=29)
+    with launch(P.stream_bids_sliced, workers=procs) as job:
+        assert job.circuit.sliced == {"bids"}
+        sent = []
+        send = job.coordinator._send
+        job.coordinator._send = lambda msgs: (sent.append(msgs), send(msgs))[1]
+        got = []
+        for k in range(len(steps)):
+            assert job.read_slices("bids", src, k) == len(src.pieces(k))
+            job.step()
+            got.append((job.outputs["agg"].to_dict(), job.outputs["hot"].to_dict()))
+    bids = job.circuit.inputs["bids"].node
+    steps_sent = [m for msgs in sent for m in msgs.values() if m[0] == "step"]
+    assert steps_sent and not any(bids in m[1] for m in steps_sent)
+    assert any("__slices" in m[1] for m in steps_sent)
+    assert got == want
+
+
+def test_sliced_true_needs_a_schema():
+    with pytest.raises(TypeError, match="sliced=True"):
+        StreamContext().stream(pa.table({"a": [1]}), name="x", sliced=True)

@@ -232,7 +232,7 @@ class StreamContext:
     def stream(self, source: Any = None, name: Optional[str] = None, *, schema: Any = None,
                time: Optional[str] = None, lateness: Any = None, batching: Any = None,
                key: Any = None, errors: Optional[str] = None,
-               reread: Any = None) -> SourceStream:
+               reread: Any = None, sliced: bool = False) -> SourceStream:
         """A new input stream.
 
         ``source``: a schema (a ``pa.Schema``, dict or list of ``(name, type)``: push rows through
@@ -252,11 +252,16 @@ class StreamContext:
 
         A *sliced* source (:class:`~dbsp.runtime.slices.SlicedSource`, e.g.
         :class:`dbsp.connectors.slices.FileSlices` over Parquet or Arrow IPC files) is read by
-        the workers themselves: each step takes the source's next step and every worker reads
-        its own pieces of it (row groups, record batches; worker ``w`` of ``W`` pieces ``w, w +
-        W, ...``), no row passing through the driver, with ``W`` worker processes too. Its
-        schema is the source's ``schema`` (or ``schema=``). A durable pipeline logs each step's
-        pieces with the rows and checksum the workers read, and recovery reads them again.
+        pieces: each step takes the source's next step, its pieces (row groups, record batches)
+        dealt to the workers (worker ``w`` of ``W`` pieces ``w, w + W, ...``), the input left
+        out of the driver's key placement (:mod:`dbsp.runtime.slices`; this embedded context's
+        process reads every worker's pieces, remote workers read their own). Its schema is the
+        source's ``schema`` (or ``schema=``). A durable pipeline logs each step's pieces with
+        the rows and checksum read, and recovery reads them again. ``sliced=True`` with a
+        schema declares such an input without its source, in a pipeline function run on
+        remote workers (``StreamContext(circuit=c)`` in ``build(c)`` for the launcher or
+        Spark): the job then feeds it (``job.read_slices(name, source, k)``) and every worker
+        reads its own pieces where it runs, no row passing through the driver.
         """
         self.circuit.check_open("add a stream to")
         if self.circuit.running:
@@ -283,6 +288,11 @@ class StreamContext:
             self.circuit.add_input(name, src.schema)
         src.input = inp
         inp.set_errors(errors)
+        if sliced and not isinstance(src, SlicedFeed):
+            if not isinstance(src, PushSource):
+                raise TypeError(f"ctx.stream({name!r}, sliced=True): give a schema (the job "
+                                f"feeds the pieces) or a sliced source, not data")
+            self.circuit.slice_inputs(name)
         if isinstance(src, SlicedFeed):  # read by the workers: out of the driver's placement
             if self.durable is not None:
                 self.durable.sliced(name, source)

@@ -131,8 +131,8 @@ class SlicedFeed(Source):
     """``ctx.stream(sliced_source)``: a source the workers read themselves
     (:mod:`dbsp.runtime.slices`, e.g. :class:`dbsp.connectors.slices.FileSlices`): each
     :meth:`feed` takes the source's next step, whose pieces (Parquet row groups, Arrow IPC
-    record batches) the context has the workers read, each its own (no row passes through the
-    driver). Its position is the next step of the source; a durable pipeline logs each step's
+    record batches) the context deals to the workers (:meth:`Circuit.read_slices
+    <dbsp.runtime.circuit.Circuit.read_slices>`). Its position is the next step of the source; a durable pipeline logs each step's
     pieces with what the workers read of them, and resumes after the logged steps."""
 
     finite = True
