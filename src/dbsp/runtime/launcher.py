@@ -260,6 +260,10 @@ class Coordinator:
                 raise WorkerDied(f"worker {w} is gone") from None
 
     def _replies(self) -> list:
+        if len(self.ctrl) != self.workers:  # closed (or never formed): no reply is no answer
+            raise WorkerDied(f"the generation's {self.workers} workers were stopped (the "
+                             f"coordinator is closed): a request or a background result "
+                             f"cannot be answered")
         replies, died = [], None
         for w in self.ctrl:
             try:
