@@ -195,7 +195,7 @@ class IndexedStream(_Base):
         """Left rows whose key is absent on the right."""
         return antijoin(self, other, watermarks)
 
-    def aggregate(self, aggs: dict, positive: bool = False) -> Stream:
+    def aggregate(self, aggs: dict, positive: bool = False, filtered: Sequence = ()) -> Stream:
         """Group by the key and aggregate values: ``{"out": ("sum", "price"), ...}``.
 
         Built-ins: count (``("count", None)`` counts rows, ``("count", col)`` non-null values),
@@ -204,8 +204,10 @@ class IndexedStream(_Base):
         ``positive``: the input is a multiset (SQL), so a group whose total weight would become
         negative (a row deleted that was never inserted) is an error, or under
         ``skip_and_report`` its rows are set aside (Z-set algebra allows it: off by default).
+        ``filtered``: value columns derived from a condition column per step
+        (:class:`~dbsp.operators.aggregate.Filtered`), named in ``aggs`` like value columns.
         """
-        return aggregate(self, aggs, positive)
+        return aggregate(self, aggs, positive, filtered)
 
     def topk(self, k: int, order_by: Sequence[str], descending: Any = False,
              rank: Optional[str] = None, append_only: bool = False) -> Stream:
