@@ -292,6 +292,13 @@ class TopKOperator(Operator):
             raise RowError("topk", "a deletion in the input of an append-only top-k (its state "
                                    "keeps only the top k values of each key)",
                            d.keys.slice(int(d.key_index()[i]), 1).to_pylist()[0])
+        if self.append_only and not any(self.descending):
+            # a value below the delta's own top k of its key cannot enter the key's top k (the
+            # old tops only add places in front): keep the delta's tops only, found from its
+            # storage order, so the merge below and its column copies see k rows per key
+            rows, counts, _ = select_sorted(d, self.k)
+            if len(rows) < len(d):
+                d = _top_batch(d, rows, counts)
         old = self._heads(d)
         if self.append_only:  # the trace holds the tops: the new ones come from old + delta
             new = d if old is None or len(old) == 0 else OrdIndexedZSet.merge([old, d])
