@@ -426,6 +426,27 @@ def test_filtered_aggregates_match_reference(workers, steps):
                 [{"bids": d} for d in steps], _ref_filtered)
 
 
+_ROW_NN = st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(-5, 8))
+
+
+@settings(max_examples=40)
+@given(steps=steps_of(_ROW_NN | ROW_B, max_rows=12, deletes=False), k=st.integers(1, 3),
+       rank=st.booleans())
+def test_append_only_topk_matches_reference(workers, steps, k, rank):
+    """``topk(append_only=True)`` ascending: the step's rows pushed out of their key's top k by
+    the step's own rows are dropped before the index (topk_prefilter); the result is the
+    reference top-k of everything inserted."""
+    from dbsp.testing import reference as ref
+
+    def build(ctx, bids):
+        return bids.group_by("auction").topk(k, by=["price", "bidder"], append_only=True,
+                                             rank="r" if rank else None).collect()
+
+    def want(bids):
+        return ref.topk(bids, [1], k, [1, 0], False, rank)
+    check_steps(workers, {"bids": B}, build, [{"bids": d} for d in steps], want)
+
+
 def test_when_and_expressions_in_a_pipeline(workers):
     def build(ctx, bids):
         return bids.select(tier=when(col("price") >= 20, "high").otherwise("low"),

@@ -837,7 +837,12 @@ class GroupedStream:
             # the top-k's trace keeps the order-by columns first; index them in that order so
             # the operator need not re-encode every delta's values in it
             src = src.select(*self.keys, *stored)
-        core = src._s.index_by(self.keys).topk(k, by, descending, rank, append_only)
+        rows = src._s
+        flags = descending if isinstance(descending, (list, tuple)) else [descending] * len(by)
+        if append_only and by and by[0] in vals and not any(flags):
+            # rows that the step's own rows push out of their key's top k never reach the index
+            rows = rows.topk_prefilter(self.keys, by[0], k)
+        core = rows.index_by(self.keys).topk(k, by, descending, rank, append_only)
         out = DataStream(self.stream.ctx, core)
         order = list(self.keys) + vals + ([rank] if rank is not None else [])
         return out.select(*order) if out.columns != order else out

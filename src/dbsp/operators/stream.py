@@ -33,7 +33,7 @@ from .map import map_batches, map_rows
 from .neg import neg
 from .output import output
 from .plus import minus, plus
-from .topk import topk
+from .topk import topk, topk_prefilter
 
 
 def make_stream(circuit, node: int, type_):
@@ -141,6 +141,12 @@ class Stream(_Base):
     def shard(self) -> "Stream":
         """Re-shard rows by the hash of the whole row (exchange between workers)."""
         return shard(self)
+
+    def topk_prefilter(self, key: Sequence[str], first: str, k: int) -> Stream:
+        """The rows of an insert-only stream that may still enter a top ``k`` per ``key``
+        ordered by ``first`` ascending first (for an append-only :meth:`topk`; see
+        :class:`~dbsp.operators.topk.TopKPrefilterOperator`)."""
+        return topk_prefilter(self, key, first, k)
 
 
 class IndexedStream(_Base):
