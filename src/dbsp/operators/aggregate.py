@@ -27,6 +27,11 @@ For a grouping ``a: key -> values`` and an aggregate ``f`` the output is
   :meth:`~dbsp.trace.spine.Spine.lookup` gives their old groups, merged with ``Δa`` the new ones;
   cost: the size of the touched groups). The previous outputs come from an output trace.
 
+*Filtered inputs* (``agg(when(cond, x))``, SQL ``FILTER (WHERE cond)``) of the general aggregate
+are derived from each delta after the index (:class:`Filtered`): the index holds one boolean
+column per condition and ``x`` once, however many aggregates filter ``x`` (q15: twelve filtered
+counts over three columns and three conditions).
+
 Both emit ``-old +new`` for the keys whose result changed. The state rows (partials, previous
 outputs) are stored one per key in a spine whose value codes are *version numbers* drawn from a
 per-operator counter (never reused, so a version names one content for the spine's lifetime):

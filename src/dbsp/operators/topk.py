@@ -29,7 +29,15 @@ does): a value outside a key's top ``k`` can never come back (only a deletion in
 could lift it), so the state is the integral of the top ``k`` places instead of every value:
 each step reads the old tops of the touched keys, takes the new tops from the old ones plus
 ``Δa`` and stores the change of the tops, not ``Δa``. State ``O(keys * k)``; a deletion in the
-input is an error (:class:`~dbsp.circuit.errors.RowError`), never a wrong result.
+input is an error (:class:`~dbsp.circuit.errors.RowError`), never a wrong result. With every
+``order_by`` column ascending, a step also cuts ``Δa`` to its own top ``k`` per key first, and
+:func:`topk_prefilter` (before the index and the exchange) drops the rows of ``Δa`` that ``k``
+places of the same key beat on the first ``order_by`` column alone, so neither the index nor
+the merge copies rows that cannot win.
+
+*Ascending order*: the values of a key are stored in place order (``order_by`` first, ties by
+the rest of the row), so the top ``k`` is read from the storage order (:func:`select_sorted`),
+without encoding or sorting anything.
 
 >>> import pyarrow as pa, dbsp
 >>> c = dbsp.Circuit()
