@@ -260,6 +260,43 @@ def upper_bound(sorted_codes, probes):
     return bounds(sorted_codes, probes, True)
 
 
+def range_lower_bound(sorted_codes, lo, hi, probes):
+    """For each ``i``: the first position in ``[lo[i], hi[i])`` of ``sorted_codes`` whose code
+    is ``>=`` probe ``i`` (``hi[i]`` if none); each range sorted. A probe in the same range as
+    the one before it and not smaller gallops from that one's answer (the ``(key, value)`` pairs
+    of a delta probe their keys' value ranges in order), any other searches its whole range."""
+    so = as_codes(sorted_codes)
+    po = as_codes(probes)
+    cdef codes_t s = codes_view(so)
+    cdef codes_t p = codes_view(po)
+    if (s.u64 == NULL) != (p.u64 == NULL):
+        raise TypeError("sorted_codes and probes must both be u64 or both var codes")
+    lo_a = np.ascontiguousarray(lo, dtype=np.int64)
+    hi_a = np.ascontiguousarray(hi, dtype=np.int64)
+    cdef const int64_t[::1] L = lo_a
+    cdef const int64_t[::1] H = hi_a
+    cdef int64_t m = p.n, j, a, b, pos = 0
+    if L.shape[0] != m or H.shape[0] != m:
+        raise ValueError("lo, hi and probes must have one entry per probe")
+    for j in range(m):
+        if L[j] < 0 or H[j] > s.n or L[j] > H[j]:
+            raise IndexError(f"range {j} [{L[j]}, {H[j]}) outside 0..{s.n}")
+    cdef cnp.ndarray out = np.empty(m, dtype=np.int64)
+    cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
+    with nogil:
+        for j in range(m):
+            a = L[j]
+            b = H[j]
+            if j > 0 and a == L[j - 1] and b == H[j - 1] and cmp_probe(&p, j, &p, j - 1) >= 0:
+                pos = gallop(&s, pos, b, &p, j, False)
+            elif s.u64 != NULL:
+                pos = a + bsearch_u64(s.u64 + a, b - a, p.u64[j], False)
+            else:
+                pos = bsearch(&s, a, b, &p, j, False)
+            r[j] = pos
+    return out
+
+
 # --- intersect ----------------------------------------------------------------------------------
 
 def intersect(a, b):

@@ -26,6 +26,7 @@ _NATIVE = {
     "group_bounds": "search",
     "lower_bound": "search",
     "upper_bound": "search",
+    "range_lower_bound": "search",
     "intersect": "search",
     "expand_pairs": "search",
     "take": "search",
@@ -115,6 +116,7 @@ merge_indexed = _listed(_checked_sums("merge_indexed", _resolve("merge_indexed")
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")
+range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")

@@ -135,6 +135,16 @@ def lower_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     return np.asarray([bisect.bisect_left(k, p) for p in _keys(probes)], dtype=np.int64)
 
 
+def range_lower_bound(sorted_codes: CodeArray, lo: np.ndarray, hi: np.ndarray,
+                      probes: CodeArray) -> np.ndarray:
+    """For each ``i``: the first position in ``[lo[i], hi[i])`` of ``sorted_codes`` whose code
+    is ``>=`` probe ``i`` (``hi[i]`` if none); each range sorted."""
+    import bisect
+    k = _keys(sorted_codes)
+    return np.asarray([bisect.bisect_left(k, p, int(a), int(b))
+                       for a, b, p in zip(lo, hi, _keys(probes))], dtype=np.int64)
+
+
 def upper_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     """For each probe, the first position in ``sorted_codes`` whose code is ``>`` the probe."""
     import bisect
