@@ -33,6 +33,7 @@ _NATIVE = {
     "concat": "search",
     "hash64": "hashing",
     "shard": "hashing",
+    "owner_rows": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
     "join_matched_pairs": "step",
@@ -123,6 +124,7 @@ take = _resolve("take")
 concat = _resolve("concat")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
+owner_rows = _resolve("owner_rows")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")
