@@ -102,6 +102,7 @@ import numpy as np
 from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes
+from ..storage.memory import release_free_memory
 from .batch import OrdIndexedZSet, OrdZSet, merge_batches
 from .key_filter import attach_filter
 from .journal import current_journal
@@ -205,6 +206,11 @@ def _cut_below(b: Batch, bound: Optional[KeyBound]) -> Batch:
     if isinstance(b, OrdIndexedZSet):
         return b.slice_keys(i, n)
     return b.slice(i, n)
+
+
+#: merges of at least this many input rows return the allocators' free pages to the kernel
+#: before they start and after they end (:func:`~dbsp.storage.memory.release_free_memory`)
+TRIM_ROWS = 1_000_000
 
 
 class _Job:
@@ -713,6 +719,9 @@ class Spine:
             with self._cv:
                 bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
+            big = job.rows >= TRIM_ROWS
+            if big:  # the process's peak is here: free pages held by the allocators go first
+                release_free_memory()
             out = self._merge(job.inputs, bound, keep)
             if out is not None and self._filtered:
                 attach_filter(out)  # on this (merger) thread, before the batch is visible
@@ -747,6 +756,10 @@ class Spine:
                 s.merge_seconds += dt
             self._cv.notify_all()
             more = self.background and self._pending_level() is not None
+        job.inputs = []  # the merger's reference to the job must not keep the inputs alive
+        if big:
+            del out
+            release_free_memory()
         self._fire_change(background=True)
         return more
 
