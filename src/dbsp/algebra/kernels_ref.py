@@ -116,6 +116,18 @@ def merge_indexed(runs: Sequence[tuple]):
     return gidx, w, allv[gidx], ks[first], bounds, row_key[gidx[first]]
 
 
+def merge_indexed_cols(runs: Sequence[tuple]):
+    """:func:`merge_indexed` over ``(kcodes, offsets, vcodes, weights, cols)`` runs that returns
+    the output's value columns instead of ``gidx``: ``cols`` holds 1-d numpy arrays of fixed-width
+    values, one per value row, and output column j is the concatenation of the runs' column j
+    taken at ``gidx``. Returns ``(cols, w, vcodes, kcodes, offsets, ksrc)``."""
+    runs = list(runs)
+    gidx, w, vc, kc, off, ksrc = merge_indexed([r[:4] for r in runs])
+    ncols = len(runs[0][4]) if runs else 0
+    cols = [np.concatenate([np.asarray(r[4][j]) for r in runs])[gidx] for j in range(ncols)]
+    return cols, w, vc, kc, off, ksrc
+
+
 def group_bounds(kcodes: CodeArray) -> np.ndarray:
     """Offsets (int64, g+1) of the runs of equal codes in a sorted code array."""
     k = _keys(kcodes)

@@ -39,7 +39,8 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
-from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, take
+from ..algebra.schema import (WEIGHT, concat_batches, empty_batch, fixed_columns,
+                              from_fixed_columns, py_values, take)
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 from .key_filter import filtered_intersect
 
@@ -409,6 +410,21 @@ class OrdIndexedZSet:
         if all(Codes.is_u64(b.kcodes) and Codes.is_u64(b.vcodes)
                for b in batches):
             # fixed-width keys and values: merge and regroup in one native pass
+            cols = [fixed_columns(b.vals) for b in batches] if b0.vals.num_columns else [None]
+            if all(c is not None for c in cols):
+                # ... that gathers the value columns too: no row index, no concatenated copy of
+                # the inputs (a top-level merge is the process's peak: inputs + output only)
+                try:
+                    vcols, w, vc, kc, bounds, ksrc = K.merge_indexed_cols(
+                        [(b.kcodes, b.offsets, b.vcodes, b.weights, c)
+                         for b, c in zip(batches, cols)])
+                except WeightOverflowError as e:
+                    raise _named(e, [b.flatten().data for b in batches]) from None
+                del cols
+                keys = concat_batches(b0.key_schema, [b.keys for b in batches])
+                return OrdIndexedZSet(take(keys, ksrc), kc, bounds,
+                                      from_fixed_columns(b0.val_schema, vcols), vc, w,
+                                      b0.kcodec, b0.vcodec)
             try:
                 gidx, w, vc, kc, bounds, ksrc = K.merge_indexed(
                     [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])
