@@ -25,10 +25,12 @@ the last step). Before it the RSS was ~740 MB against ~480 MB live: glibc kept ~
 fragmented heap (the throughput malloc policy trims only past 2 GiB) and the merger's loop kept
 the last merge's inputs alive until its next job; the merge then added its output plus a row
 index (8 B a row) and a concatenated copy of the inputs' value columns (8 B a row here).
-Merges of >= 1M rows now return the allocators' free pages first and last
-(:data:`dbsp.trace.spine.TRIM_ROWS`), a finished job drops its inputs, and the indexed merge
-gathers fixed-width value columns in its kernel (``merge_indexed_cols``: no index, no copy).
-Same machine and load, one run each: 1,018 MB (main at 86b6521) -> 712 MB.
+A merge that may set a new peak (>= 1M rows, at least half the largest so far) now first
+returns the allocators' free pages (:data:`dbsp.trace.spine.TRIM_ROWS`), a finished job drops its
+inputs, and the indexed merge gathers fixed-width value columns in its kernel
+(``merge_indexed_cols``: no index, no copy). Same machine, load ~10, one run each: 1,018 MB
+(main at 86b6521) -> 564-712 MB. The figure moves with the background merges' timing: whether
+the bid trace's last level fills (a 9.3M-row merge) before the run ends; with it, ~750 MB.
 """
 from __future__ import annotations
 
