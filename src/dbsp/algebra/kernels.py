@@ -31,6 +31,7 @@ _NATIVE = {
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
+    "take_runs": "search",
     "hash64": "hashing",
     "shard": "hashing",
     "is_identity": "step",
@@ -122,6 +123,7 @@ intersect = _resolve("intersect")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")
+take_runs = _resolve("take_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 is_identity = _resolve("is_identity")

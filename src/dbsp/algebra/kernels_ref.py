@@ -33,6 +33,19 @@ def take(codes: CodeArray, idx: np.ndarray) -> CodeArray:
     return VarCodes.from_list([rows[i] for i in idx])
 
 
+def take_runs(parts: Sequence[np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """``np.concatenate(parts)[idx]``: rows ``idx`` of the concatenation of 1-d arrays of one
+    fixed-width dtype (positions outside it raise IndexError)."""
+    parts = [np.asarray(q) for q in parts]
+    if not parts:
+        raise ValueError("take_runs of no arrays")
+    allp = np.concatenate(parts)
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(allp)):
+        raise IndexError(f"take_runs: index out of range for {len(allp)} rows")
+    return allp[idx]
+
+
 def concat(parts: Sequence[CodeArray]) -> CodeArray:
     """Concatenate code arrays of the same kind."""
     if not parts:

@@ -215,9 +215,20 @@ class OrdZSet(ZSet):
             gidx, w = K.merge_consolidate([(b.codes, None, b.weights) for b in batches])
         except WeightOverflowError as e:
             raise _named(e, [b.data for b in batches]) from None
-        data = concat_batches(batches[0].schema, [b.data for b in batches])
-        codes = K.concat([b.codes for b in batches])
-        return OrdZSet(take(data, gidx), w, K.take(codes, gidx), batches[0].codec)
+        b0 = batches[0]
+        # gather the output from the inputs at gidx, without concatenated copies of them (a
+        # merge's inputs and output already coexist; those copies were a third of its memory)
+        if isinstance(b0.codes, np.ndarray):
+            codes = K.take_runs([b.codes for b in batches], gidx)
+        else:
+            codes = K.take(K.concat([b.codes for b in batches]), gidx)
+        cols = [fixed_columns(b.data) for b in batches] if b0.data.num_columns else [None]
+        if all(c is not None for c in cols):
+            data = from_fixed_columns(b0.schema, [K.take_runs([c[j] for c in cols], gidx)
+                                                  for j in range(b0.data.num_columns)])
+        else:
+            data = take(concat_batches(b0.schema, [b.data for b in batches]), gidx)
+        return OrdZSet(data, w, codes, b0.codec)
 
     def index_by(self, key: Sequence[str]) -> "OrdIndexedZSet":
         return OrdIndexedZSet.from_loose(self, key)
