@@ -26,7 +26,7 @@ fragmented heap (the throughput malloc policy trims only past 2 GiB) and the mer
 the last merge's inputs alive until its next job; the merge then added its output plus a row
 index (8 B a row) and a concatenated copy of the inputs' value columns (8 B a row here).
 A merge that may set a new peak (>= 1M rows, at least half the largest so far) now first
-returns the allocators' free pages (:data:`dbsp.trace.spine.TRIM_ROWS`), a finished job drops its
+returns the allocators' free pages (:data:`dbsp.trace.spine.TRIM_BYTES`), a finished job drops its
 inputs, and the indexed merge gathers fixed-width value columns in its kernel
 (``merge_indexed_cols``: no index, no copy). Same machine, load ~10, one run each: 1,018 MB
 (main at 86b6521) -> 564-712 MB. The figure moves with the background merges' timing: whether

@@ -208,23 +208,24 @@ def _cut_below(b: Batch, bound: Optional[KeyBound]) -> Batch:
     return b.slice(i, n)
 
 
-#: a merge of at least this many input rows, and at least half as many as the largest merge of
-#: the process so far, first returns the allocators' free pages to the kernel
+#: a merge of at least this many bytes of in-memory input, and at least half the largest merge
+#: of the process so far, first returns the allocators' free pages to the kernel
 #: (:func:`~dbsp.storage.memory.release_free_memory`). Such a merge is where the process's memory
 #: peaks (its inputs, its output and the rest of the state at once), and under the throughput
-#: malloc policy freed heap stays resident. Only the merges that may set a new peak trim: a
-#: trimmed heap is faulted in again by the steps that follow (trimming before and after every
-#: merge of 1M rows cost the join+avg workload ~10% CPU in one interleaved A/B at load 11; with
-#: these few trims no CPU difference showed through that noise).
-TRIM_ROWS = 1_000_000
+#: malloc policy freed heap stays resident. Smaller merges do not trim: the trimmed pages are
+#: faulted in again by the steps that follow, and ``malloc_trim`` holds each arena's lock while
+#: the step allocates. Trimming before every merge of 1M rows or more cost ``bench_count_max``
+#: (merges of 1M rows, ~40 MB) 0.74-0.79x its events/s in an interleaved A/B at load 3.6; the
+#: join+avg workload's top-level merge of 9.3M rows is ~280 MB.
+TRIM_BYTES = 128 << 20
 _largest_merge = 0
 
 
-def _trims_before(rows: int) -> bool:
+def _trims_before(nbytes: int) -> bool:
     global _largest_merge
-    if rows < TRIM_ROWS or 2 * rows < _largest_merge:
+    if nbytes < TRIM_BYTES or 2 * nbytes < _largest_merge:
         return False
-    _largest_merge = max(_largest_merge, rows)
+    _largest_merge = max(_largest_merge, nbytes)
     return True
 
 
@@ -734,7 +735,7 @@ class Spine:
             with self._cv:
                 bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
-            if _trims_before(job.rows):
+            if _trims_before(sum(getattr(b, "nbytes_in_memory", 0) for b in job.inputs)):
                 release_free_memory()
             out = self._merge(job.inputs, bound, keep)
             if out is not None and self._filtered:
