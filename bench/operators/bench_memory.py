@@ -25,12 +25,13 @@ the last step). Before it the RSS was ~740 MB against ~480 MB live: glibc kept ~
 fragmented heap (the throughput malloc policy trims only past 2 GiB) and the merger's loop kept
 the last merge's inputs alive until its next job; the merge then added its output plus a row
 index (8 B a row) and a concatenated copy of the inputs' value columns (8 B a row here).
-A merge that may set a new peak (>= 1M rows, at least half the largest so far) now first
+A merge that may set a new peak (>= 128 MiB of input, at least half the largest so far) now first
 returns the allocators' free pages (:data:`dbsp.trace.spine.TRIM_BYTES`), a finished job drops its
 inputs, and the indexed merge gathers fixed-width value columns in its kernel
 (``merge_indexed_cols``: no index, no copy). Same machine, load ~10, one run each: 1,018 MB
-(main at 86b6521) -> 564-712 MB. The figure moves with the background merges' timing: whether
-the bid trace's last level fills (a 9.3M-row merge) before the run ends; with it, ~750 MB.
+(main at 86b6521) -> 564-717 MB. The figure moves with the background merges' timing: whether
+the bid trace's last level fills (a 9.3M-row merge) before the run ends; with it, 736-785 MB
+(main: 1,062-1,068).
 """
 from __future__ import annotations
 
