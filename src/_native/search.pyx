@@ -17,7 +17,7 @@ Design
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from _native.types cimport var_t, codes_t
@@ -468,6 +468,69 @@ def take(codes, idx):
                 t += n
             memcpy(od + oo[i], sd + so[t], <size_t>(oo[i + 1] - oo[i]))
     return VarCodes(offs, data)
+
+
+def take_runs(parts, idx):
+    """``np.concatenate(parts)[idx]`` without the concatenation: ``parts`` are 1-d numpy arrays
+    of one fixed-width dtype (a merge's runs: their codes, or a fixed-width column of each), ``idx``
+    int64 positions in their concatenation (a merge's row index, in any order). A merge gathers
+    its output this way from its inputs, without a concatenated copy of them beside the output."""
+    parts = [np.ascontiguousarray(q) for q in parts]
+    if not parts:
+        raise ValueError("take_runs of no arrays")
+    dt = parts[0].dtype
+    cdef cnp.ndarray ix = as_i64(idx)
+    if ix.ndim != 1:
+        raise ValueError("idx must be 1-d")
+    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, lo, hi, mid, total = 0
+    cdef Py_ssize_t w = dt.itemsize
+    for q in parts:
+        if q.dtype != dt or q.ndim != 1:
+            raise TypeError("take_runs: parts of one dtype, 1-d")
+    cdef cnp.ndarray starts_a = np.empty(k + 1, dtype=np.int64)
+    cdef cnp.ndarray base_a = np.empty(k, dtype=np.uintp)
+    cdef int64_t* starts = <int64_t*>cnp.PyArray_DATA(starts_a)
+    cdef size_t* base = <size_t*>cnp.PyArray_DATA(base_a)
+    cdef cnp.ndarray q_
+    for r in range(k):
+        q_ = parts[r]
+        starts[r] = total
+        base[r] = <size_t>cnp.PyArray_DATA(q_)
+        total += q_.shape[0]
+    starts[k] = total
+    cdef cnp.ndarray out = np.empty(m, dtype=dt)
+    cdef char* o = <char*>cnp.PyArray_DATA(out)
+    cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
+    cdef bint bad = False
+    with nogil:
+        r = 0
+        for i in range(m):
+            t = p[i]
+            if t < 0 or t >= total:
+                bad = True
+                break
+            if t < starts[r] or t >= starts[r + 1]:  # another run: search the run starts
+                lo = 0
+                hi = k
+                while hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    if starts[mid] <= t:
+                        lo = mid
+                    else:
+                        hi = mid
+                r = lo
+                while starts[r + 1] <= t:  # (skips empty runs)
+                    r += 1
+            t -= starts[r]
+            if w == 8:
+                (<uint64_t*>o)[i] = (<const uint64_t*>base[r])[t]
+            elif w == 4:
+                (<uint32_t*>o)[i] = (<const uint32_t*>base[r])[t]
+            else:
+                memcpy(o + i * w, <const char*>base[r] + t * w, w)
+    if bad:
+        raise IndexError(f"take_runs: index out of range for {total} rows")
+    return out
 
 
 def concat(parts):

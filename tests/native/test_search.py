@@ -210,3 +210,27 @@ def test_large_sorted_probes_gallop(kind):
         same(getattr(native, fn)(codes_of(kind, s.tolist()), codes_of(kind, p.tolist())), expect)
         same(getattr(native, fn)(codes_of(kind, s.tolist()), codes_of(kind, p[::-1].tolist())),
              expect[::-1])
+
+
+@given(st.lists(st.lists(st.integers(-2**63, 2**63 - 1), max_size=12), min_size=1, max_size=6),
+       st.sampled_from([np.int64, np.uint64, np.int32, np.uint8, np.float64]), st.data())
+def test_take_runs_matches_reference(parts, dtype, data):
+    arrs = [np.asarray(p, dtype=np.int64).astype(dtype) for p in parts]
+    total = sum(len(a) for a in arrs)
+    idx = np.asarray(data.draw(st.lists(st.integers(0, max(total - 1, 0)),
+                                        max_size=30 if total else 0)), np.int64)
+    got = native.take_runs(arrs, idx)
+    want = ref.take_runs(arrs, idx)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_take_runs_refuses_bad_input():
+    a, b = np.arange(3, dtype=np.uint64), np.arange(2, dtype=np.uint64)
+    for bad in ([5], [-1]):
+        with pytest.raises(IndexError):
+            native.take_runs([a, b], np.asarray(bad))
+        with pytest.raises(IndexError):
+            ref.take_runs([a, b], np.asarray(bad))
+    with pytest.raises(TypeError):
+        native.take_runs([a, b.astype(np.int64)], np.asarray([0]))

@@ -23,6 +23,7 @@ _NATIVE = {
     "sort_consolidate": "sort",
     "merge_consolidate": "merge_pairs",  # (u64, u64) runs; other shapes go on to merge
     "merge_indexed": "merge_pairs",
+    "merge_indexed_cols": "merge_pairs",
     "group_bounds": "search",
     "lower_bound": "search",
     "upper_bound": "search",
@@ -31,6 +32,7 @@ _NATIVE = {
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
+    "take_runs": "search",
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
@@ -114,6 +116,8 @@ merge_consolidate = _listed(_checked_sums("merge_consolidate", _resolve("merge_c
                                           _merge_groups))
 merge_indexed = _listed(_checked_sums("merge_indexed", _resolve("merge_indexed"),
                                       _indexed_groups))
+merge_indexed_cols = _listed(_checked_sums("merge_indexed_cols", _resolve("merge_indexed_cols"),
+                                           _indexed_groups))
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")
@@ -122,6 +126,7 @@ intersect = _resolve("intersect")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")
+take_runs = _resolve("take_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")

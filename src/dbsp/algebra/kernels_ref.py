@@ -33,6 +33,19 @@ def take(codes: CodeArray, idx: np.ndarray) -> CodeArray:
     return VarCodes.from_list([rows[i] for i in idx])
 
 
+def take_runs(parts: Sequence[np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """``np.concatenate(parts)[idx]``: rows ``idx`` of the concatenation of 1-d arrays of one
+    fixed-width dtype (positions outside it raise IndexError)."""
+    parts = [np.asarray(q) for q in parts]
+    if not parts:
+        raise ValueError("take_runs of no arrays")
+    allp = np.concatenate(parts)
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(allp)):
+        raise IndexError(f"take_runs: index out of range for {len(allp)} rows")
+    return allp[idx]
+
+
 def concat(parts: Sequence[CodeArray]) -> CodeArray:
     """Concatenate code arrays of the same kind."""
     if not parts:
@@ -114,6 +127,18 @@ def merge_indexed(runs: Sequence[tuple]):
     bounds = group_bounds(ks)
     first = bounds[:-1]
     return gidx, w, allv[gidx], ks[first], bounds, row_key[gidx[first]]
+
+
+def merge_indexed_cols(runs: Sequence[tuple]):
+    """:func:`merge_indexed` over ``(kcodes, offsets, vcodes, weights, cols)`` runs that returns
+    the output's value columns instead of ``gidx``: ``cols`` holds 1-d numpy arrays of fixed-width
+    values, one per value row, and output column j is the concatenation of the runs' column j
+    taken at ``gidx``. Returns ``(cols, w, vcodes, kcodes, offsets, ksrc)``."""
+    runs = list(runs)
+    gidx, w, vc, kc, off, ksrc = merge_indexed([r[:4] for r in runs])
+    ncols = len(runs[0][4]) if runs else 0
+    cols = [np.concatenate([np.asarray(r[4][j]) for r in runs])[gidx] for j in range(ncols)]
+    return cols, w, vc, kc, off, ksrc
 
 
 def group_bounds(kcodes: CodeArray) -> np.ndarray:

@@ -445,6 +445,30 @@ def _take_fixed(batch: pa.RecordBatch, idx: np.ndarray, m: int):
     return pa.RecordBatch.from_arrays(out, schema=batch.schema)
 
 
+def fixed_columns(batch: pa.RecordBatch) -> Optional[list]:
+    """The columns of ``batch`` as zero-copy numpy views (unsigned ints of each column's width)
+    when every column is a fixed-width type without nulls (see :func:`from_fixed_columns`),
+    else None."""
+    n = batch.num_rows
+    out = []
+    for col in batch.columns:
+        if col.type.id not in _FIXED_IDS or col.null_count:
+            return None
+        dt = _UINT[col.type.bit_width]
+        out.append(np.frombuffer(col.buffers()[1], dtype=dt, count=n,
+                                 offset=col.offset * dt.itemsize))
+    return out
+
+
+def from_fixed_columns(schema: pa.Schema, cols: Sequence[np.ndarray]) -> pa.RecordBatch:
+    """A record batch of ``schema`` over numpy arrays (as :func:`fixed_columns` gives them),
+    zero-copy."""
+    n = len(cols[0]) if len(cols) else 0
+    arrays = [pa.Array.from_buffers(f.type, n, [None, pa.py_buffer(c)])
+              for f, c in zip(schema, cols)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def concat_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
     parts = [p for p in parts if p.num_rows]
     if not parts:
