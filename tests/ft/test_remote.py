@@ -44,6 +44,39 @@ def test_runs_to_the_end_without_failures(tmp_path):
                                                           "unexpected": 0}
 
 
+def test_a_replica_lost_after_the_last_step_loses_nothing_on_close(tmp_path, caplog):
+    """A worker process killed after the last step, before the job closes: the last checkpoint
+    on close cannot be taken (a warning says so) and close does not fail; the next generation
+    replays the logged steps after the previous checkpoint, and every event is there once."""
+    import os
+    import signal
+    import time
+    with launch_durable(P.crash_views, 2, tmp_path, checkpoint_every=4) as job:
+        d = job.open()
+        for step in range(6):
+            for name, part in crash.step_input(step, EVENTS, CHUNK).items():
+                d.circuit.inputs[name].put_pending(*part)
+            d.step()
+        d.wait_checkpoint()
+        pid = job.pids()[1]
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):  # until the kernel has reaped it (a send then fails)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+        with caplog.at_level("WARNING", logger="dbsp.ft"):
+            job.close()
+        assert any("no checkpoint on close at step 6" in r.getMessage()
+                   for r in caplog.records), caplog.text
+    with launch_durable(P.crash_views, 2, tmp_path, checkpoint_every=4) as job:
+        co = job.run(_read())
+        assert co.stop(STEPS) == STEPS
+    assert _clean(crash.check(str(tmp_path), EVENTS)) == {"lost": 0, "duplicated": 0,
+                                                          "unexpected": 0}
+
+
 def test_checkpoints_are_written_beside_the_next_steps(tmp_path):
     """Replicas write a checkpoint's state on a thread of their own while the driver steps on
     (the writer polls them for the results between steps)."""

@@ -322,3 +322,34 @@ def test_windows_with_storage_equal_memory(tmp_path, monkeypatch, kind):
     on_disk, late, files = run(tiny(tmp_path, backend="pread"))
     assert files > 0
     assert (on_disk, late) == run(None)[:2]
+
+
+def test_a_finaliser_that_runs_inside_recount_does_not_deadlock():
+    """A collection may start while ``recount`` holds the accountant's lock (any allocation in
+    it can trigger one) and run a batch file's finaliser, which gives back its resident bytes
+    through ``add`` on the same thread (a worker process hung on this in a launcher test).
+    Here the spine's ``batches()`` plays that finaliser: the recount finishes, and both the
+    batch bytes and the resident bytes come out right."""
+    from dbsp.trace.spill import MemoryAccountant
+
+    acct = MemoryAccountant(1 << 30)
+
+    class _Batch:
+        nbytes_in_memory = 1000
+
+    class _Spine:
+        def batches(self):
+            acct.add(resident_delta=-64)  # the finaliser, on the recounting thread
+            return [_Batch(), _Batch()]
+
+        def loose_batches(self):
+            return [_Batch()]
+
+    sp = _Spine()
+    acct.register(sp)
+    acct.add(resident_delta=64)
+    t = threading.Thread(target=acct.recount, args=(sp,), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "recount deadlocked on a re-entrant add"
+    assert (acct.batch_bytes, acct.merging_bytes, acct.resident_bytes) == (2000, 1000, 0)

@@ -516,18 +516,33 @@ class DurableCircuit:
 
     def _raise_writer_error(self) -> None:
         e, self._writer_error = self._writer_error, None
-        if e is not None:
-            raise e
+        if e is None:
+            return
+        died = e.__cause__ if not isinstance(e, WorkerDied) else e
+        if isinstance(died, WorkerDied):
+            # a replica died while the checkpoint was written: the previous checkpoint stands,
+            # and the death is handled as any other (a new generation recovers from it)
+            log.warning("%s", e)
+            raise died
+        raise e
 
     def close(self) -> None:
         """Graceful shutdown: wait for a checkpoint being written, take a last one (nothing to
         replay on restart), close the circuit."""
         try:
             if self.opened and self.circuit.failed is None:
-                self.wait_checkpoint()
-                if self.checkpoint_on_close and (self.last_checkpoint is None or
-                                                 self.last_checkpoint.step != self.step_no):
-                    self.checkpoint(wait=True)
+                try:
+                    self.wait_checkpoint()
+                    if self.checkpoint_on_close and (self.last_checkpoint is None or
+                                                     self.last_checkpoint.step != self.step_no):
+                        self.checkpoint(wait=True)
+                except WorkerDied as e:
+                    # the logs hold every step: the next open replays from the last
+                    # checkpoint, so a replica lost after the last step loses nothing
+                    log.warning("no checkpoint on close at step %d: %s; the next open replays "
+                                "the logged steps after the last checkpoint (%s)",
+                                self.step_no, e, None if self.last_checkpoint is None
+                                else self.last_checkpoint.step)
         finally:
             self.input_log.close()
             store = self.store

@@ -104,7 +104,9 @@ class MemoryAccountant:
         self.budget = int(budget)
         self.config = config
         self.min_spill_bytes = config.spill_floor if config is not None else 0
-        self._lock = threading.Lock()
+        # re-entrant: a batch file's finaliser (``add``) or a spine's (``_forget``) may run on
+        # the thread that holds the lock, when a collection starts inside ``recount``
+        self._lock = threading.RLock()
         self._spill_lock = threading.Lock()
         self._spines: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._cells: dict[int, list] = {}
