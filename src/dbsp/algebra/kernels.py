@@ -41,6 +41,7 @@ _NATIVE = {
     "pick_rows": "state",
     "combine_partials": "linear",
     "delta_partials": "linear",
+    "take_batch": "arrow_c",
 }
 
 
@@ -130,6 +131,7 @@ versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
 delta_partials = _resolve("delta_partials")
+take_batch = _resolve("take_batch")
 
 
 def using_native() -> dict[str, bool]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from .checked import mul_overflows
 from .codes import CodeArray, Codes, VarCodes
@@ -367,3 +368,24 @@ def pick_rows(g, is_old, old: np.ndarray, new: np.ndarray) -> np.ndarray:
     out[is_old] = np.asarray(old).view(new.dtype)[g[is_old]]
     out[~is_old] = new[g[~is_old]]
     return out
+
+
+def _fixed_width(t: pa.DataType) -> bool:
+    """Whether ``take_batch`` gathers a column of type ``t`` (one values buffer of a fixed
+    width)."""
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_date(t)
+            or pa.types.is_time(t) or pa.types.is_timestamp(t) or pa.types.is_duration(t))
+
+
+def take_batch(batch, idx: np.ndarray):
+    """Rows ``idx`` of a record batch when every column is fixed-width (integers, floats,
+    dates, times, timestamps, durations) without nulls, else None (see
+    ``dbsp._native.arrow_c.take_batch``). An index outside ``0..num_rows-1`` raises
+    IndexError."""
+    if batch.num_columns == 0 or any(not _fixed_width(c.type) or c.null_count
+                                     for c in batch.columns):
+        return None
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= batch.num_rows):
+        raise IndexError(f"take: row index out of range for {batch.num_rows} rows")
+    return batch.take(pa.array(idx, pa.int64()))
