@@ -12,7 +12,11 @@ most of its time making and unmaking those wrappers, not gathering.
   exported once (``_export_to_c``: no Python object per column), each column gathered from its
   values buffer into one aligned allocation, and the result imported once
   (``RecordBatch._import_from_c`` with the batch's own schema object). Row indices outside
-  ``0..num_rows-1`` raise IndexError.
+  ``0..num_rows-1`` raise IndexError. With ``extra`` numpy columns (and their null masks) and
+  the output ``schema``, those columns follow the gathered ones in the same batch: an
+  operator's output (gathered keys, then computed values) or a state's value batch in one
+  import, without a ``pa.array`` per column and ``RecordBatch.from_arrays`` (which wraps each
+  field of the schema).
 
 Ownership: the output ``ArrowArray`` and everything it points to (children, buffer tables,
 values) are one allocation, freed by the parent's ``release`` (Arrow C++ imports a record batch
@@ -22,7 +26,7 @@ Gather loops run without the GIL.
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 import numpy as np
 import pyarrow as pa
@@ -118,19 +122,40 @@ cdef void _gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
 _import_batch = pa.RecordBatch._import_from_c
 
 
-def take_batch(batch, idx):
+cdef int _check_gathered(ArrowArray* ch, int w):
+    """Whether an exported column of width ``w`` can be gathered (one values buffer, no
+    nulls, no dictionary or children)."""
+    if w == 0 or ch.n_children != 0 or ch.n_buffers != 2 or ch.dictionary != NULL:
+        return 0
+    return ch.null_count == 0 or (ch.null_count == -1 and ch.buffers[0] == NULL)
+
+
+def take_batch(batch, idx, list extra=None, schema=None):
     """Rows ``idx`` (integers in ``0..num_rows-1``) of the record batch ``batch`` when every
-    column is fixed-width without nulls, else None."""
-    cdef cnp.ndarray ix = np.ascontiguousarray(idx, dtype=np.int64)
-    cdef int64_t m = ix.shape[0], n, i, lo = 0, hi = 0
-    cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
+    column is fixed-width without nulls, else None.
+
+    With ``extra`` (a list of ``(values, null mask or None)`` numpy pairs, one value per output
+    row) and ``schema`` (the output schema: ``batch``'s column types, then one fixed-width type
+    per extra column whose byte width is its values' itemsize), the extra columns follow the
+    gathered ones in the same batch (a null where the mask is true). ``batch`` may then be None
+    (and ``idx`` ignored): the batch of the extra columns alone."""
+    cdef cnp.ndarray ix
+    cdef int64_t m = 0, n = 0, i, lo = 0, hi = 0, nnull
+    cdef const int64_t* p = NULL
     cdef ArrowArray src
     cdef ArrowSchema ssrc
+    cdef ArrowSchema sout
+    cdef ArrowSchema* sch
     src.release = NULL
     ssrc.release = NULL
-    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
-    cdef int64_t k = src.n_children, c
+    sout.release = NULL
+    src.n_children = 0
+    src.offset = 0
+    cdef int64_t k = 0, e = 0 if extra is None else len(extra), c, kt
     cdef int widths[64]
+    cdef list vals = [], masks = []
+    cdef cnp.ndarray va, ma
+    cdef int64_t isz
     cdef ArrowArray* ch
     cdef ArrowArray* out = NULL
     cdef ArrowArray* kids
@@ -138,67 +163,145 @@ def take_batch(batch, idx):
     cdef const void** bufs
     cdef uint8_t* block
     cdef uint8_t* data
+    cdef const uint8_t* pm
+    cdef uint8_t* bm
     cdef size_t head, size
     cdef int w
+    if e and schema is None:
+        raise ValueError("take_batch: extra columns need the output schema")
+    if e > 64:
+        return None
+    if e:
+        m = -1
+        for c in range(e):
+            v, mk = extra[c]
+            va = np.ascontiguousarray(v)
+            if va.dtype.kind not in "iufmM":
+                raise TypeError(f"take_batch: extra column {c} holds {va.dtype}, not numbers")
+            if va.ndim != 1 or (m >= 0 and va.shape[0] != m):
+                raise ValueError("take_batch: extra columns differ in length")
+            m = va.shape[0]
+            vals.append(va)
+            if mk is None:
+                masks.append(None)
+            else:
+                ma = np.ascontiguousarray(mk, dtype=bool)
+                if ma.ndim != 1 or ma.shape[0] != m:
+                    raise ValueError("take_batch: a null mask differs in length from its column")
+                masks.append(ma)
     try:
-        n = src.length
-        if k == 0 or k > 64 or src.dictionary != NULL:
-            return None
-        for c in range(k):
-            ch = src.children[c]
-            w = _width(ssrc.children[c].format)
-            if (w == 0 or ch.n_children != 0 or ch.n_buffers != 2 or ch.dictionary != NULL
-                    or ssrc.children[c].dictionary != NULL):
+        if batch is not None:
+            ix = np.ascontiguousarray(idx, dtype=np.int64)
+            if e and ix.shape[0] != m:
+                raise ValueError("take_batch: extra columns differ in length from the rows taken")
+            m = ix.shape[0]
+            p = <const int64_t*>cnp.PyArray_DATA(ix)
+            if e:
+                batch._export_to_c(<uintptr_t>&src)
+            else:
+                batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+            k = src.n_children
+            n = src.length
+            if k > 64 or src.dictionary != NULL:
                 return None
-            if ch.null_count != 0 and not (ch.null_count == -1 and ch.buffers[0] == NULL):
+        if e:
+            schema._export_to_c(<uintptr_t>&sout)
+            sch = &sout
+            if sout.n_children != k + e:
+                raise ValueError(f"take_batch: the output schema has {sout.n_children} columns, "
+                                 f"not {k} + {e}")
+        else:
+            sch = &ssrc
+            if k == 0:
                 return None
+        kt = k + e
+        for c in range(kt):
+            w = _width(sch.children[c].format)
+            if w == 0 or sch.children[c].dictionary != NULL:
+                return None
+            if c < k and not _check_gathered(src.children[c], w):
+                return None
+            if c >= k:
+                va = vals[c - k]
+                isz = va.itemsize
+                if w != isz:
+                    raise ValueError(f"take_batch: extra column {c - k} has items of {isz} "
+                                     f"bytes, its type {w}")
             widths[c] = w
-        with nogil:
-            for i in range(m):
-                if p[i] < 0 or p[i] >= n:
-                    hi = 1
-                    lo = p[i]
-                    break
-        if hi:
-            raise IndexError(f"take: row index {lo} out of range for {n} rows")
+        if k:
+            with nogil:
+                for i in range(m):
+                    if p[i] < 0 or p[i] >= n:
+                        hi = 1
+                        lo = p[i]
+                        break
+            if hi:
+                raise IndexError(f"take: row index {lo} out of range for {n} rows")
         # one block: parent, children, child pointers, buffer tables, then each column's values
-        head = _up64(sizeof(ArrowArray) * (k + 1) + sizeof(ArrowArray*) * k
-                     + sizeof(void*) * (1 + 2 * k))
+        # (and validity bitmap)
+        head = _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
+                     + sizeof(void*) * (1 + 2 * kt))
         size = head
-        for c in range(k):
+        for c in range(kt):
             size += _up64(<size_t>widths[c] * <size_t>m)
+            if c >= k and masks[c - k] is not None:
+                size += _up64(<size_t>((m + 7) >> 3))
         block = <uint8_t*>aligned_alloc(64, size)
         if block == NULL:
             raise MemoryError()
         memset(block, 0, head)
         out = <ArrowArray*>block
         kids = out + 1
-        kidp = <ArrowArray**>(kids + k)
-        bufs = <const void**>(kidp + k)
+        kidp = <ArrowArray**>(kids + kt)
+        bufs = <const void**>(kidp + kt)
         data = block + head
         out.length = m
         out.n_buffers = 1
-        out.n_children = k
+        out.n_children = kt
         out.buffers = bufs
         out.children = kidp
         out.release = _release_parent
         out.private_data = block
-        with nogil:
-            for c in range(k):
+        for c in range(kt):
+            w = widths[c]
+            kidp[c] = &kids[c]
+            kids[c].length = m
+            kids[c].n_buffers = 2
+            kids[c].buffers = bufs + 1 + 2 * c
+            kids[c].buffers[1] = data
+            kids[c].release = _release_child
+            if c < k:
                 ch = src.children[c]
-                w = widths[c]
-                kidp[c] = &kids[c]
-                kids[c].length = m
-                kids[c].n_buffers = 2
-                kids[c].buffers = bufs + 1 + 2 * c
-                kids[c].buffers[1] = data
-                kids[c].release = _release_child
-                _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w, data, w,
-                        p, m)
+                with nogil:
+                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                            data, w, p, m)
                 data += _up64(<size_t>w * <size_t>m)
+                continue
+            va = vals[c - k]
+            memcpy(data, cnp.PyArray_DATA(va), <size_t>w * <size_t>m)
+            data += _up64(<size_t>w * <size_t>m)
+            if masks[c - k] is None:
+                continue
+            ma = masks[c - k]
+            pm = <const uint8_t*>cnp.PyArray_DATA(ma)
+            bm = data
+            nnull = 0
+            with nogil:
+                memset(bm, 0, (m + 7) >> 3)
+                for i in range(m):
+                    if pm[i]:
+                        nnull += 1
+                    else:
+                        bm[i >> 3] |= <uint8_t>(1 << (i & 7))
+            if nnull:
+                kids[c].buffers[0] = bm
+            kids[c].null_count = nnull
+            data += _up64(<size_t>((m + 7) >> 3))
     finally:
         if src.release != NULL:
             src.release(&src)
         if ssrc.release != NULL:
             ssrc.release(&ssrc)
-    return _import_batch(<uintptr_t>out, batch.schema)
+        if sout.release != NULL:
+            sout.release(&sout)
+    return _import_batch(<uintptr_t>out, batch.schema if not e else schema)

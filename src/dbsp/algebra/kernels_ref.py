@@ -377,15 +377,42 @@ def _fixed_width(t: pa.DataType) -> bool:
             or pa.types.is_time(t) or pa.types.is_timestamp(t) or pa.types.is_duration(t))
 
 
-def take_batch(batch, idx: np.ndarray):
+def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
+               schema: Optional[pa.Schema] = None):
     """Rows ``idx`` of a record batch when every column is fixed-width (integers, floats,
     dates, times, timestamps, durations) without nulls, else None (see
     ``dbsp._native.arrow_c.take_batch``). An index outside ``0..num_rows-1`` raises
-    IndexError."""
-    if batch.num_columns == 0 or any(not _fixed_width(c.type) or c.null_count
-                                     for c in batch.columns):
-        return None
-    idx = np.asarray(idx, dtype=np.int64)
-    if len(idx) and (idx.min() < 0 or idx.max() >= batch.num_rows):
-        raise IndexError(f"take: row index out of range for {batch.num_rows} rows")
-    return batch.take(pa.array(idx, pa.int64()))
+    IndexError. ``extra``: ``(numpy values, null mask or None)`` columns appended, of the
+    fixed-width types that follow ``batch``'s in ``schema`` (``batch`` None: those alone)."""
+    if extra and schema is None:
+        raise ValueError("take_batch: extra columns need the output schema")
+    cols: list = []
+    if batch is not None:
+        if any(not _fixed_width(c.type) or c.null_count for c in batch.columns):
+            return None
+        if not extra and batch.num_columns == 0:
+            return None
+        idx = np.asarray(idx, dtype=np.int64)
+        if len(idx) and (idx.min() < 0 or idx.max() >= batch.num_rows):
+            raise IndexError(f"take: row index out of range for {batch.num_rows} rows")
+        got = batch.take(pa.array(idx, pa.int64()))
+        if not extra:
+            return got
+        cols = list(got.columns)
+    if extra:
+        types = list(schema.types)[len(cols):]
+        if len(types) != len(extra):
+            raise ValueError("take_batch: the output schema does not match the columns")
+        if not all(_fixed_width(t) for t in types):
+            return None
+        for (v, mask), t in zip(extra, types):
+            v = np.asarray(v)
+            if v.dtype.kind not in "iufmM":
+                raise TypeError(f"take_batch: extra column holds {v.dtype}, not numbers")
+            if v.dtype.itemsize * 8 != t.bit_width:
+                raise ValueError("take_batch: an extra column's items differ from its type")
+            storage = pa.from_numpy_dtype(np.dtype(f"i{v.dtype.itemsize}"))
+            a = pa.array(v.view(storage.to_pandas_dtype()), storage,
+                         mask=None if mask is None else np.asarray(mask, dtype=bool))
+            cols.append(a.view(t))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
