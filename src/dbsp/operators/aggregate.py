@@ -422,6 +422,21 @@ def np_values(col: pa.Array, dtype) -> tuple[np.ndarray, Optional[np.ndarray]]:
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype), ok
 
 
+def _np_column(b, j: int, dtype) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """:func:`np_values` of value column ``j`` of the batch ``b``, kept in the batch's ``memo``
+    when it has one (an in-memory batch: it is read again every step it stays in the spine;
+    the views are zero-copy when the column has no null)."""
+    if b.is_file:
+        return np_values(b.vals.column(j), dtype)
+    memo = b.memo
+    if memo is None:
+        memo = b.memo = {}
+    got = memo.get((j, dtype))
+    if got is None:
+        got = memo[(j, dtype)] = np_values(b.vals.column(j), dtype)
+    return got
+
+
 def np_array(values: np.ndarray, t: pa.DataType, mask: Optional[np.ndarray] = None) -> pa.Array:
     """Arrow array of type ``t`` from numpy ``values`` (:func:`np_values`' inverse; ``mask``:
     true where null)."""
@@ -519,7 +534,7 @@ class VersionedRows(Stateful):
             xs: list = [none] * len(parts)
             vs: list = [None] * len(parts)  # validity; None: no null (gather fills True)
             for bno in used:
-                xs[bno], vs[bno] = np_values(parts[bno][0].vals.column(j), out.dtype)
+                xs[bno], vs[bno] = _np_column(parts[bno][0], j, out.dtype)
             K.gather_rows(p, bq, rq, xs, out)
             if oks is not None:
                 K.gather_rows(p, bq, rq, vs, oks[j], True)  # None: no null in that batch

@@ -308,7 +308,7 @@ class OrdIndexedZSet:
     """
 
     __slots__ = ("keys", "kcodes", "offsets", "vals", "vcodes", "weights", "kcodec", "vcodec",
-                 "_nb", "hits")
+                 "_nb", "hits", "memo")
 
     def __init__(self, keys: pa.RecordBatch, kcodes: CodeArray, offsets: np.ndarray,
                  vals: pa.RecordBatch, vcodes: CodeArray, weights: np.ndarray,
@@ -318,6 +318,10 @@ class OrdIndexedZSet:
         self.kcodec, self.vcodec = kcodec, vcodec
         self._nb = -1
         self.hits = 0  # keys found by probes while stored (the accountant spills cold first)
+        #: None, or a dict where a reader keeps what it derived from this (immutable) batch and
+        #: reads again every step while the batch sits in a spine (the aggregate state's numpy
+        #: views of its value columns); dropped with the batch
+        self.memo: Optional[dict] = None
 
     # -- shape -----------------------------------------------------------------------------
     def __len__(self) -> int:
