@@ -305,3 +305,136 @@ def take_batch(batch, idx, list extra=None, schema=None):
         if sout.release != NULL:
             sout.release(&sout)
     return _import_batch(<uintptr_t>out, batch.schema if not e else schema)
+
+
+def take_runs(schema, list groups):
+    """One record batch of ``schema`` from column groups side by side: group ``g`` is a list of
+    ``(batch, idx)`` runs, its rows the rows ``idx`` of each run's batch one run after another
+    (every batch of a group has the group's columns, which come next in ``schema``). Every
+    group has the same number of rows. None when a column is not fixed-width without nulls (or
+    a group has no column). A run on the same batch object as the run before it reuses its
+    export. An index outside its batch raises IndexError."""
+    cdef ArrowSchema sout
+    cdef ArrowArray src
+    sout.release = NULL
+    src.release = NULL
+    cdef int64_t ng = len(groups), g, r, nr, c, kg, col0 = 0, kt, m = -1, mg, i, n, lo = 0
+    cdef int64_t row0
+    cdef int widths[64]
+    cdef ArrowArray* ch
+    cdef ArrowArray* out = NULL
+    cdef ArrowArray* kids
+    cdef ArrowArray** kidp
+    cdef const void** bufs
+    cdef uint8_t* block = NULL
+    cdef uint8_t* data
+    cdef size_t head, size
+    cdef int w, hi = 0
+    cdef cnp.ndarray ix
+    cdef const int64_t* p
+    cdef list runs
+    cdef object prev
+    # rows per group (all equal)
+    for g in range(ng):
+        runs = groups[g]
+        mg = 0
+        for r in range(len(runs)):
+            mg += len(runs[r][1])
+        if m >= 0 and mg != m:
+            raise ValueError(f"take_runs: group {g} has {mg} rows, not {m}")
+        m = mg
+    if m < 0:
+        return None
+    schema._export_to_c(<uintptr_t>&sout)
+    try:
+        kt = sout.n_children
+        if kt == 0 or kt > 64:
+            return None
+        for c in range(kt):
+            widths[c] = _width(sout.children[c].format)
+            if widths[c] == 0 or sout.children[c].dictionary != NULL:
+                return None
+        head = _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
+                     + sizeof(void*) * (1 + 2 * kt))
+        size = head
+        for c in range(kt):
+            size += _up64(<size_t>widths[c] * <size_t>m)
+        block = <uint8_t*>aligned_alloc(64, size)
+        if block == NULL:
+            raise MemoryError()
+        memset(block, 0, head)
+        out = <ArrowArray*>block
+        kids = out + 1
+        kidp = <ArrowArray**>(kids + kt)
+        bufs = <const void**>(kidp + kt)
+        data = block + head
+        out.length = m
+        out.n_buffers = 1
+        out.n_children = kt
+        out.buffers = bufs
+        out.children = kidp
+        out.release = _release_parent
+        out.private_data = block
+        for c in range(kt):
+            kidp[c] = &kids[c]
+            kids[c].length = m
+            kids[c].n_buffers = 2
+            kids[c].buffers = bufs + 1 + 2 * c
+            kids[c].buffers[1] = data
+            kids[c].release = _release_child
+            data += _up64(<size_t>widths[c] * <size_t>m)
+        for g in range(ng):
+            runs = groups[g]
+            nr = len(runs)
+            kg = -1
+            row0 = 0
+            prev = None
+            for r in range(nr):
+                b, idx = runs[r]
+                if b is not prev:
+                    if src.release != NULL:
+                        src.release(&src)
+                    b._export_to_c(<uintptr_t>&src)
+                    prev = b
+                    if src.dictionary != NULL or (kg >= 0 and src.n_children != kg):
+                        raise ValueError(f"take_runs: group {g} mixes batches of different "
+                                         f"columns")
+                    kg = src.n_children
+                    if kg == 0 or col0 + kg > kt:
+                        return None  # (a group without columns: the caller's path)
+                    for c in range(kg):
+                        if not _check_gathered(src.children[c], widths[col0 + c]):
+                            return None
+                ix = np.ascontiguousarray(idx, dtype=np.int64)
+                p = <const int64_t*>cnp.PyArray_DATA(ix)
+                mg = ix.shape[0]
+                n = src.length
+                with nogil:
+                    for i in range(mg):
+                        if p[i] < 0 or p[i] >= n:
+                            hi = 1
+                            lo = p[i]
+                            break
+                    if not hi:
+                        for c in range(kg):
+                            w = widths[col0 + c]
+                            ch = src.children[c]
+                            _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                                    <uint8_t*>kids[col0 + c].buffers[1] + row0 * w, w, p, mg)
+                if hi:
+                    raise IndexError(f"take: row index {lo} out of range for {n} rows")
+                row0 += mg
+            if kg < 0:
+                return None  # a group without runs
+            col0 += kg
+        if col0 != kt:
+            raise ValueError(f"take_runs: the groups have {col0} columns, the schema {kt}")
+        block = NULL  # the import owns it now
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if sout.release != NULL:
+            sout.release(&sout)
+        if block != NULL:
+            free(block)
+    return _import_batch(<uintptr_t>out, schema)

@@ -109,3 +109,43 @@ def test_take_batch_extra_refuses_wrong_widths_and_objects():
     # a column Arrow stores as bits (bool) is not gathered: the caller falls back
     assert K.take_batch(None, None, [(np.zeros(2, np.uint8), None)],
                         pa.schema([pa.field("b", pa.bool_())])) is None
+
+
+@given(st.lists(st.lists(st.sampled_from(FIXED), min_size=1, max_size=2), min_size=1,
+                max_size=3), st.integers(1, 20), st.data())
+def test_take_runs_equals_reference(groups_types, n, data):
+    """Column groups of runs over several batches (the same batch repeated, slices) side by
+    side, against the reference."""
+    rng = np.random.default_rng(n)
+    m = data.draw(st.integers(0, 40))
+    groups, fields = [], []
+    for g, types in enumerate(groups_types):
+        names = [f"g{g}c{i}" for i in range(len(types))]
+        pool = [pa.RecordBatch.from_arrays([_column(t, n + 2, rng) for t in types],
+                                           names=names).slice(data.draw(st.integers(0, 2)))
+                for _ in range(data.draw(st.integers(1, 3)))]
+        cuts = sorted(data.draw(st.lists(st.integers(0, m), max_size=3)))
+        runs, lo = [], 0
+        for hi in cuts + [m]:
+            b = pool[data.draw(st.integers(0, len(pool) - 1))]
+            runs.append((b, rng.integers(0, b.num_rows, hi - lo)))
+            lo = hi
+        groups.append(runs)
+        fields += [pa.field(nm, t) for nm, t in zip(names, types)]
+    schema = pa.schema(fields)
+    want = R.take_runs(schema, groups)
+    got = K.take_runs(schema, groups)
+    assert got.schema == schema
+    assert got.equals(want)
+
+
+def test_take_runs_refuses_nulls_and_bad_indices():
+    b = pa.RecordBatch.from_arrays([pa.array([1, None, 3])], names=["k"])
+    s = pa.schema([pa.field("k", pa.int64())])
+    assert K.take_runs(s, [[(b, np.array([0]))]]) is None
+    c = pa.RecordBatch.from_arrays([pa.array([1, 2, 3])], names=["k"])
+    with pytest.raises(IndexError):
+        K.take_runs(s, [[(c, np.array([0])), (c, np.array([3]))]])
+    with pytest.raises(ValueError):
+        K.take_runs(pa.schema([pa.field("k", pa.int64()), pa.field("v", pa.int64())]),
+                    [[(c, np.array([0, 1]))], [(c, np.array([0]))]])

@@ -416,3 +416,35 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
                          mask=None if mask is None else np.asarray(mask, dtype=bool))
             cols.append(a.view(t))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def take_runs(schema: pa.Schema, groups: list):
+    """One record batch of ``schema`` from column groups side by side, each group's rows the
+    rows ``idx`` of its ``(batch, idx)`` runs one after another; None when a column is not
+    fixed-width without nulls or a group has no column (see ``dbsp._native.arrow_c.take_runs``).
+    """
+    sizes = {sum(len(idx) for _, idx in runs) for runs in groups}
+    if len(sizes) > 1:
+        raise ValueError("take_runs: groups differ in rows")
+    if not groups or not all(_fixed_width(t) for t in schema.types):
+        return None
+    cols: list = []
+    for runs in groups:
+        if not runs or any(b.num_columns == 0 or b.num_columns != runs[0][0].num_columns
+                           for b, _ in runs):
+            if runs and any(b.num_columns != runs[0][0].num_columns for b, _ in runs):
+                raise ValueError("take_runs: a group mixes batches of different columns")
+            return None
+        parts = []
+        for b, idx in runs:
+            if any(c.null_count for c in b.columns):
+                return None
+            idx = np.asarray(idx, dtype=np.int64)
+            if len(idx) and (idx.min() < 0 or idx.max() >= b.num_rows):
+                raise IndexError(f"take: row index out of range for {b.num_rows} rows")
+            parts.append(b.take(pa.array(idx, pa.int64())))
+        got = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+        cols += got.columns
+    if len(cols) != len(schema):
+        raise ValueError("take_runs: the groups' columns differ from the schema's")
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
