@@ -1105,8 +1105,11 @@ class LinearAggregateOperator(Operator):
                 vals = pa.RecordBatch.from_arrays(
                     [pa.array(x, f.type) for x, f in zip(picked, st.val_schema)],
                     schema=st.val_schema)
-            st.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
-                                           vcodes, w, kcodec, st.vcodec))
+            b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
+                               kcodec, st.vcodec)
+            # the numpy columns just written are what get_numpy reads of this batch next step
+            b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
+            st.trace.insert(b)
         n_old = len(eo)
         if n_old + len(en) == 0:
             return ZSet.empty(self.out_schema)
