@@ -17,6 +17,9 @@ most of its time making and unmaking those wrappers, not gathering.
   operator's output (gathered keys, then computed values) or a state's value batch in one
   import, without a ``pa.array`` per column and ``RecordBatch.from_arrays`` (which wraps each
   field of the schema).
+* ``encode_u64(batch, plan)``: the u64 key codes of a batch of integer / temporal columns
+  without nulls, read from the exported buffers (no pyarrow Array or Buffer object per column,
+  no numpy temporaries per column); the twin of ``KeyCodec._encode_u64``.
 
 Ownership: the output ``ArrowArray`` and everything it points to (children, buffer tables,
 values) are one allocation, freed by the parent's ``release`` (Arrow C++ imports a record batch
@@ -438,3 +441,65 @@ def take_runs(schema, list groups):
         if block != NULL:
             free(block)
     return _import_batch(<uintptr_t>out, schema)
+
+
+def encode_u64(batch, list plan):
+    """The u64 key codes of the rows of ``batch`` (native twin of ``KeyCodec._encode_u64``,
+    which is the reference): ``plan`` gives per column ``(byte width, signed, nullable)``; a
+    signed value has its sign bit flipped (two's complement then sorts as unsigned), a
+    nullable column puts a validity byte (1) before its value, and the columns are packed most
+    significant first. None when a column has a null or is not one values buffer of that width
+    (the caller's general path), or the plan does not match the batch's columns."""
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL
+    ssrc.release = NULL
+    cdef int64_t n, i, c, k = len(plan)
+    cdef int w
+    cdef bint signed, nullable
+    cdef uint64_t flip
+    cdef ArrowArray* ch
+    cdef const uint8_t* base
+    cdef cnp.ndarray out_a
+    cdef uint64_t* out
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        n = src.length
+        if k == 0 or src.n_children != k or src.dictionary != NULL:
+            return None
+        for c in range(k):
+            w = plan[c][0]
+            # the column's own type must have the plan's width (the values buffer is read as
+            # such): a batch that does not match its codec goes to the general path
+            if w not in (1, 2, 4, 8) or _width(ssrc.children[c].format) != w \
+                    or not _check_gathered(src.children[c], w):
+                return None
+        out_a = np.zeros(n, dtype=np.uint64)
+        out = <uint64_t*>cnp.PyArray_DATA(out_a)
+        for c in range(k):
+            w, signed, nullable = plan[c]
+            ch = src.children[c]
+            base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
+            flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
+            with nogil:
+                if nullable:  # the validity byte: every row is valid here
+                    for i in range(n):
+                        out[i] = (out[i] << 8) | 1
+                if w == 8:  # (only as the sole column: a u64 codec has 8 bytes at most)
+                    for i in range(n):
+                        out[i] = (<const uint64_t*>base)[i] ^ flip
+                elif w == 4:
+                    for i in range(n):
+                        out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
+                elif w == 2:
+                    for i in range(n):
+                        out[i] = (out[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
+                else:
+                    for i in range(n):
+                        out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
+    return out_a

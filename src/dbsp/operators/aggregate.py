@@ -956,7 +956,7 @@ class LinearAggregateOperator(Operator):
         kc = p[1]
         data = z.data
         keys = data.select(ix.key)
-        kcodes = kc.encode(keys.columns, data.num_rows)
+        kcodes = kc.encode_batch(keys)
         perm = K.argsort(kcodes)
         sk = K.take(kcodes, perm)
         bounds = K.group_bounds(sk)

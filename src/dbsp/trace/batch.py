@@ -178,7 +178,7 @@ class OrdZSet(ZSet):
         codec = codec or codec_for(z.schema, z.schema.names)
         if len(z) == 0:
             return cls(z.data, EMPTY_I64, _empty_codes(codec.u64), codec)
-        codes = codec.encode(z.data.columns, len(z))
+        codes = codec.encode_batch(z.data)
         try:
             perm, w = K.sort_consolidate(codes, None, z.weights)
         except WeightOverflowError as e:
@@ -369,8 +369,8 @@ class OrdIndexedZSet:
         vcodec = vcodec or codec_for(vals.schema, vals.schema.names)
         if keys.num_rows == 0:
             return cls.empty(keys.schema, vals.schema)
-        kcodes = kcodec.encode(keys.columns, keys.num_rows) if kcodes is None else kcodes
-        vcodes = vcodec.encode(vals.columns, vals.num_rows) if vcodes is None else vcodes
+        kcodes = kcodec.encode_batch(keys) if kcodes is None else kcodes
+        vcodes = vcodec.encode_batch(vals) if vcodes is None else vcodes
         try:
             perm, w = K.sort_consolidate(kcodes, vcodes, np.asarray(weights, np.int64))
         except WeightOverflowError as e:
