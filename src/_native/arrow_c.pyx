@@ -443,6 +443,24 @@ def take_runs(schema, list groups):
     return _import_batch(<uintptr_t>out, schema)
 
 
+cdef void _widen(const uint8_t* base, uint64_t* out, int w, uint64_t flip,
+                 int64_t n) noexcept nogil:
+    """``out[i] = value i ^ flip`` for values of ``w`` bytes (the first part of a code)."""
+    cdef int64_t i
+    if w == 8:
+        for i in range(n):
+            out[i] = (<const uint64_t*>base)[i] ^ flip
+    elif w == 4:
+        for i in range(n):
+            out[i] = (<const uint32_t*>base)[i] ^ flip
+    elif w == 2:
+        for i in range(n):
+            out[i] = ((<const uint16_t*>base)[i] ^ flip) & 0xFFFF
+    else:
+        for i in range(n):
+            out[i] = (base[i] ^ flip) & 0xFF
+
+
 def encode_u64(batch, list plan):
     """The u64 key codes of the rows of ``batch`` (native twin of ``KeyCodec._encode_u64``,
     which is the reference): ``plan`` gives per column ``(byte width, signed, nullable)``; a
@@ -462,6 +480,7 @@ def encode_u64(batch, list plan):
     cdef const uint8_t* base
     cdef cnp.ndarray out_a
     cdef uint64_t* out
+    cdef bint first
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
         n = src.length
@@ -474,8 +493,9 @@ def encode_u64(batch, list plan):
             if w not in (1, 2, 4, 8) or _width(ssrc.children[c].format) != w \
                     or not _check_gathered(src.children[c], w):
                 return None
-        out_a = np.zeros(n, dtype=np.uint64)
+        out_a = np.empty(n, dtype=np.uint64)
         out = <uint64_t*>cnp.PyArray_DATA(out_a)
+        first = True  # the first part written is assigned (no zero fill, no read)
         for c in range(k):
             w, signed, nullable = plan[c]
             ch = src.children[c]
@@ -483,11 +503,15 @@ def encode_u64(batch, list plan):
             flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
             with nogil:
                 if nullable:  # the validity byte: every row is valid here
-                    for i in range(n):
-                        out[i] = (out[i] << 8) | 1
-                if w == 8:  # (only as the sole column: a u64 codec has 8 bytes at most)
-                    for i in range(n):
-                        out[i] = (<const uint64_t*>base)[i] ^ flip
+                    if first:
+                        for i in range(n):
+                            out[i] = 1
+                    else:
+                        for i in range(n):
+                            out[i] = (out[i] << 8) | 1
+                    first = False
+                if first or w == 8:  # (w == 8 only as the sole column of a u64 codec)
+                    _widen(base, out, w, flip, n)
                 elif w == 4:
                     for i in range(n):
                         out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
@@ -497,6 +521,7 @@ def encode_u64(batch, list plan):
                 else:
                     for i in range(n):
                         out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
+                first = False
     finally:
         if src.release != NULL:
             src.release(&src)
