@@ -2,7 +2,10 @@
 #          pytest-benchmark compare --group-by=group --columns=min,median,ops
 """Hash 10M u64 codes (``hash64``) and shard them (``shard``, 7 and 8 shards) with
 ``dbsp._native.hashing``, against the same splitmix64 written in numpy, in the same run; and
-hash 1M var codes (FNV-1a, ~24 bytes each; no numpy baseline).
+hash 1M var codes (FNV-1a, ~24 bytes each; no numpy baseline); and deal 100K u64 codes to the
+workers of a shard map (``owner_rows``: the rows of each of 2 and 3 workers, what the exchange
+and the driver's input split ask ``ShardMap.rows`` for), against the numpy path it replaced
+(hash, top bits, owner, one ``flatnonzero`` per worker or a stable sort).
 
 Fixed seeds; native and numpy calls are timed interleaved (the machine is shared) and the ratio
 and the rates in ``extra_info`` are of their medians (the benchmark's own timings are the
@@ -65,3 +68,31 @@ def test_hash_var(benchmark):
     benchmark.pedantic(lambda: hashing.hash64(codes), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     benchmark.extra_info.update(rows_per_s=n / benchmark.stats.stats.median,
                                 bytes_per_s=int(offsets[-1]) / benchmark.stats.stats.median)
+
+
+def numpy_owner_rows(k: np.ndarray, owners: np.ndarray, bits: int, workers: int) -> list:
+    dest = owners[(hashing.hash64(k) >> np.uint64(64 - bits)).astype(np.int64)]
+    if workers == 2:
+        return [np.flatnonzero(dest == 0), np.flatnonzero(dest)]
+    order = np.argsort(dest, kind="stable")
+    return np.split(order, np.searchsorted(dest[order], np.arange(1, workers)))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_owner_rows(benchmark, codes, workers):
+    benchmark.group = f"owner-rows-100K-u64-W{workers}"
+    from dbsp.circuit.exchange import ShardMap
+    m = ShardMap.dynamic(workers)
+    k = codes[:100_000]
+
+    def fast():
+        order, b = hashing.owner_rows(k, m.owners, m.bits, workers)
+        return [order[b[w]:b[w + 1]] for w in range(workers)]
+
+    base = lambda: numpy_owner_rows(k, m.owners, m.bits, workers)
+    for x, y in zip(fast(), base()):
+        np.testing.assert_array_equal(x, y)
+    benchmark.pedantic(fast, rounds=50, iterations=1, warmup_rounds=2)
+    tf, tb = interleaved(fast, base, 50)
+    benchmark.extra_info.update(rows_per_s=len(k) / tf, numpy_rows_per_s=len(k) / tb,
+                                ratio_to_numpy=tb / tf)

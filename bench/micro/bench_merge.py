@@ -19,13 +19,19 @@ Two runs take the AVX-512 kernel where the CPU has it (``merge.simd_enabled()``)
 
 ``extra_info``: ``rows_per_s``, ``numpy_rows_per_s``, ``ratio_to_numpy``, ``peak_alloc_MB``;
 for two runs also ``simd``, ``scalar_rows_per_s`` and ``ratio_to_scalar``.
+
+``merge-indexed-gather``: the spine's top-level merge of the join's bid trace (4 indexed
+batches of 2.5M rows, 1M u64 keys, one int64 value column): ``merge_pairs.merge_indexed_cols``
+(the value column gathered in the kernel) against ``merge_indexed`` + concatenating the value
+columns + a take at the row index (what ``OrdIndexedZSet.merge`` did before), interleaved, with
+the peak memory of each beyond its inputs (``peak_alloc_MB`` / ``index_path_peak_alloc_MB``).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from _timing import interleaved, peak_mb
-from dbsp._native import merge
+from dbsp._native import merge, merge_pairs
 
 N = 10_000_000
 ROUNDS = 7
@@ -76,3 +82,40 @@ def test_merge(benchmark, runs):
         tf2, ts = interleaved(fast, scalar, ROUNDS)
         benchmark.extra_info.update(simd=merge.simd_enabled(), scalar_rows_per_s=rows / ts,
                                     ratio_to_scalar=ts / tf2)
+
+
+def test_merge_indexed_gather(benchmark):
+    benchmark.group = "merge-indexed-gather"
+    rng = np.random.default_rng(11)
+    runs = []
+    for _ in range(4):
+        n = N // 4
+        k = rng.integers(0, 1_000_000, n).astype(np.uint64)
+        v = rng.integers(0, 10_000, n).astype(np.uint64)
+        order = np.lexsort((v, k))
+        k, v = k[order], v[order]
+        keep = np.r_[True, (k[1:] != k[:-1]) | (v[1:] != v[:-1])]
+        k, v = k[keep], v[keep]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        off = np.r_[starts, len(k)].astype(np.int64)
+        runs.append((k[starts], off, v, np.ones(len(k), np.int64), (v.view(np.int64).copy(),)))
+    rows = sum(len(r[2]) for r in runs)
+
+    def gather():
+        return merge_pairs.merge_indexed_cols(runs)
+
+    def index_path():
+        gidx, w, vc, kc, off, ksrc = merge_pairs.merge_indexed([r[:4] for r in runs])
+        col = np.concatenate([r[4][0] for r in runs])[gidx]
+        return [col], w, vc, kc, off, ksrc
+
+    got, want = gather(), index_path()
+    assert np.array_equal(got[0][0], want[0][0]) and all(
+        np.array_equal(a, b) for a, b in zip(got[1:], want[1:]))
+    del got, want
+    benchmark.pedantic(gather, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    tg, ti = interleaved(gather, index_path, ROUNDS)
+    benchmark.extra_info.update(
+        rows_per_s=rows / tg, index_path_rows_per_s=rows / ti, ratio_to_index_path=ti / tg,
+        peak_alloc_MB=peak_mb(gather), index_path_peak_alloc_MB=peak_mb(index_path))
+    print(benchmark.extra_info)

@@ -18,6 +18,20 @@ linear aggregate 100 rows, 64 B a row against 32. Issue 14's 1.8 GB came from a 
 set-up is not recorded (``_workload.workload_steps`` builds all 10M bids before the run, in the
 same process); here they are generated a step at a time. No change of this benchmark's branch cut
 the state itself: the gap to the 1.8 GB is measurement, not a saving.
+
+Where the peak comes from (VmRSS sampled every 20 ms, merges logged with the RSS around them):
+the last top-level merge of the join's bid trace (4 batches, 9.2-9.6M rows, at or just after
+the last step). Before it the RSS was ~740 MB against ~480 MB live: glibc kept ~200 MB of freed,
+fragmented heap (the throughput malloc policy trims only past 2 GiB) and the merger's loop kept
+the last merge's inputs alive until its next job; the merge then added its output plus a row
+index (8 B a row) and a concatenated copy of the inputs' value columns (8 B a row here).
+A merge that may set a new peak (>= 128 MiB of input, at least half the largest so far) now first
+returns the allocators' free pages (:data:`dbsp.trace.spine.TRIM_BYTES`), a finished job drops its
+inputs, and the indexed merge gathers fixed-width value columns in its kernel
+(``merge_indexed_cols``: no index, no copy). Same machine, load ~10, one run each: 1,018 MB
+(main at 86b6521) -> 564-717 MB. The figure moves with the background merges' timing: whether
+the bid trace's last level fills (a 9.3M-row merge) before the run ends; with it, 736-785 MB
+(main: 1,062-1,068).
 """
 from __future__ import annotations
 

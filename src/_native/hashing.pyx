@@ -5,7 +5,10 @@ Definitions (bit-exact with the reference; every process and worker must agree):
 * u64 codes: ``splitmix64(code ^ seed)`` (the splitmix64 finalizer);
 * var codes: FNV-1a-64 over the bytes, starting from ``seed ^ 0xcbf29ce484222325``, then
   ``splitmix64`` of that;
-* ``shard = hash64 % nshards``.
+* ``shard = hash64 % nshards``;
+* ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
+  worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
+  and one scatter pass (the exchange's and the driver's split by key).
 
 The u64 hash loop is vectorized (compiled for AVX-512 and AVX2 as well as the baseline on
 x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a precomputed
@@ -15,7 +18,8 @@ x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a 
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
+from libc.stdlib cimport malloc, calloc, free
 
 from _native.types cimport codes_t
 from _native.views cimport as_codes, codes_view
@@ -168,3 +172,72 @@ def shard(codes, nshards, seed=0):
     with nogil:
         shard_codes(&c, s, d, o)
     return out
+
+
+cdef int owner_dest(const codes_t* c, const int32_t* owners, int bits, int64_t workers,
+                    int32_t* dest, int64_t* counts) noexcept nogil:
+    """dest[i] = owners[hash(row i) >> (64 - bits)] (owners[0] when bits == 0), counting rows
+    per worker; -1 when an owner is out of ``0..workers-1``."""
+    cdef int64_t i, lo, hi, n = c.n
+    cdef int32_t d
+    cdef uint64_t tmp[BLOCK]
+    lo = 0
+    while lo < n:
+        hi = lo + BLOCK if lo + BLOCK < n else n
+        if c.u64 != NULL:
+            dbsp_splitmix_block(c.u64 + lo, tmp, hi - lo, 0)
+        else:
+            for i in range(lo, hi):
+                tmp[i - lo] = hash_row(c, i, 0)
+        for i in range(lo, hi):
+            d = owners[tmp[i - lo] >> (64 - bits)] if bits else owners[0]
+            if d < 0 or d >= workers:
+                return -1
+            dest[i] = d
+            counts[d] += 1
+        lo = hi
+    return 0
+
+
+def owner_rows(codes, owners, int bits, int64_t workers):
+    """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
+    whose code belongs to worker ``w`` of the shard map ``owners`` (int32, ``2 ** bits``
+    entries): ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0)."""
+    co = as_codes(codes)
+    cdef codes_t c = codes_view(co)
+    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
+    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
+        raise ValueError(f"owner_rows: {len(own)} owners for {bits} bits")
+    if workers < 1:
+        raise ValueError("owner_rows: workers must be >= 1")
+    cdef int64_t n = c.n, i, w
+    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
+    cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
+    cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
+    cdef int64_t* b = <int64_t*>cnp.PyArray_DATA(bounds)
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
+    cdef int32_t* dest = NULL
+    cdef int64_t* pos = NULL
+    cdef int bad = 0
+    if n == 0:
+        return order, bounds
+    dest = <int32_t*>malloc(n * sizeof(int32_t))
+    pos = <int64_t*>calloc(workers, sizeof(int64_t))
+    if dest == NULL or pos == NULL:
+        free(dest)
+        free(pos)
+        raise MemoryError()
+    with nogil:
+        bad = owner_dest(&c, op, bits, workers, dest, pos)
+        if not bad:
+            for w in range(workers):  # counts -> start of each worker's run
+                b[w + 1] = b[w] + pos[w]
+                pos[w] = b[w]
+            for i in range(n):
+                o[pos[dest[i]]] = i
+                pos[dest[i]] += 1
+    free(dest)
+    free(pos)
+    if bad:
+        raise ValueError(f"owner_rows: an owner is not a worker in 0..{workers - 1}")
+    return order, bounds

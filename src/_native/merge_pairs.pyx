@@ -22,7 +22,8 @@ in locals and is written when the next group starts; zero sums are dropped.
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 
 import numpy as np
@@ -205,7 +206,11 @@ ctypedef struct irun_t:
 
 
 ctypedef struct iout_t:
-    int64_t* g              # per output row: global value row
+    int64_t* g              # per output row: global value row (NULL: gather columns instead)
+    int64_t ncols           # fixed-width value columns gathered (when g is NULL)
+    const char** src        # column j of run r: src[r * ncols + j]
+    char** dst              # column j of the output
+    const int64_t* width    # bytes per value of column j
     int64_t* w
     uint64_t* vc
     uint64_t* kc            # per output key: code, first output row, global key row
@@ -216,9 +221,28 @@ ctypedef struct iout_t:
     int ovf                 # a weight sum wrapped
 
 
-cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_t s) noexcept nogil:
+cdef inline void copy_row(iout_t* out, int64_t o, int64_t frun, int64_t frow) noexcept nogil:
+    """Output row ``o`` of every gathered column is row ``frow`` of run ``frun``."""
+    cdef int64_t j, wd
+    cdef const char* a
+    cdef char* b
+    for j in range(out.ncols):
+        wd = out.width[j]
+        a = out.src[frun * out.ncols + j] + frow * wd
+        b = out.dst[j] + o * wd
+        if wd == 8:
+            (<uint64_t*>b)[0] = (<const uint64_t*>a)[0]
+        elif wd == 4:
+            (<uint32_t*>b)[0] = (<const uint32_t*>a)[0]
+        else:
+            memcpy(b, a, wd)
+
+
+cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_t s,
+                      int64_t frun, int64_t frow) noexcept nogil:
     """Close the group ``c`` (key code high, value code low): written when its sum is not 0,
-    opening a new output key when its key differs from the last one written."""
+    opening a new output key when its key differs from the last one written. Its first row is
+    global row ``first``, row ``frow`` of run ``frun``."""
     cdef uint64_t key = <uint64_t>(c >> 64)
     cdef int64_t o = out.o
     if s == 0:
@@ -228,7 +252,10 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
         out.off[out.nk] = o
         out.ksrc[out.nk] = kfirst
         out.nk += 1
-    out.g[o] = first
+    if out.g != NULL:
+        out.g[o] = first
+    else:
+        copy_row(out, o, frun, frow)
     out.w[o] = s
     out.vc[o] = <uint64_t>c
     out.o = o + 1
@@ -237,6 +264,7 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
 cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
                              iout_t* out) noexcept nogil:
     cdef int64_t r, node, t, other, total = 0, _, m, first = 0, kfirst = 0, s = 0
+    cdef int64_t frun = 0, frow = 0
     cdef u128 c, gc = 0
     cdef bint opened = False
     cdef irun_t* rr
@@ -253,9 +281,11 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
             out.ovf |= dbsp_add_ovf(s, rr.w[t], &s)
         else:
             if opened:
-                emit(out, gc, first, kfirst, s)
+                emit(out, gc, first, kfirst, s, frun, frow)
             gc = c
             first = rr.base + t
+            frun = r
+            frow = t
             kfirst = rr.kbase + rr.kpos
             s = rr.w[t]
             opened = True
@@ -276,7 +306,7 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
             r = (other & m) | (r & ~m)
             node >>= 1
     if opened:
-        emit(out, gc, first, kfirst, s)
+        emit(out, gc, first, kfirst, s, frun, frow)
     out.off[out.nk] = out.o
 
 
@@ -291,13 +321,32 @@ def merge_indexed(runs, bint check=True):
     is global key row ``ksrc[j]`` of the concatenated inputs' keys. Zero sums are dropped, and a
     key left with no rows with them. Equal to ``merge_consolidate`` over the rows then
     ``group_bounds`` over their keys (the Python path it replaces)."""
-    runs = list(runs)
-    cdef int64_t k = len(runs), i, nz = 0, total = 0, ktotal = 0, n, nk
+    return _merge_indexed(list(runs), check, False)
+
+
+def merge_indexed_cols(runs, bint check=True):
+    """:func:`merge_indexed` that gathers the value columns itself: ``runs`` are
+    ``(kcodes, offsets, vcodes, weights, cols)``, ``cols`` a tuple of 1-d contiguous numpy arrays
+    of fixed-width values, one per value row (the same number of columns and dtypes in every
+    run). Returns ``(cols, w, vcodes, kcodes, offsets, ksrc)``: ``cols`` the output's columns
+    (row i is the row ``gidx[i]`` of :func:`merge_indexed` names), the rest as there. No global
+    row index and no concatenation of the inputs' columns is made: of a merge's memory only its
+    inputs and its output remain (the spine's top-level merges are the process's peak)."""
+    return _merge_indexed(list(runs), check, True)
+
+
+cdef _merge_indexed(list runs, bint check, bint gather):
+    cdef int64_t k = len(runs), i, j, nz = 0, total = 0, ktotal = 0, n, nk, ncols = 0
     owners = []
+    dtypes = []
+    outs = []
     cdef irun_t* rs = <irun_t*>malloc(max(k, 1) * sizeof(irun_t))
     cdef int64_t* tree = <int64_t*>malloc((k + 1) * sizeof(int64_t))
     cdef head_t* heads = <head_t*>malloc((k + 1) * sizeof(head_t))
-    cdef cnp.ndarray kc, off, vc, wc, gidx, wout, vout, kout, offout, ksrc
+    cdef const char** src = NULL
+    cdef char** dst = NULL
+    cdef int64_t* width = NULL
+    cdef cnp.ndarray kc, off, vc, wc, gidx, wout, vout, kout, offout, ksrc, col
     cdef iout_t out
     if rs == NULL or tree == NULL or heads == NULL:
         free(rs)
@@ -305,9 +354,21 @@ def merge_indexed(runs, bint check=True):
         free(heads)
         raise MemoryError()
     try:
+        if gather and k:
+            if len(runs[0]) != 5:
+                raise ValueError("a run is (kcodes, offsets, vcodes, weights, cols)")
+            ncols = len(runs[0][4])
+            for j in range(ncols):
+                dtypes.append(np.asarray(runs[0][4][j]).dtype)
+            src = <const char**>malloc(max(k * ncols, 1) * sizeof(char*))
+            dst = <char**>malloc(max(ncols, 1) * sizeof(char*))
+            width = <int64_t*>malloc(max(ncols, 1) * sizeof(int64_t))
+            if src == NULL or dst == NULL or width == NULL:
+                raise MemoryError()
         for i in range(k):
-            if len(runs[i]) != 4:
-                raise ValueError("a run is (kcodes, offsets, vcodes, weights)")
+            if len(runs[i]) != (5 if gather else 4):
+                raise ValueError("a run is (kcodes, offsets, vcodes, weights"
+                                 + (", cols)" if gather else ")"))
             kc = np.ascontiguousarray(runs[i][0])
             off = np.ascontiguousarray(runs[i][1], dtype=np.int64)
             vc = np.ascontiguousarray(runs[i][2])
@@ -321,6 +382,17 @@ def merge_indexed(runs, bint check=True):
             if wc.shape[0] != n:
                 raise ValueError(f"run {i}: {wc.shape[0]} weights for {n} rows")
             owners.append((kc, off, vc, wc))
+            if gather:
+                if len(runs[i][4]) != ncols:
+                    raise ValueError(f"run {i}: {len(runs[i][4])} value columns, not {ncols}")
+                for j in range(ncols):
+                    col = np.ascontiguousarray(runs[i][4][j])
+                    if col.ndim != 1 or col.dtype != dtypes[j] or col.shape[0] != n:
+                        raise ValueError(f"run {i}: value column {j} is not {n} values of "
+                                         f"{dtypes[j]}")
+                    owners.append(col)
+                    if n > 0:
+                        src[nz * ncols + j] = <const char*>cnp.PyArray_DATA(col)
             if n > 0:
                 rs[nz].kc = <const uint64_t*>cnp.PyArray_DATA(kc)
                 rs[nz].off = <const int64_t*>cnp.PyArray_DATA(off)
@@ -337,13 +409,26 @@ def merge_indexed(runs, bint check=True):
                 nz += 1
             total += n
             ktotal += nk
-        gidx = np.empty(max(total, 1), dtype=np.int64)
+        if gather:
+            out.g = NULL
+            for j in range(ncols):
+                col = np.empty(max(total, 1), dtype=dtypes[j])
+                outs.append(col)
+                dst[j] = <char*>cnp.PyArray_DATA(col)
+                width[j] = col.itemsize
+        else:
+            gidx = np.empty(max(total, 1), dtype=np.int64)
+            out.g = <int64_t*>cnp.PyArray_DATA(gidx)
+        out.ncols = ncols
+        out.src = src
+        out.dst = dst
+        out.width = width
+        # distinct keys: at most the total of the inputs' keys (not of their rows)
         wout = np.empty(max(total, 1), dtype=np.int64)
         vout = np.empty(max(total, 1), dtype=np.uint64)
-        kout = np.empty(max(total, 1), dtype=np.uint64)
-        offout = np.empty(max(total, 1) + 1, dtype=np.int64)
-        ksrc = np.empty(max(total, 1), dtype=np.int64)
-        out.g = <int64_t*>cnp.PyArray_DATA(gidx)
+        kout = np.empty(max(min(ktotal, total), 1), dtype=np.uint64)
+        offout = np.empty(max(min(ktotal, total), 1) + 1, dtype=np.int64)
+        ksrc = np.empty(max(min(ktotal, total), 1), dtype=np.int64)
         out.w = <int64_t*>cnp.PyArray_DATA(wout)
         out.vc = <uint64_t*>cnp.PyArray_DATA(vout)
         out.kc = <uint64_t*>cnp.PyArray_DATA(kout)
@@ -360,7 +445,11 @@ def merge_indexed(runs, bint check=True):
         free(rs)
         free(tree)
         free(heads)
+        free(src)
+        free(dst)
+        free(width)
     if check and out.ovf:
         raise OverflowError("an int64 weight sum wrapped in merge_indexed")
-    return (shrink(gidx, out.o), shrink(wout, out.o), shrink(vout, out.o),
+    first = [shrink(c, out.o) for c in outs] if gather else shrink(gidx, out.o)
+    return (first, shrink(wout, out.o), shrink(vout, out.o),
             shrink(kout, out.nk), shrink(offout, out.nk + 1), shrink(ksrc, out.nk))

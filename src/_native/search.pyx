@@ -17,7 +17,7 @@ Design
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from _native.types cimport var_t, codes_t
@@ -260,6 +260,43 @@ def upper_bound(sorted_codes, probes):
     return bounds(sorted_codes, probes, True)
 
 
+def range_lower_bound(sorted_codes, lo, hi, probes):
+    """For each ``i``: the first position in ``[lo[i], hi[i])`` of ``sorted_codes`` whose code
+    is ``>=`` probe ``i`` (``hi[i]`` if none); each range sorted. A probe in the same range as
+    the one before it and not smaller gallops from that one's answer (the ``(key, value)`` pairs
+    of a delta probe their keys' value ranges in order), any other searches its whole range."""
+    so = as_codes(sorted_codes)
+    po = as_codes(probes)
+    cdef codes_t s = codes_view(so)
+    cdef codes_t p = codes_view(po)
+    if (s.u64 == NULL) != (p.u64 == NULL):
+        raise TypeError("sorted_codes and probes must both be u64 or both var codes")
+    lo_a = np.ascontiguousarray(lo, dtype=np.int64)
+    hi_a = np.ascontiguousarray(hi, dtype=np.int64)
+    cdef const int64_t[::1] L = lo_a
+    cdef const int64_t[::1] H = hi_a
+    cdef int64_t m = p.n, j, a, b, pos = 0
+    if L.shape[0] != m or H.shape[0] != m:
+        raise ValueError("lo, hi and probes must have one entry per probe")
+    for j in range(m):
+        if L[j] < 0 or H[j] > s.n or L[j] > H[j]:
+            raise IndexError(f"range {j} [{L[j]}, {H[j]}) outside 0..{s.n}")
+    cdef cnp.ndarray out = np.empty(m, dtype=np.int64)
+    cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
+    with nogil:
+        for j in range(m):
+            a = L[j]
+            b = H[j]
+            if j > 0 and a == L[j - 1] and b == H[j - 1] and cmp_probe(&p, j, &p, j - 1) >= 0:
+                pos = gallop(&s, pos, b, &p, j, False)
+            elif s.u64 != NULL:
+                pos = a + bsearch_u64(s.u64 + a, b - a, p.u64[j], False)
+            else:
+                pos = bsearch(&s, a, b, &p, j, False)
+            r[j] = pos
+    return out
+
+
 # --- intersect ----------------------------------------------------------------------------------
 
 def intersect(a, b):
@@ -431,6 +468,69 @@ def take(codes, idx):
                 t += n
             memcpy(od + oo[i], sd + so[t], <size_t>(oo[i + 1] - oo[i]))
     return VarCodes(offs, data)
+
+
+def take_runs(parts, idx):
+    """``np.concatenate(parts)[idx]`` without the concatenation: ``parts`` are 1-d numpy arrays
+    of one fixed-width dtype (a merge's runs: their codes, or a fixed-width column of each), ``idx``
+    int64 positions in their concatenation (a merge's row index, in any order). A merge gathers
+    its output this way from its inputs, without a concatenated copy of them beside the output."""
+    parts = [np.ascontiguousarray(q) for q in parts]
+    if not parts:
+        raise ValueError("take_runs of no arrays")
+    dt = parts[0].dtype
+    cdef cnp.ndarray ix = as_i64(idx)
+    if ix.ndim != 1:
+        raise ValueError("idx must be 1-d")
+    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, lo, hi, mid, total = 0
+    cdef Py_ssize_t w = dt.itemsize
+    for q in parts:
+        if q.dtype != dt or q.ndim != 1:
+            raise TypeError("take_runs: parts of one dtype, 1-d")
+    cdef cnp.ndarray starts_a = np.empty(k + 1, dtype=np.int64)
+    cdef cnp.ndarray base_a = np.empty(k, dtype=np.uintp)
+    cdef int64_t* starts = <int64_t*>cnp.PyArray_DATA(starts_a)
+    cdef size_t* base = <size_t*>cnp.PyArray_DATA(base_a)
+    cdef cnp.ndarray q_
+    for r in range(k):
+        q_ = parts[r]
+        starts[r] = total
+        base[r] = <size_t>cnp.PyArray_DATA(q_)
+        total += q_.shape[0]
+    starts[k] = total
+    cdef cnp.ndarray out = np.empty(m, dtype=dt)
+    cdef char* o = <char*>cnp.PyArray_DATA(out)
+    cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
+    cdef bint bad = False
+    with nogil:
+        r = 0
+        for i in range(m):
+            t = p[i]
+            if t < 0 or t >= total:
+                bad = True
+                break
+            if t < starts[r] or t >= starts[r + 1]:  # another run: search the run starts
+                lo = 0
+                hi = k
+                while hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    if starts[mid] <= t:
+                        lo = mid
+                    else:
+                        hi = mid
+                r = lo
+                while starts[r + 1] <= t:  # (skips empty runs)
+                    r += 1
+            t -= starts[r]
+            if w == 8:
+                (<uint64_t*>o)[i] = (<const uint64_t*>base[r])[t]
+            elif w == 4:
+                (<uint32_t*>o)[i] = (<const uint32_t*>base[r])[t]
+            else:
+                memcpy(o + i * w, <const char*>base[r] + t * w, w)
+    if bad:
+        raise IndexError(f"take_runs: index out of range for {total} rows")
+    return out
 
 
 def concat(parts):

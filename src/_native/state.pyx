@@ -32,7 +32,7 @@ cdef extern from *:
 
 cdef enum:
     GALLOP_RATIO = 16    # gallop through a batch this many times longer than the probes
-    SKIP_RATIO = 4       # skip blocks of 8 keys through a batch this many times longer
+    SKIP_RATIO = 1       # skip blocks of 8 keys through a batch longer than the probes
 
 
 cdef inline int64_t skip_ge(const uint64_t* k, int64_t j, int64_t n, uint64_t x) noexcept nogil:

@@ -277,3 +277,57 @@ def test_large_in_memory_batches_are_written_by_the_merge_helper(tmp_path):
     got = {tuple(r.values()) for r in c2.outputs[0].delta().to_arrow().to_pylist()}
     assert len(got) == 3
     c2.close()
+
+
+def test_a_store_opened_while_another_publishes_keeps_that_checkpoint(tmp_path):
+    """A durable job's next generation opens a store on the root (whose clean-up removes
+    unpublished checkpoints and unnamed batch files) while the last generation's writer
+    publishes: the clean-up waits for the catalog write, then keeps what it names; a restore
+    of the checkpoint finds every file."""
+    import threading
+    d = str(tmp_path)
+    c, t, u, outs = build(d)
+    _steps(c, t, u, 4)
+    armed, other = threading.Event(), {}
+
+    def opening_meanwhile():
+        if not armed.is_set():
+            return
+        armed.clear()
+        th = threading.Thread(target=lambda: other.setdefault(
+            "store", CheckpointStore(d, c.fingerprint())))
+        th.start()
+        other["thread"] = th
+        th.join(0.5)  # (with the clean-up between the check and the rename, it runs now)
+
+    store = CheckpointStore(d, c.fingerprint(), before_publish=opening_meanwhile)
+    armed.set()
+    info = store.checkpoint(c, c.steps)
+    other["thread"].join()
+    assert other["store"].latest.name == info.name
+    want = views(outs)
+    c.close()
+    c2, _, _, outs2 = build(d)
+    assert CheckpointStore(d, c2.fingerprint()).restore(c2).step == 4
+    assert views(outs2) == want
+    c2.close()
+
+
+def test_a_checkpoint_missing_a_workers_state_is_not_published(tmp_path):
+    """Fewer state results than workers (a runtime whose workers were stopped while they
+    wrote) is a failed checkpoint, never a published one."""
+    d = str(tmp_path)
+    c, t, u, _ = build(d, workers=2)
+    store = CheckpointStore(d, c.fingerprint())
+    _steps(c, t, u, 2)
+    pc = store.begin(c, c.steps)
+    full = pc.writes.result()
+
+    class Short:
+        def result(self):
+            return list(full)[:1]
+    pc.writes = Short()
+    with pytest.raises(CheckpointError, match="1 of the 2 workers"):
+        pc.finish()
+    assert store.latest is None and not glob.glob(os.path.join(d, "ckpt-*"))
+    c.close()

@@ -102,3 +102,57 @@ def test_killed_workers_recover_exactly_once(tmp_path, workers, every, seed):
         assert job.restarts >= len(kills), kills
     res = crash.check(str(tmp_path), EVENTS)
     assert _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}, (res, kills)
+
+
+def _feed(d, lo, hi):
+    for step in range(lo, hi):
+        for name, part in crash.step_input(step, EVENTS, CHUNK).items():
+            d.circuit.inputs[name].put_pending(*part)
+        d.step()
+
+
+def _checkpoints_whole(root) -> None:
+    """Every checkpoint the catalog names has its directory, one state file per worker of its
+    layout, and every batch file its state files name (what a restore opens)."""
+    import json
+    import os
+    with open(os.path.join(root, "checkpoints.json")) as f:
+        cps = json.load(f)["catalog"]["checkpoints"]
+    for c in cps:
+        W = c["layout"]["shards"]["workers"]
+        for w in range(W):
+            assert os.path.exists(os.path.join(root, c["name"], f"worker-{w}.state")), (c, w)
+        for p in c["files"]:
+            assert os.path.exists(os.path.join(root, p)), (c["name"], p)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_a_generation_ended_mid_checkpoint_never_publishes_it_broken(tmp_path, delay):
+    """The replicas stop while they write a checkpoint's state in the background (as
+    ``DurableJob.restart`` did before it waited for the write): the driver's writer must not
+    take the stopped generation's missing results for "every worker done" and publish a
+    checkpoint without its workers' state or naming none of their batch files (which the next
+    generation's store then removes as orphans). Either the checkpoint is refused, or it is
+    published whole; the next generation recovers, exactly once."""
+    import time
+    from dbsp.checkpoint.store import CheckpointError
+    from dbsp.runtime.process import WorkerDied
+    with launch_durable(P.crash_views, 2, tmp_path) as job:
+        d = job.open()
+        _feed(d, 0, 4)
+        d.checkpoint(wait=True)
+        _feed(d, 4, 7)
+        pc = d.store.begin(d.circuit, d.step_no)  # the replicas write in the background
+        time.sleep(delay)
+        d.circuit.close()  # the generation ends, the write perhaps not finished
+        try:
+            pc.finish()
+        except (CheckpointError, WorkerDied):
+            pass
+        _checkpoints_whole(str(tmp_path))
+        d = job.restart()  # the next generation: the latest checkpoint, the log replayed
+        assert d.step_no == 7
+        _feed(d, 7, STEPS)
+    _checkpoints_whole(str(tmp_path))
+    res = crash.check(str(tmp_path), EVENTS)
+    assert res["ok"] > 0 and _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}

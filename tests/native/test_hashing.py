@@ -48,3 +48,31 @@ def test_default_seed_and_long_inputs():
 def test_shard_rejects_no_shards():
     with pytest.raises(ValueError):
         native.shard(np.zeros(1, np.uint64), 0)
+
+
+OWNER_MAPS = st.integers(0, 6).flatmap(
+    lambda bits: st.integers(1, 5).flatmap(
+        lambda workers: st.tuples(
+            st.just(bits), st.just(workers),
+            st.lists(st.integers(0, workers - 1), min_size=1 << bits, max_size=1 << bits))))
+
+
+@given(u64_codes() | var_codes(), OWNER_MAPS)
+@example(np.arange(5000, dtype=np.uint64), (5, 3, [w % 3 for w in range(32)]))
+@example(np.zeros(0, np.uint64), (0, 2, [1]))
+def test_owner_rows(codes, owner_map):
+    bits, workers, owners = owner_map
+    owners = np.array(owners, np.int32)
+    order, bounds = native.owner_rows(codes, owners, bits, workers)
+    r_order, r_bounds = ref.owner_rows(codes, owners, bits, workers)
+    same(order, r_order)
+    same(bounds, r_bounds)
+
+
+def test_owner_rows_refuses_bad_maps():
+    k = np.arange(10, dtype=np.uint64)
+    for kern in (native.owner_rows, ref.owner_rows):
+        with pytest.raises(ValueError):
+            kern(k, np.zeros(3, np.int32), 2, 2)   # 3 owners for 4 shards
+        with pytest.raises(ValueError):
+            kern(k, np.array([0, 5], np.int32), 1, 2)  # owner 5 of 2 workers

@@ -123,3 +123,45 @@ def test_large_random(k):
     ix = native.merge_indexed([as_indexed(r) for r in rs])
     np.testing.assert_array_equal(ix[0], gidx)
     np.testing.assert_array_equal(ix[1], w)
+
+
+@st.composite
+def indexed_runs_with_cols(draw):
+    """Indexed runs plus value columns of mixed widths (int64, int32, uint8, float64)."""
+    rs = [as_indexed(r) for r in draw(pair_runs())]
+    out = []
+    for r in rs:
+        n = len(r[2])
+        ints = st.lists(st.integers(-2**31, 2**31 - 1), min_size=n, max_size=n)
+        out.append(r + ((np.asarray(draw(ints), np.int64), np.asarray(draw(ints), np.int32),
+                         np.asarray(draw(ints), np.int64).astype(np.uint8),
+                         np.asarray(draw(ints), np.float64) / 3),))
+    return out
+
+
+@given(indexed_runs_with_cols())
+@example([(np.array([5], np.uint64), np.array([0, 1]), np.array([1], np.uint64), np.array([1]),
+           (np.array([7]),)),
+          (np.array([5], np.uint64), np.array([0, 1]), np.array([1], np.uint64), np.array([-1]),
+           (np.array([8]),)),
+          (np.array([5], np.uint64), np.array([0, 1]), np.array([2], np.uint64), np.array([4]),
+           (np.array([9]),))])
+def test_indexed_gathering_columns_matches_reference(rs):
+    got, want = native.merge_indexed_cols(rs), ref.merge_indexed_cols(rs)
+    same(got[1:], want[1:])
+    same(got[0], want[0])
+    # and the same rows merge_indexed names by index
+    gidx = native.merge_indexed([r[:4] for r in rs])[0]
+    for j, col in enumerate(got[0]):
+        np.testing.assert_array_equal(col, np.concatenate([r[4][j] for r in rs])[gidx])
+
+
+def test_indexed_gathering_checks_its_columns():
+    run = (np.array([1], np.uint64), np.array([0, 1]), np.array([0], np.uint64), np.array([1]))
+    with pytest.raises(ValueError):
+        native.merge_indexed_cols([run + ((np.array([1, 2]),),), run + ((np.array([1]),),)])
+    with pytest.raises(ValueError):
+        native.merge_indexed_cols([run + ((np.array([1]),),),
+                                   run + ((np.array([1], np.int32),),)])
+    with pytest.raises(ValueError):
+        native.merge_indexed_cols([run])

@@ -72,6 +72,31 @@ def test_bounds_var_rows(data, fn):
     same(getattr(native, fn)(s, p), getattr(ref, fn)(s, p))
 
 
+@given(st.data(), st.booleans())
+def test_range_lower_bound(data, in_order):
+    """Sorted runs side by side (a batch's value ranges), probed per run: in (run, value) order,
+    which gallops from the previous answer inside a run, or shuffled, and with empty runs."""
+    kind = data.draw(KINDS)
+    hi = data.draw(st.sampled_from([3, 50, 2 ** 64 - 1]))
+    runs = data.draw(st.lists(st.lists(st.integers(0, hi), max_size=12).map(sorted), min_size=1,
+                              max_size=6))
+    offsets = np.cumsum([0] + [len(r) for r in runs]).astype(np.int64)
+    s = codes_of(kind, [x for r in runs for x in r])
+    probes = data.draw(st.lists(st.tuples(st.integers(0, len(runs) - 1),
+                                          st.integers(0, hi) | st.integers(0, 60)), max_size=40))
+    probes = sorted(probes) if in_order else probes
+    g = np.asarray([r for r, _ in probes], dtype=np.int64)
+    lo, up = offsets[g], offsets[g + 1]
+    p = codes_of(kind, [x for _, x in probes])
+    same(native.range_lower_bound(s, lo, up, p), ref.range_lower_bound(s, lo, up, p))
+
+
+def test_range_lower_bound_rejects_a_range_outside():
+    s = np.arange(4, dtype=np.uint64)
+    with pytest.raises(IndexError):
+        native.range_lower_bound(s, np.array([0]), np.array([5]), np.array([1], np.uint64))
+
+
 @given(st.data())
 def test_intersect(data):
     kind = data.draw(KINDS)
@@ -185,3 +210,27 @@ def test_large_sorted_probes_gallop(kind):
         same(getattr(native, fn)(codes_of(kind, s.tolist()), codes_of(kind, p.tolist())), expect)
         same(getattr(native, fn)(codes_of(kind, s.tolist()), codes_of(kind, p[::-1].tolist())),
              expect[::-1])
+
+
+@given(st.lists(st.lists(st.integers(-2**63, 2**63 - 1), max_size=12), min_size=1, max_size=6),
+       st.sampled_from([np.int64, np.uint64, np.int32, np.uint8, np.float64]), st.data())
+def test_take_runs_matches_reference(parts, dtype, data):
+    arrs = [np.asarray(p, dtype=np.int64).astype(dtype) for p in parts]
+    total = sum(len(a) for a in arrs)
+    idx = np.asarray(data.draw(st.lists(st.integers(0, max(total - 1, 0)),
+                                        max_size=30 if total else 0)), np.int64)
+    got = native.take_runs(arrs, idx)
+    want = ref.take_runs(arrs, idx)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_take_runs_refuses_bad_input():
+    a, b = np.arange(3, dtype=np.uint64), np.arange(2, dtype=np.uint64)
+    for bad in ([5], [-1]):
+        with pytest.raises(IndexError):
+            native.take_runs([a, b], np.asarray(bad))
+        with pytest.raises(IndexError):
+            ref.take_runs([a, b], np.asarray(bad))
+    with pytest.raises(TypeError):
+        native.take_runs([a, b.astype(np.int64)], np.asarray([0]))

@@ -72,7 +72,7 @@ def test_live_versions_matches_ref_and_truth(spine):
         assert batches[b][2][r] == v and batches[b][3][r] == 1
 
 
-@pytest.mark.parametrize("probes", [2000, 300, 40, 3])  # walk, skip blocks (ratio > 4), gallop
+@pytest.mark.parametrize("probes", [6000, 2000, 300, 40, 3])  # walk, skip blocks, gallop
 def test_live_versions_over_a_long_batch(probes):
     """One batch of 2,000 keys probed by few or many keys: every search strategy agrees with the
     reference (keys every 3rd code, so about a third of the probes hit)."""

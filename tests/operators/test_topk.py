@@ -1,6 +1,7 @@
 """topk against the reference model (multiplicities, ties, nulls, ranks), with 1 and 2 workers."""
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
@@ -228,3 +229,69 @@ def test_topk_append_only_rejects_a_deletion():
         t.push([("a", 1, "x")], weights=[-1])
         with pytest.raises(dbsp.RowError, match="append-only"):
             c.step()
+
+
+_ROW = st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(-3, 3)),
+                 st.floats(allow_nan=False, width=32), st.sampled_from(["", "a", "ab", "b"]),
+                 st.integers(-2, 3))
+
+
+@settings(max_examples=100)
+@given(rows=st.lists(_ROW, max_size=40), k=st.integers(1, 5),
+       order_by=st.sampled_from([["x"], ["x", "f"], ["s"], ["f", "s", "x"], ["s", "x"]]))
+def test_select_sorted_matches_select_topk(rows, k, order_by):
+    """The ascending fast path (places from the storage order) picks the same rows, counts and
+    first ranks as the general ranking, ties and multiplicities included."""
+    from dbsp.algebra.codes import KeyCodec
+    from dbsp.operators.topk import select_sorted, select_topk
+    from dbsp.trace.batch import OrdIndexedZSet
+    vorder = order_by + [c for c in ("x", "f", "s") if c not in order_by]
+    types = {"x": pa.int64(), "f": pa.float64(), "s": pa.string()}
+    cols = {"k": [r[0] for r in rows], "x": [r[1] for r in rows], "f": [r[2] for r in rows],
+            "s": [r[3] for r in rows]}
+    keys = pa.RecordBatch.from_arrays([pa.array(cols["k"], pa.int64())], names=["k"])
+    vals = pa.RecordBatch.from_arrays([pa.array(cols[c], types[c]) for c in vorder],
+                                      names=vorder)
+    g = OrdIndexedZSet.from_parts(keys, vals, np.array([r[4] for r in rows], np.int64))
+    codec = KeyCodec([g.vals.schema.field(c) for c in order_by])
+    want = select_topk(g, k, codec, order_by, False)
+    got = select_sorted(g, k)
+    for a, b in zip(want, got):
+        assert a.tolist() == b.tolist()
+
+
+_BIG = st.sampled_from([-2 ** 63, 2 ** 63 - 1, -1, 0, 1, 2 ** 40])
+_PRE = st.tuples(st.integers(0, 3) | _BIG, st.integers(-2, 2), st.integers(-4, 4) | _BIG,
+                 st.sampled_from(["a", "b"]), st.integers(1, 3))
+
+
+@settings(max_examples=150)
+@given(rows=st.lists(_PRE, max_size=40), k=st.integers(1, 4), two_keys=st.booleans())
+@example(rows=[(0, 0, 1, "a", 1), (0, 0, 1, "b", 1), (0, 0, 0, "a", 2)], k=2, two_keys=False)
+@example(rows=[(2 ** 63 - 1, 0, -2 ** 63, "a", 1), (-2 ** 63, 0, 2 ** 63 - 1, "a", 1),
+               (-2 ** 63, 0, 0, "a", 1)], k=1, two_keys=True)
+def test_topk_prefilter_drops_exactly_the_pushed_out_rows(rows, k, two_keys):
+    """A row is dropped iff the rows of its key with a smaller first order value fill ``k``
+    places (weights are places), whether the key and value fit one packed u64 or not."""
+    from dbsp.operators.topk import TopKPrefilterOperator
+    from dbsp.trace.batch import ZSet
+    key = ["a", "b"] if two_keys else ["a"]
+    data = pa.RecordBatch.from_arrays(
+        [pa.array([r[i] for r in rows], pa.int64()) for i in range(3)]
+        + [pa.array([r[3] for r in rows], pa.string())], names=["a", "b", "x", "s"])
+    w = np.array([r[4] for r in rows], np.int64)
+    out = TopKPrefilterOperator(None, key, "x", k).eval(ZSet(data, w))
+    got = sorted(zip([tuple(d.values()) for d in out.data.to_pylist()], out.weights.tolist()))
+    kk = (lambda r: (r[0], r[1])) if two_keys else (lambda r: (r[0],))
+    want = sorted((r[:4], r[4]) for r in rows
+                  if sum(q[4] for q in rows if kk(q) == kk(r) and q[2] < r[2]) < k)
+    assert got == want
+
+
+def test_topk_prefilter_passes_a_deletion_to_the_topk():
+    from dbsp.operators.topk import TopKPrefilterOperator
+    from dbsp.trace.batch import ZSet
+    data = pa.RecordBatch.from_arrays([pa.array([1, 1, 1]), pa.array([1, 2, 3])],
+                                      names=["a", "x"])
+    z = ZSet(data, np.array([1, 1, -1], np.int64))
+    assert TopKPrefilterOperator(None, ["a"], "x", 1).eval(z) is z

@@ -617,3 +617,27 @@ def test_failing_observer_does_not_kill_the_merger():
     assert sp.stats.merges >= 2 and all(t.is_alive() for t in m._workers)
     assert len(sp) == 8
     m.shutdown()
+
+
+def test_only_merges_that_may_set_a_new_peak_trim(monkeypatch):
+    """Before a merge of >= TRIM_BYTES of input that is at least half the largest merge so far
+    the allocators give their free pages back (the merge is where memory peaks); smaller merges,
+    and merges far below an earlier one, do not (the trimmed pages are faulted in again)."""
+    calls = []
+    monkeypatch.setattr(spine_mod, "_largest_merge", 0)
+    monkeypatch.setattr(spine_mod, "TRIM_BYTES", 100)
+    monkeypatch.setattr(spine_mod, "release_free_memory", lambda: calls.append(1))
+    assert [spine_mod._trims_before(n) for n in (99, 100, 400, 199, 200, 1000, 450, 500)] == \
+        [False, True, True, False, True, True, False, True]
+    spine_mod._largest_merge = 0
+    sp = Spine(fanout=2, base_rows=1, background=False)
+    for i in range(4):  # 4 batches of 100 rows (> 100 B each): merges of 2 and of 4 batches
+        sp.insert(OrdZSet.from_arrow(pa.record_batch(
+            [pa.array(np.arange(i * 100, (i + 1) * 100))], names=["x"])))
+    assert len(calls) == 3 and sp.num_batches == 1 and len(sp) == 400
+
+
+def test_release_free_memory_runs():
+    from dbsp.storage.memory import release_free_memory
+    release_free_memory()
+    release_free_memory()

@@ -23,15 +23,19 @@ _NATIVE = {
     "sort_consolidate": "sort",
     "merge_consolidate": "merge_pairs",  # (u64, u64) runs; other shapes go on to merge
     "merge_indexed": "merge_pairs",
+    "merge_indexed_cols": "merge_pairs",
     "group_bounds": "search",
     "lower_bound": "search",
     "upper_bound": "search",
+    "range_lower_bound": "search",
     "intersect": "search",
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
+    "take_runs": "search",
     "hash64": "hashing",
     "shard": "hashing",
+    "owner_rows": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
     "join_matched_pairs": "step",
@@ -114,15 +118,20 @@ merge_consolidate = _listed(_checked_sums("merge_consolidate", _resolve("merge_c
                                           _merge_groups))
 merge_indexed = _listed(_checked_sums("merge_indexed", _resolve("merge_indexed"),
                                       _indexed_groups))
+merge_indexed_cols = _listed(_checked_sums("merge_indexed_cols", _resolve("merge_indexed_cols"),
+                                           _indexed_groups))
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")
+range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")
+take_runs = _resolve("take_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
+owner_rows = _resolve("owner_rows")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")

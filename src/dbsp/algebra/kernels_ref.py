@@ -34,6 +34,19 @@ def take(codes: CodeArray, idx: np.ndarray) -> CodeArray:
     return VarCodes.from_list([rows[i] for i in idx])
 
 
+def take_runs(parts: Sequence[np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """``np.concatenate(parts)[idx]``: rows ``idx`` of the concatenation of 1-d arrays of one
+    fixed-width dtype (positions outside it raise IndexError)."""
+    parts = [np.asarray(q) for q in parts]
+    if not parts:
+        raise ValueError("take_runs of no arrays")
+    allp = np.concatenate(parts)
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(allp)):
+        raise IndexError(f"take_runs: index out of range for {len(allp)} rows")
+    return allp[idx]
+
+
 def concat(parts: Sequence[CodeArray]) -> CodeArray:
     """Concatenate code arrays of the same kind."""
     if not parts:
@@ -117,6 +130,18 @@ def merge_indexed(runs: Sequence[tuple]):
     return gidx, w, allv[gidx], ks[first], bounds, row_key[gidx[first]]
 
 
+def merge_indexed_cols(runs: Sequence[tuple]):
+    """:func:`merge_indexed` over ``(kcodes, offsets, vcodes, weights, cols)`` runs that returns
+    the output's value columns instead of ``gidx``: ``cols`` holds 1-d numpy arrays of fixed-width
+    values, one per value row, and output column j is the concatenation of the runs' column j
+    taken at ``gidx``. Returns ``(cols, w, vcodes, kcodes, offsets, ksrc)``."""
+    runs = list(runs)
+    gidx, w, vc, kc, off, ksrc = merge_indexed([r[:4] for r in runs])
+    ncols = len(runs[0][4]) if runs else 0
+    cols = [np.concatenate([np.asarray(r[4][j]) for r in runs])[gidx] for j in range(ncols)]
+    return cols, w, vc, kc, off, ksrc
+
+
 def group_bounds(kcodes: CodeArray) -> np.ndarray:
     """Offsets (int64, g+1) of the runs of equal codes in a sorted code array."""
     k = _keys(kcodes)
@@ -134,6 +159,16 @@ def lower_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     import bisect
     k = _keys(sorted_codes)
     return np.asarray([bisect.bisect_left(k, p) for p in _keys(probes)], dtype=np.int64)
+
+
+def range_lower_bound(sorted_codes: CodeArray, lo: np.ndarray, hi: np.ndarray,
+                      probes: CodeArray) -> np.ndarray:
+    """For each ``i``: the first position in ``[lo[i], hi[i])`` of ``sorted_codes`` whose code
+    is ``>=`` probe ``i`` (``hi[i]`` if none); each range sorted."""
+    import bisect
+    k = _keys(sorted_codes)
+    return np.asarray([bisect.bisect_left(k, p, int(a), int(b))
+                       for a, b, p in zip(lo, hi, _keys(probes))], dtype=np.int64)
 
 
 def upper_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
@@ -201,6 +236,27 @@ def hash64(codes: CodeArray, seed: int = 0) -> np.ndarray:
 def shard(codes: CodeArray, nshards: int, seed: int = 0) -> np.ndarray:
     """Shard of each code in ``0..nshards-1`` (int64): ``hash64(codes, seed) % nshards``."""
     return (hash64(codes, seed) % np.uint64(nshards)).astype(np.int64)
+
+
+def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
+               workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
+    whose code belongs to worker ``w`` of the shard map ``owners`` (``2 ** bits`` entries):
+    ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0)."""
+    owners = np.asarray(owners, np.int64)
+    if not 0 <= bits <= 63 or len(owners) != 1 << bits:
+        raise ValueError(f"owner_rows: {len(owners)} owners for {bits} bits")
+    if workers < 1:
+        raise ValueError("owner_rows: workers must be >= 1")
+    h = hash64(codes)
+    shard = [int(x) >> (64 - bits) if bits else 0 for x in h.tolist()]
+    dest = np.array([int(owners[s]) for s in shard], np.int64)
+    if len(dest) and (dest.min() < 0 or dest.max() >= workers):
+        raise ValueError(f"owner_rows: an owner is not a worker in 0..{workers - 1}")
+    order = np.argsort(dest, kind="stable").astype(np.int64)
+    bounds = np.zeros(workers + 1, np.int64)
+    np.cumsum(np.bincount(dest, minlength=workers), out=bounds[1:])
+    return order, bounds
 
 
 def is_identity(idx: np.ndarray) -> bool:

@@ -400,6 +400,16 @@ _EMPTY: dict = {}
 #: step; above this, Arrow's kernel (it releases the GIL) is used
 SMALL_TAKE = 1 << 14
 
+#: Arrow type ids of the fixed-width types :func:`fixed_columns` reads with numpy (one values
+#: buffer, no children, no dictionary), and the unsigned numpy dtype of each byte width
+_FIXED_IDS = frozenset(t.id for t in (
+    pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
+    pa.uint64(), pa.float16(), pa.float32(), pa.float64(), pa.timestamp("s"), pa.date32(),
+    pa.date64(), pa.time32("s"), pa.time64("us"), pa.duration("s")))
+_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32),
+         64: np.dtype(np.uint64)}
+
+
 def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
     """Rows ``idx`` of a record batch. Small takes of fixed-width columns without nulls gather
     natively through the Arrow C data interface (:func:`~dbsp.algebra.kernels.take_batch`: no
@@ -418,6 +428,30 @@ def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
         if out is not None:
             return out
     return batch.take(pa.array(idx, type=pa.int64()))
+
+
+def fixed_columns(batch: pa.RecordBatch) -> Optional[list]:
+    """The columns of ``batch`` as zero-copy numpy views (unsigned ints of each column's width)
+    when every column is a fixed-width type without nulls (see :func:`from_fixed_columns`),
+    else None."""
+    n = batch.num_rows
+    out = []
+    for col in batch.columns:
+        if col.type.id not in _FIXED_IDS or col.null_count:
+            return None
+        dt = _UINT[col.type.bit_width]
+        out.append(np.frombuffer(col.buffers()[1], dtype=dt, count=n,
+                                 offset=col.offset * dt.itemsize))
+    return out
+
+
+def from_fixed_columns(schema: pa.Schema, cols: Sequence[np.ndarray]) -> pa.RecordBatch:
+    """A record batch of ``schema`` over numpy arrays (as :func:`fixed_columns` gives them),
+    zero-copy."""
+    n = len(cols[0]) if len(cols) else 0
+    arrays = [pa.Array.from_buffers(f.type, n, [None, pa.py_buffer(c)])
+              for f, c in zip(schema, cols)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def concat_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch]) -> pa.RecordBatch:

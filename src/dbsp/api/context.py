@@ -74,6 +74,7 @@ from typing import Any, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..algebra.schema import as_schema
 from ..algebra.time import from_physical
 from ..checkpoint import CheckpointStore
 from ..ft import DurableCircuit
@@ -83,8 +84,8 @@ from ..circuit.graph import ClosedError
 from ..operators.watermark import watermark
 from ..runtime.circuit import Circuit
 from .sink import ForEach
-from .source import DEFAULT_BATCHING, AdaptiveBatching, FixedBatching, PushSource, Source, \
-    as_rereadable, make_source
+from .source import DEFAULT_BATCHING, AdaptiveBatching, FixedBatching, PushSource, SlicedFeed, \
+    Source, as_rereadable, is_sliced_source, make_source
 from .stream import DataStream, TimeInfo
 
 
@@ -231,7 +232,7 @@ class StreamContext:
     def stream(self, source: Any = None, name: Optional[str] = None, *, schema: Any = None,
                time: Optional[str] = None, lateness: Any = None, batching: Any = None,
                key: Any = None, errors: Optional[str] = None,
-               reread: Any = None) -> SourceStream:
+               reread: Any = None, sliced: bool = False) -> SourceStream:
         """A new input stream.
 
         ``source``: a schema (a ``pa.Schema``, dict or list of ``(name, type)``: push rows through
@@ -248,6 +249,19 @@ class StreamContext:
         ``reread``: for a pushed stream, a function ``(start, end) -> rows`` (or an object with
         such a ``reread`` method) giving again the rows pushed with ``span=(start, end)``; a
         durable pipeline then logs positions instead of those rows (see the module doc).
+
+        A *sliced* source (:class:`~dbsp.runtime.slices.SlicedSource`, e.g.
+        :class:`dbsp.connectors.slices.FileSlices` over Parquet or Arrow IPC files) is read by
+        pieces: each step takes the source's next step, its pieces (row groups, record batches)
+        dealt to the workers (worker ``w`` of ``W`` pieces ``w, w + W, ...``), the input left
+        out of the driver's key placement (:mod:`dbsp.runtime.slices`; this embedded context's
+        process reads every worker's pieces, remote workers read their own). Its schema is the
+        source's ``schema`` (or ``schema=``). A durable pipeline logs each step's pieces with
+        the rows and checksum read, and recovery reads them again. ``sliced=True`` with a
+        schema declares such an input without its source, in a pipeline function run on
+        remote workers (``StreamContext(circuit=c)`` in ``build(c)`` for the launcher or
+        Spark): the job then feeds it (``job.read_slices(name, source, k)``) and every worker
+        reads its own pieces where it runs, no row passing through the driver.
         """
         self.circuit.check_open("add a stream to")
         if self.circuit.running:
@@ -256,7 +270,14 @@ class StreamContext:
         if name in self.sources:
             raise ValueError(f"a stream named {name!r} exists already")
         bt = _check_batching(batching) if batching is not None else self.batching
-        src = make_source(name, source, schema, bt)
+        if is_sliced_source(source):
+            sch = schema if schema is not None else getattr(source, "schema", None)
+            if sch is None:
+                raise TypeError(f"ctx.stream({name!r}): a sliced source without a schema "
+                                f"attribute needs schema=")
+            src: Source = SlicedFeed(name, as_schema(sch), source)
+        else:
+            src = make_source(name, source, schema, bt)
         if reread is not None:
             if not isinstance(src, PushSource):
                 raise TypeError(f"ctx.stream({name!r}): reread= is for a pushed stream (a "
@@ -267,6 +288,16 @@ class StreamContext:
             self.circuit.add_input(name, src.schema)
         src.input = inp
         inp.set_errors(errors)
+        if sliced and not isinstance(src, SlicedFeed):
+            if not isinstance(src, PushSource):
+                raise TypeError(f"ctx.stream({name!r}, sliced=True): give a schema (the job "
+                                f"feeds the pieces) or a sliced source, not data")
+            self.circuit.slice_inputs(name)
+        if isinstance(src, SlicedFeed):  # read by the workers: out of the driver's placement
+            if self.durable is not None:
+                self.durable.sliced(name, source)
+            else:
+                self.circuit.slice_inputs(name)
         if self.durable is not None:
             rr = getattr(src, "reread_fn", None) or \
                 (src if getattr(src, "rereadable", False) else None)
@@ -426,6 +457,29 @@ class StreamContext:
             self.open()
         for s in self.sources.values():
             s.feed()
+        slices = {}
+        for n, s in self.sources.items():  # sliced sources: the step of theirs each took
+            if isinstance(s, SlicedFeed) and s.taken is not None:
+                slices[n] = s.taken
+        try:
+            self._step_fed(slices)
+        except BaseException:
+            for n in slices:  # not run: the next step takes the same pieces
+                self.sources[n].untake()  # type: ignore[attr-defined]
+            raise
+        for n in slices:
+            s = self.sources[n]
+            s.taken = None  # type: ignore[attr-defined]
+            last = self.circuit.last_slices.get(n)
+            if last is not None:
+                s.rows_in += sum(int(r[0]) for r in last["report"])
+        self._after_step()
+        self.seconds += time.perf_counter() - t0
+        return not self.drained
+
+    def _step_fed(self, slices: dict[str, int]) -> None:
+        """The step proper, once the sources fed it (``slices``: ``{input: step of its sliced
+        source}``)."""
         err_pos, err_missed = self._err_pos, self.error_stream_missed
         if self._err_input is not None:
             self._feed_errors()
@@ -441,7 +495,7 @@ class StreamContext:
             spans = {n: sp for n, sp in noted.items()
                      if sp is not None and n in self.durable.sources}
             try:
-                self.durable.step(positions, meta, spans)
+                self.durable.step(positions, meta, spans, slices=slices or None)
             except BaseException:
                 self._spans = noted  # the rows stay pending for the next step, and so do these
                 raise
@@ -450,14 +504,13 @@ class StreamContext:
             self.steps = self.durable.step_no - 1
         else:
             try:
+                for n, k in slices.items():
+                    self.circuit.read_slices(n, self.sources[n].source, k)  # type: ignore
                 self.circuit.step()
             except BaseException:
                 # the step's input was not applied: feed its error records again next time
                 self._err_pos, self.error_stream_missed = err_pos, err_missed
                 raise
-        self._after_step()
-        self.seconds += time.perf_counter() - t0
-        return not self.drained
 
     def _note_span(self, name: str, span: Optional[tuple[int, int]]) -> None:
         """Rows of this step for input ``name``: the positions ``span`` of its re-readable

@@ -127,6 +127,60 @@ class PushSource(Source):
     """``ctx.stream(schema)``: data comes from ``push``/``insert``/``delete``."""
 
 
+class SlicedFeed(Source):
+    """``ctx.stream(sliced_source)``: a source the workers read themselves
+    (:mod:`dbsp.runtime.slices`, e.g. :class:`dbsp.connectors.slices.FileSlices`): each
+    :meth:`feed` takes the source's next step, whose pieces (Parquet row groups, Arrow IPC
+    record batches) the context deals to the workers (:meth:`Circuit.read_slices
+    <dbsp.runtime.circuit.Circuit.read_slices>`). Its position is the next step of the source; a durable pipeline logs each step's
+    pieces with what the workers read of them, and resumes after the logged steps."""
+
+    finite = True
+
+    def __init__(self, name: str, schema: pa.Schema, source: Any):
+        super().__init__(name, schema)
+        self.source = source
+        self.next_step = 0
+        #: the source's step the last :meth:`feed` took (None: none), taken by the context
+        self.taken: Optional[int] = None
+        self._known: Optional[tuple[int, bool]] = None  # (step, whether it exists)
+
+    def _exists(self, k: int) -> bool:
+        if self._known is None or self._known[0] != k:
+            self._known = (k, self.source.pieces(k) is not None)
+        return self._known[1]
+
+    @property
+    def exhausted(self) -> bool:
+        return not self._exists(self.next_step)
+
+    def feed(self) -> int:
+        if self.taken is None and self._exists(self.next_step):
+            self.taken = self.next_step
+            self.next_step += 1
+        return 0  # (the workers read the rows: counted after the step, rows_in)
+
+    def untake(self) -> None:
+        """The step that took the source's step failed before it ran: take it again next."""
+        if self.taken is not None:
+            self.next_step, self.taken = self.taken, None
+
+    @property
+    def position(self) -> int:
+        return self.next_step
+
+    def skip_to(self, position: int) -> None:
+        """Resume after the source's steps a restored pipeline's input log recorded."""
+        self.next_step, self.taken = int(position), None
+
+
+def is_sliced_source(x: Any) -> bool:
+    """Whether ``x`` is a :class:`~dbsp.runtime.slices.SlicedSource` (``pieces`` and ``read``),
+    not data or a schema."""
+    return callable(getattr(x, "pieces", None)) and callable(getattr(x, "read", None)) and \
+        not isinstance(x, (pa.Table, pa.RecordBatch, pa.Schema))
+
+
 class ReplaySource(Source):
     """A finite (or not) sequence of record batches replayed in steps."""
 

@@ -30,12 +30,12 @@ from ..algebra.dtypes import as_type, common_type
 from ..algebra.schema import as_schema
 from ..circuit.types import ZSetType
 from ..connectors.files import ParquetSink
-from ..operators.aggregate import Aggregator
+from ..operators.aggregate import Aggregator, Filtered
 from ..operators.lookup_join import lookup_join_rows
 from ..operators.proc_time import Clock, WallClock, proc_time
 from ..operators.rolling import rolling_aggregate
 from ..operators.window import Hopping, Session, Tumbling, window_aggregate
-from .expr import AggExpr, Alias, Col, Expr, Lit, col
+from .expr import AggExpr, Alias, Col, Expr, Lit, When, col
 from .expr import count as _count_rows
 from .expr.aggregates import AggRef, has_aggregates, resolve_aggregates
 from .sink import Collector, ForEach
@@ -588,12 +588,29 @@ _SPEC_KIND = {"count_all": "count", "count": "count", "sum": "sum", "avg": "avg"
               "min": "min", "max": "max", "count_distinct": "count_distinct"}
 
 
+def _filter_of(e: Expr) -> Optional[tuple[Expr, Expr]]:
+    """``(cond, x)`` of ``when(cond, x)`` with one case and no ``otherwise`` (null elsewhere: a
+    filtered aggregate input), x not a null literal; else None."""
+    if isinstance(e, When) and len(e.cases) == 1 and e.default is None:
+        cond, x = e.cases[0]
+        if not (isinstance(x, Lit) and x.value is None):
+            return cond, x
+    return None
+
+
 def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]],
-               extra: Sequence[str] = ()):
+               extra: Sequence[str] = (), filtered: Optional[list] = None):
     """Pre-projection and core specs for aggregates.
 
     Returns ``(projected stream, {"out": (kind, column)})``: every aggregate input that is not a
     plain column becomes a computed column ``__a<i>``; ``extra`` columns are kept too.
+
+    With a ``filtered`` list (the general aggregate, see :func:`_splits_filters`), an input
+    ``when(cond, x)`` (null where ``cond`` is not true) is not computed before the index: ``cond``
+    becomes a boolean column ``__f<j>`` (one per distinct condition), ``x`` a column or a
+    constant, and ``filtered`` receives the :class:`~dbsp.operators.aggregate.Filtered` that
+    derives ``__a<i>`` from them after the index. q15's twelve counts then index three value
+    columns and three flags instead of eleven nullable columns.
     """
     schema = stream.schema
     proj: list[tuple[str, Expr]] = [(k, Col(k)) for k in keys]
@@ -602,6 +619,7 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
         proj += [(c, Col(c)) for c in schema.names if c not in keys and c not in extra]
     used = {n for n, _ in proj}
     specs: dict[str, Any] = {}
+    conds: dict[str, str] = {}  # repr of a filter condition -> its column
 
     def add_input(e: Expr, i: int) -> str:
         if isinstance(e, Col) and e.name in schema.names and e.name not in keys:
@@ -640,6 +658,25 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
                 raise TypeError(f"aggregate {out!r}: {a.kind} needs a number, but {a.arg!r} is {t}")
             if pa.types.is_null(t):
                 raise TypeError(f"aggregate {out!r}: {a.arg!r} is always null and has no type")
+            split = _filter_of(a.arg) if filtered is not None else None
+            if split is not None and pa.types.is_boolean(split[0].compile(schema).type):
+                cond, x = split
+                cname = conds.get(repr(cond))
+                if cname is None:
+                    cname = conds[repr(cond)] = f"__f{len(conds)}"
+                    proj.append((cname, cond))
+                    used.add(cname)
+                if isinstance(x, Lit):
+                    source, value = None, x.value
+                elif isinstance(x, Col) and x.name in schema.names and x.name not in keys:
+                    source, value = add_input(x, i), None
+                else:
+                    source, value = f"__v{i}", None
+                    proj.append((source, x))  # when()'s type is its one value's
+                    used.add(source)
+                filtered.append(Filtered(f"__a{i}", cname, source, value, t))
+                specs[out] = (kind, f"__a{i}")
+                continue
             specs[out] = (kind, add_input(a.arg, i))
         elif isinstance(a, Aggregator):
             specs[out] = a  # all value columns
@@ -653,6 +690,7 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
     fixed = len(keys) + len([c for c in extra if c not in keys])
     ordered = {spec[1] for spec in specs.values() if isinstance(spec, tuple)
                and spec[0] in ("min", "max", "count_distinct")}
+    ordered |= {f.source for f in filtered or () if f.name in ordered and f.source is not None}
     if ordered and names != list(schema.names) and \
             not any(isinstance(a, Aggregator) for _, a in items):
         # the column of a min / max / count_distinct leads the values: a key's values are
@@ -669,6 +707,15 @@ def _plan_aggs(stream: DataStream, keys: list[str], items: list[tuple[str, Any]]
     fn, out_schema = compile_projection(schema, proj, "aggregate input")
     keep = stream._time is not None and _passthrough(proj, stream._time.column)
     return stream._new(stream._s.map(fn, out_schema), keep_time=keep), specs
+
+
+def _splits_filters(items: list[tuple[str, Any]]) -> bool:
+    """Whether the aggregates run as the general aggregate (some min / max / count_distinct, no
+    user Aggregator), which derives filtered inputs after the index (:class:`Filtered`); the
+    linear aggregate indexes nothing (its index is fused) and keeps them computed."""
+    kinds = [_SPEC_KIND.get(a.kind) for _, a in items if isinstance(a, AggExpr)]
+    return len(kinds) == len(items) and any(k in ("min", "max", "count_distinct")
+                                            for k in kinds)
 
 
 def _with_aggs(out: DataStream, items: list[tuple[str, Any]]) -> DataStream:
@@ -745,8 +792,10 @@ class GroupedStream:
         exists while its total weight is positive.
         """
         items = _agg_items(aggs, named)
-        pre, specs = _plan_aggs(self.stream, self.keys, items)
-        core = pre._s.index_by(self.keys).aggregate(specs, positive=True)
+        filtered: Optional[list] = [] if _splits_filters(items) else None
+        pre, specs = _plan_aggs(self.stream, self.keys, items, filtered=filtered)
+        core = pre._s.index_by(self.keys).aggregate(specs, positive=True,
+                                                    filtered=filtered or ())
         return _with_aggs(DataStream(self.stream.ctx, core), items)
 
     def fold(self, init: Any, step: Callable[[Any, Any], Any], *, column: Any = None,
@@ -788,7 +837,12 @@ class GroupedStream:
             # the top-k's trace keeps the order-by columns first; index them in that order so
             # the operator need not re-encode every delta's values in it
             src = src.select(*self.keys, *stored)
-        core = src._s.index_by(self.keys).topk(k, by, descending, rank, append_only)
+        rows = src._s
+        flags = descending if isinstance(descending, (list, tuple)) else [descending] * len(by)
+        if append_only and by and by[0] in vals and not any(flags):
+            # rows that the step's own rows push out of their key's top k never reach the index
+            rows = rows.topk_prefilter(self.keys, by[0], k)
+        core = rows.index_by(self.keys).topk(k, by, descending, rank, append_only)
         out = DataStream(self.stream.ctx, core)
         order = list(self.keys) + vals + ([rank] if rank is not None else [])
         return out.select(*order) if out.columns != order else out

@@ -173,6 +173,23 @@ class PendingCheckpoint:
             shutil.rmtree(os.path.join(self.store.root, self.name), ignore_errors=True)
 
 
+_roots: dict[str, threading.RLock] = {}
+_roots_lock = threading.Lock()
+
+
+def _root_lock(root: str) -> threading.RLock:
+    """The lock of storage root ``root`` in this process: a store's catalog writes (the fence
+    check and the rename together) and another store's clean-up of the same root exclude each
+    other. (A durable job's next generation opens a store on the root while the last one's
+    writer may still be publishing: checked, then cleaned, then published, the checkpoint would
+    name a directory and batch files the clean-up removed as unpublished.)"""
+    with _roots_lock:
+        lk = _roots.get(root)
+        if lk is None:
+            lk = _roots[root] = threading.RLock()
+        return lk
+
+
 class CheckpointStore:
     """The checkpoints of one storage directory (see the module doc). The circuit must hold the
     directory lock (a circuit with storage does from its construction)."""
@@ -194,12 +211,15 @@ class CheckpointStore:
         #: and moved, the fraction moved, seconds), None if it made none
         self.layout_change: Optional[dict] = None
         self._lock = threading.Lock()
-        self.checkpoints: list[CheckpointInfo] = self._read_catalog()
-        if not os.path.exists(self.catalog_path):
-            # an empty catalog before any checkpoint directory exists: from now on a directory
-            # the catalog does not name is an unpublished checkpoint, safe to remove
-            self._write_catalog([])
-        self.removed_at_open = self._clean()
+        self._root_lock = _root_lock(self.root)
+        with self._root_lock:
+            self.checkpoints: list[CheckpointInfo] = self._read_catalog()
+            if not os.path.exists(self.catalog_path):
+                # an empty catalog before any checkpoint directory exists: from now on a
+                # directory the catalog does not name is an unpublished checkpoint, safe to
+                # remove
+                self._write_catalog([])
+            self.removed_at_open = self._clean()
 
     # -- catalog -----------------------------------------------------------------------------
     @property
@@ -249,6 +269,10 @@ class CheckpointStore:
                     f"{mine[name][1]}..{mine[name][0]}: resume with a dbsp that reads it")
 
     def _write_catalog(self, cps: list[CheckpointInfo]) -> None:
+        with self._root_lock:  # the check and the rename, never a clean-up between them
+            self._write_catalog_locked(cps)
+
+    def _write_catalog_locked(self, cps: list[CheckpointInfo]) -> None:
         if self.before_publish is not None:
             self.before_publish()
         f = formats()
@@ -264,7 +288,14 @@ class CheckpointStore:
         return {f for c in (self.checkpoints if cps is None else cps) for f in c.files}
 
     def _clean(self) -> int:
-        """Remove ``*.mut``, unnamed checkpoint directories and unnamed batch files."""
+        """Remove ``*.mut``, unnamed checkpoint directories and unnamed batch files, by the
+        catalog as it is now (read again: another store of this process may have published
+        since this one read it), with every other store's catalog writes held off."""
+        with self._root_lock:
+            self.checkpoints = self._read_catalog()
+            return self._clean_locked()
+
+    def _clean_locked(self) -> int:
         removed = 0
         names = {c.name for c in self.checkpoints}
         refs = self.referenced()
@@ -335,22 +366,31 @@ class CheckpointStore:
         d = os.path.join(self.root, name)
         try:
             results = list(pc.writes.result())
+            W = getattr(circuit, "workers", len(results))
+            if len(results) != W:  # e.g. a runtime whose workers were stopped meanwhile
+                raise CheckpointError(f"{len(results)} of the {W} workers reported their "
+                                      f"state written")
             kill_point("checkpoint-mid-workers")  # every worker's state written, not the driver's
             results.append(pc.driver.write(os.path.join(d, "driver.state")))
             fsync_dir(d)
             fsync_dir(self.root)
         except BaseException as e:
             self.failed = e if isinstance(e, OSError) else self.failed
-            circuit.apply(save_worker_abort, self.root, name)
+            try:
+                circuit.apply(save_worker_abort, self.root, name)
+            except BaseException:  # (workers that were stopped hold nothing to drop)
+                pass
             shutil.rmtree(d, ignore_errors=True)
             raise CheckpointError(f"checkpoint at step {pc.step} failed: {e}; the previous "
                                   f"checkpoint stands") from e
         files = sorted({f for r in results for f in r["files"]})
         info = CheckpointInfo(name, pc.step, time.time(), sum(r["bytes"] for r in results),
                               files, pc.layout)
-        with self._lock:
+        with self._lock, self._root_lock:
             cps = self.checkpoints + [info]
             try:
+                if not os.path.isdir(d):  # another store's clean-up took it as unpublished
+                    raise CheckpointError(f"{d} was removed before it was published")
                 self._write_catalog(cps)
             except BaseException as e:
                 self.failed = e

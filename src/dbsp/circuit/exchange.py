@@ -150,13 +150,12 @@ class ShardMap:
         """Row indices (ascending) of ``codes`` for each worker, as :func:`shard_rows`."""
         if self.workers == 1:
             return [np.arange(len(codes), dtype=np.int64)]
-        dest = self.worker_of(codes)
-        if self.workers == 2:
-            return [np.flatnonzero(dest == 0), np.flatnonzero(dest)]
-        # one stable sort instead of W scans
-        order = np.argsort(dest, kind="stable")
-        cuts = np.searchsorted(dest[order], np.arange(1, self.workers))
-        return np.split(order.astype(np.int64, copy=False), cuts)
+        # one pass hashing each row to its worker, one scatter of the row numbers (no
+        # temporaries of the whole length: numpy's hash -> shard -> owner -> W scans made five,
+        # each a fresh allocation whose pages fault in)
+        order, bounds = K.owner_rows(codes, self.owners, self.bits, self.workers)
+        b = bounds.tolist()
+        return [order[b[w]:b[w + 1]] for w in range(self.workers)]
 
     def counts(self) -> np.ndarray:
         return np.bincount(self.owners, minlength=self.workers)

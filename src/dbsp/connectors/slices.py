@@ -146,6 +146,20 @@ class FileSlices:
         return out
 
     @property
+    def schema(self) -> pa.Schema:
+        """The first file's schema (its ``columns`` only): what ``ctx.stream(FileSlices(...))``
+        takes as the stream's schema (``__weight``, if present, gives weights)."""
+        f = self.files[0]
+        if self.format == "parquet":
+            sch = pq.ParquetFile(f).schema_arrow
+        else:
+            with pa.memory_map(f) as m:
+                sch = pa.ipc.open_file(m).schema
+        cols = self.reader_.columns
+        names = [n for n in (cols if cols is not None else sch.names) if n != "__weight"]
+        return pa.schema([sch.field(n) for n in names])
+
+    @property
     def rows(self) -> int:
         """Rows in all the files."""
         return sum(u["end"] - u["start"] for u in self.units)

@@ -282,7 +282,10 @@ class DurableJob:
         """End the current generation (failed) and recover in the next."""
         t0 = time.perf_counter()
         if self.durable is not None:
-            try:  # a checkpoint being written finishes (or fails) before the replicas stop
+            try:  # a checkpoint being written finishes (or fails) before the replicas stop,
+                # so that a nearly written one is not lost (replays stay short); its safety
+                # does not depend on it: a stopped generation's writer gets no results and
+                # publishes nothing, and the next store's clean-up waits for a publish
                 self.durable.wait_checkpoint()
             except Exception:  # the broken generation's own errors are not news
                 pass

@@ -27,6 +27,11 @@ For a grouping ``a: key -> values`` and an aggregate ``f`` the output is
   :meth:`~dbsp.trace.spine.Spine.lookup` gives their old groups, merged with ``Δa`` the new ones;
   cost: the size of the touched groups). The previous outputs come from an output trace.
 
+*Filtered inputs* (``agg(when(cond, x))``, SQL ``FILTER (WHERE cond)``) of the general aggregate
+are derived from each delta after the index (:class:`Filtered`): the index holds one boolean
+column per condition and ``x`` once, however many aggregates filter ``x`` (q15: twelve filtered
+counts over three columns and three conditions).
+
 Both emit ``-old +new`` for the keys whose result changed. The state rows (partials, previous
 outputs) are stored one per key in a spine whose value codes are *version numbers* drawn from a
 per-operator counter (never reused, so a version names one content for the spine's lifetime):
@@ -71,7 +76,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -132,6 +137,40 @@ class AggSpec:
     column: Optional[str]
     in_type: Optional[pa.DataType]
     out_type: pa.DataType
+
+
+@dataclass(frozen=True)
+class Filtered:
+    """A filtered aggregate input (SQL ``agg(x) FILTER (WHERE cond)``, or ``agg(CASE WHEN cond
+    THEN x END)``): the value column ``name`` is ``source`` (a value column; None: the constant
+    ``value``) where the boolean value column ``cond`` is true, null elsewhere (a null ``cond``
+    is not true). The general aggregate derives it from each step's delta, after the index: the
+    index keeps ``cond`` and ``source`` only, so aggregates filtering one column by several
+    conditions share its values instead of indexing a nullable copy per condition."""
+    name: str
+    cond: str
+    source: Optional[str]
+    value: Any
+    type: pa.DataType
+
+    def column(self, vals: pa.RecordBatch) -> pa.Array:
+        c = pc.fill_null(vals.column(self.cond), False)
+        x = vals.column(self.source) if self.source is not None \
+            else pa.scalar(self.value, self.type)
+        return pc.if_else(c, x, pa.scalar(None, self.type))
+
+
+def with_filtered(d: OrdIndexedZSet, filtered: Sequence[Filtered]) -> OrdIndexedZSet:
+    """``d`` with the derived columns of ``filtered`` added to its values (codes unchanged: the
+    value codes stay those of the indexed columns, which order and identify the rows)."""
+    vals = d.vals
+    if not filtered or filtered[0].name in vals.schema.names:
+        return d
+    cols = list(vals.columns) + [f.column(vals) for f in filtered]
+    fields = list(vals.schema) + [pa.field(f.name, f.type) for f in filtered]
+    return OrdIndexedZSet(d.keys, d.kcodes, d.offsets,
+                          pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)), d.vcodes,
+                          d.weights, d.kcodec, d.vcodec)
 
 
 def _num_kind(t: pa.DataType) -> Optional[str]:
@@ -1230,7 +1269,8 @@ class _ValueCounts(Stateful):
         times more)."""
         arr = d.vals.column(self.col)
         vf = d.vcodec.fields
-        if len(vf) == 1 and arr.null_count == 0 and vf[0].type == self.schema.field(0).type \
+        if len(vf) == 1 and vf[0].name == self.col and arr.null_count == 0 \
+                and vf[0].type == self.schema.field(0).type \
                 and vf[0].nullable == self.schema.field(0).nullable:
             # the column is d's only value column and codes alike: d's (key, value) pairs are
             # already consolidated, sorted and encoded as this trace keeps them
@@ -1344,9 +1384,11 @@ class GeneralAggregateOperator(Operator):
     name = "aggregate(general)"
     passes_empty = True
 
-    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema, positive: bool = False):
+    def __init__(self, ctx, specs: list[AggSpec], out_schema: pa.Schema, positive: bool = False,
+                 filtered: Sequence[Filtered] = ()):
         super().__init__(ctx)
         self.specs, self.out_schema, self.positive = specs, out_schema, positive
+        self.filtered = tuple(filtered)
         nk = len(out_schema) - len(specs)
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.linear = [s for s in specs if s.kind in LINEAR]
@@ -1371,6 +1413,8 @@ class GeneralAggregateOperator(Operator):
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         if len(d) == 0:
             return ZSet.empty(self.out_schema)
+        if self.filtered:
+            d = with_filtered(d, self.filtered)
         if self.np_dtypes is not None:
             return self._eval_numeric(d)
         P, G = self.partials, d.num_keys
@@ -1688,15 +1732,32 @@ class GroupAggregateOperator(Operator):
         return len(self.input) + len(self.outputs)
 
 
-def aggregate(stream, aggs: dict, positive: bool = False):
-    """Group an indexed stream by its key and aggregate its values (see the module doc)."""
+def aggregate(stream, aggs: dict, positive: bool = False, filtered: Sequence[Filtered] = ()):
+    """Group an indexed stream by its key and aggregate its values (see the module doc).
+    ``filtered``: value columns derived per step from a condition column (:class:`Filtered`),
+    which ``aggs`` may name like value columns (the general aggregate then runs)."""
     if not isinstance(stream.type, IndexedType):
         raise TypeError(f"aggregate needs an indexed stream (use .index_by([...]) first), got "
                         f"{stream.type.describe()}")
-    specs = parse_aggs(aggs, stream.key_schema, stream.val_schema)
+    filtered = tuple(filtered)
+    vs = stream.val_schema
+    for f in filtered:
+        if f.cond not in vs.names or not pa.types.is_boolean(vs.field(f.cond).type):
+            raise TypeError(f"aggregate: filter column {f.cond!r} of {f.name!r} must be a "
+                            f"boolean value column (value columns: {vs.names})")
+        if f.source is not None and f.source not in vs.names:
+            raise KeyError(f"aggregate: no value column {f.source!r} for {f.name!r}")
+        if f.name in vs.names:
+            raise ValueError(f"aggregate: filtered column {f.name!r} clashes with a value column")
+    if filtered:
+        vs = pa.schema(list(vs) + [pa.field(f.name, f.type) for f in filtered])
+    specs = parse_aggs(aggs, stream.key_schema, vs)
     out = output_schema(stream.key_schema, specs)
     linear = all(isinstance(x.kind, str) and x.kind in LINEAR for x in specs)
-    if linear:  # partial sums cross the exchange, not rows (see LinearAggregateOperator)
+    if filtered and any(isinstance(x.kind, Aggregator) for x in specs):
+        raise TypeError("aggregate: filtered columns are for the built-in aggregates, not an "
+                        "Aggregator (it sees the indexed value columns)")
+    if linear and not filtered:  # partial sums cross the exchange, not rows (see LinearAggregateOperator)
         # the combiner is on whatever the worker count (the operator skips it with one worker):
         # the graph does not depend on the number of workers, so a checkpoint resumes on another
         node = stream.circuit.add_node(
@@ -1713,10 +1774,11 @@ def aggregate(stream, aggs: dict, positive: bool = False):
             lambda ctx: GroupAggregateOperator(ctx, specs, out, positive),
             [sharded(stream)], ZSetType(out))
     return stream.circuit.add_node(GeneralAggregateOperator.name,
-                                   lambda ctx: GeneralAggregateOperator(ctx, specs, out, positive),
+                                   lambda ctx: GeneralAggregateOperator(ctx, specs, out, positive,
+                                                                        filtered),
                                    [sharded(stream)], ZSetType(out))
 
 
-__all__ = ["aggregate", "Aggregator", "AggSpec", "KINDS", "compute_groups", "parse_aggs",
-           "LinearAggregateOperator", "GeneralAggregateOperator",
+__all__ = ["aggregate", "Aggregator", "AggSpec", "Filtered", "with_filtered", "KINDS",
+           "compute_groups", "parse_aggs", "LinearAggregateOperator", "GeneralAggregateOperator",
            "GroupAggregateOperator", "VersionedRows", "rows_equal"]

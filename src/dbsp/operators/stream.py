@@ -33,7 +33,7 @@ from .map import map_batches, map_rows
 from .neg import neg
 from .output import output
 from .plus import minus, plus
-from .topk import topk
+from .topk import topk, topk_prefilter
 
 
 def make_stream(circuit, node: int, type_):
@@ -142,6 +142,12 @@ class Stream(_Base):
         """Re-shard rows by the hash of the whole row (exchange between workers)."""
         return shard(self)
 
+    def topk_prefilter(self, key: Sequence[str], first: str, k: int) -> Stream:
+        """The rows of an insert-only stream that may still enter a top ``k`` per ``key``
+        ordered by ``first`` ascending first (for an append-only :meth:`topk`; see
+        :class:`~dbsp.operators.topk.TopKPrefilterOperator`)."""
+        return topk_prefilter(self, key, first, k)
+
 
 class IndexedStream(_Base):
     """A stream of indexed Z-sets ``key -> value``."""
@@ -195,7 +201,7 @@ class IndexedStream(_Base):
         """Left rows whose key is absent on the right."""
         return antijoin(self, other, watermarks)
 
-    def aggregate(self, aggs: dict, positive: bool = False) -> Stream:
+    def aggregate(self, aggs: dict, positive: bool = False, filtered: Sequence = ()) -> Stream:
         """Group by the key and aggregate values: ``{"out": ("sum", "price"), ...}``.
 
         Built-ins: count (``("count", None)`` counts rows, ``("count", col)`` non-null values),
@@ -204,8 +210,10 @@ class IndexedStream(_Base):
         ``positive``: the input is a multiset (SQL), so a group whose total weight would become
         negative (a row deleted that was never inserted) is an error, or under
         ``skip_and_report`` its rows are set aside (Z-set algebra allows it: off by default).
+        ``filtered``: value columns derived from a condition column per step
+        (:class:`~dbsp.operators.aggregate.Filtered`), named in ``aggs`` like value columns.
         """
-        return aggregate(self, aggs, positive)
+        return aggregate(self, aggs, positive, filtered)
 
     def topk(self, k: int, order_by: Sequence[str], descending: Any = False,
              rank: Optional[str] = None, append_only: bool = False) -> Stream:

@@ -48,6 +48,7 @@ from ..circuit.exchange import ShardMap, TransportAborted
 from ..circuit.scheduler import Scheduler
 from ..storage import wire
 from ..storage.config import as_storage_config
+from ..storage.memory import tune_malloc
 from .circuit import Circuit, make_worker_context
 from .placement import plan
 from .process import WorkerDied, serve_replica
@@ -260,6 +261,10 @@ class Coordinator:
                 raise WorkerDied(f"worker {w} is gone") from None
 
     def _replies(self) -> list:
+        if len(self.ctrl) != self.workers:  # closed (or never formed): no reply is no answer
+            raise WorkerDied(f"the generation's {self.workers} workers were stopped (the "
+                             f"coordinator is closed): a request or a background result "
+                             f"cannot be answered")
         replies, died = [], None
         for w in self.ctrl:
             try:
@@ -389,6 +394,10 @@ def serve_worker(coordinator: str, auth: MeshAuth, worker: int,
                     raise ValueError("the coordinator named no pipeline and none was given")
                 build = resolve_pipeline(spec)
             W = len(addresses)
+            # the allocator policy an embedded circuit's start applies (its worker processes
+            # inherit it through the fork): without it every step's large arrays come from
+            # fresh mmaps whose pages fault in
+            tune_malloc()
             circuit = Circuit(workers=W, errors=settings.get("errors", "raise"))
             build_outputs(circuit, build)
             circuit.slice_inputs(*settings.get("sliced", ()))

@@ -9,7 +9,8 @@ same :class:`~dbsp.runtime.socket_transport.SocketTransport` as replicas on sepa
 
 Protocol on each driver <-> worker control socket (one request, one reply):
 
-* ``("step", {input_node: ZSet | None})`` -> ``("ok", {output_node: value})`` or ``("err", exc)``
+* ``("step", {input_node: ZSet | None})`` -> ``("ok", {output_node: value})`` (empty outputs
+  left out) or ``("err", exc)``
 * ``("call", name)`` -> ``("ok", value)``: ``state_rows``, ``profile``
 * ``("rollback", peer_ids)`` + the new mesh sockets (``SCM_RIGHTS``) -> ``("ok", None)``: undo the
   last step (it failed somewhere) and exchange over a fresh mesh from now on (an aborted step
@@ -117,7 +118,7 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                     report = reader.resolve(feed)
                 replica.feed(feed)
                 replica.step()
-                outs = replica.take_outputs()
+                outs = _nonempty(replica.take_outputs())
                 if report:
                     outs[SLICES] = report
                 wire.send(ctrl, ("ok", outs))
@@ -170,6 +171,14 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                 wire.send(ctrl, ("err", portable_exception(e)))
             except OSError:
                 return
+
+
+def _nonempty(outs: dict) -> dict:
+    """A step's outputs without the empty ones: the driver reads a missing output as nothing
+    (as a worker whose output operator did not run), and an empty batch still costs its schema
+    and a column of buffers each way."""
+    return {k: v for k, v in outs.items()
+            if not (hasattr(v, "weights") and len(v) == 0)}
 
 
 def _call(replica, name: str) -> Any:

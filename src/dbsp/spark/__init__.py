@@ -14,8 +14,10 @@ Data in and out goes through Arrow, never row by row. Input the tasks read thems
 crossing the driver: a sliced source (:mod:`dbsp.runtime.slices`, e.g. Parquet files dealt to
 the tasks by row group: ``SparkJob(sliced=[...])`` and :meth:`SparkJob.read_slices`), or an input
 DataFrame as the barrier job's own input (``SparkJob(partitioned=(name, df, rows_per_step))``:
-``df.repartition(W).mapInArrow(worker, ..., barrier=True)``, each task reading its partition's
-Arrow batches from the task iterator step by step, :meth:`SparkJob.read_partition`). Input
+``cut_frame(df, W).mapInArrow(worker, ..., barrier=True)``, each task reading its partition's
+Arrow batches from the task iterator step by step, :meth:`SparkJob.read_partition`; a durable
+job cuts it into P partitions for its life and deals them over its W tasks, so that it may
+change W: :class:`SparkDurableJob`). Input
 through the driver: :meth:`SparkJob.push` takes a Spark
 DataFrame (collected with ``toArrow``) or an Arrow table, and :meth:`SparkJob.changes` returns a
 view's changes of the last step as a Spark DataFrame (built from an Arrow table, with a
@@ -62,7 +64,8 @@ from ..runtime.slices import LocalSource, SourceStep
 from ..runtime.socket_transport import MeshAuth
 
 __all__ = ["SparkJob", "SparkGeneration", "SparkDurableJob", "durable", "run", "settings",
-           "SETTINGS", "PartitionSource", "PartitionReader", "PARTITION"]
+           "SETTINGS", "PartitionSource", "PartitionReader", "RoutedPartitionReader",
+           "routed_partitions", "cut_frame", "PARTITION"]
 
 #: the ``spark.dbsp.*`` keys and their defaults
 SETTINGS = {
@@ -86,17 +89,21 @@ def settings(spark: SparkSession) -> dict:
 
 
 def _worker_task(coordinator: str, auth: str, build: Callable, timeout: float,
-                 host: Optional[str], partition_input: bool = False
-                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+                 host: Optional[str], partition_input: Optional[str] = None
+                 ) -> Callable[[Iterator[Any]], Iterator]:
     """The function each barrier task runs: one dbsp worker until the driver stops it.
     ``partition_input``: the task's partition is an input DataFrame's, which the worker reads
-    step by step (:class:`PartitionReader`, the local source :data:`PARTITION`) instead of
-    draining it."""
+    step by step (the local source :data:`PARTITION`) instead of draining it: ``"direct"``,
+    the partition itself as Arrow batches (:class:`PartitionReader`, a ``mapInArrow`` task);
+    ``"routed"``, the tagged batches of the partitions it holds (:class:`RoutedPartitionReader`,
+    an RDD barrier task, which yields tuples)."""
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def task(batches: Iterator[Any]) -> Iterator[Any]:
         sources = None
-        if partition_input:
+        if partition_input == "direct":
             sources = {PARTITION: PartitionReader(batches)}
+        elif partition_input == "routed":
+            sources = {PARTITION: RoutedPartitionReader(batches)}
         else:
             for _ in batches:  # the task's one row (its partition of spark.range(W))
                 pass
@@ -106,14 +113,53 @@ def _worker_task(coordinator: str, auth: str, build: Callable, timeout: float,
         t0 = time.perf_counter()
         serve_worker(coordinator, MeshAuth.from_text(auth), w, build=build, listen_host=listen,
                      timeout=timeout, sources=sources)
-        yield pa.record_batch([pa.array([w], pa.int64()), pa.array(["stopped"]),
-                               pa.array([time.perf_counter() - t0])], schema=_STATUS)
+        secs = time.perf_counter() - t0
+        if partition_input == "routed":
+            yield (w, "stopped", secs)
+        else:
+            yield pa.record_batch([pa.array([w], pa.int64()), pa.array(["stopped"]),
+                                   pa.array([secs])], schema=_STATUS)
 
     return task
 
 
 #: the name of a barrier task's own partition as a worker-local sliced source
 PARTITION = "spark-partition"
+
+
+class _Rows:
+    """The buffered rows of one partition: Arrow batches from partition row ``lo`` to ``hi``,
+    read in pieces ``[start, end)``; whole batches before the last piece's start are let go (a
+    rolled-back step reads its piece again)."""
+
+    def __init__(self) -> None:
+        self.buf: list[pa.RecordBatch] = []
+        self.lo = 0       # partition row of the first buffered row
+        self.hi = 0       # partition row after the last buffered row
+        self.schema: Optional[pa.Schema] = None
+        self.done = False
+
+    def add(self, b: pa.RecordBatch, floor: int = 0) -> None:
+        self.schema = b.schema
+        if b.num_rows and self.hi + b.num_rows <= floor and not self.buf:
+            self.lo = self.hi = self.hi + b.num_rows  # wholly before any piece still to read
+        elif b.num_rows:
+            self.buf.append(b)
+            self.hi += b.num_rows
+
+    def take(self, lo: int, hi: int) -> pa.Table:
+        if lo < self.lo:
+            raise ValueError(f"rows [{lo}, {hi}) of the partition were let go already (the "
+                             f"reader is at row {self.lo}): a piece before the last one read")
+        while self.buf and self.lo + self.buf[0].num_rows <= lo:
+            self.lo += self.buf.pop(0).num_rows
+        if not self.buf:  # nothing left (no schema seen: an empty partition)
+            if self.hi < lo:
+                self.lo = self.hi  # (rows skipped wholly on arrival)
+            return pa.table({}) if self.schema is None else self.schema.empty_table()
+        t = pa.Table.from_batches(self.buf)
+        a, b = lo - self.lo, min(hi, self.hi) - self.lo
+        return t.slice(a, max(0, b - a))
 
 
 class PartitionReader:
@@ -125,54 +171,157 @@ class PartitionReader:
 
     def __init__(self, batches: Iterator[pa.RecordBatch]):
         self._it = iter(batches)
-        self._buf: list[pa.RecordBatch] = []
-        self._lo = 0      # partition row of the first buffered row
-        self._hi = 0      # partition row after the last buffered row
-        self._schema: Optional[pa.Schema] = None
-        self.done = False
+        self._rows = _Rows()
+
+    @property
+    def done(self) -> bool:
+        return self._rows.done
 
     def read(self, piece: dict) -> pa.Table:
         lo, hi = int(piece["start"]), int(piece["end"])
-        if lo < self._lo:
-            raise ValueError(f"rows [{lo}, {hi}) of the partition were let go already (the "
-                             f"reader is at row {self._lo}): a piece before the last one read")
-        while self._hi < hi and not self.done:
+        r = self._rows
+        while r.hi < hi and not r.done:
             try:
-                b = next(self._it)
+                r.add(next(self._it))
             except StopIteration:
+                r.done = True
+        return r.take(lo, hi)
+
+
+#: the columns of a tagged input batch (:func:`_tag_partition`): its partition, its first row
+#: in the partition, its rows (-1: the partition's end, ``start`` its row count) and the batch
+#: as an Arrow IPC stream
+_TAG_DDL = "part int, start long, rows long, ipc binary"
+_TAG = pa.schema([("part", pa.int32()), ("start", pa.int64()), ("rows", pa.int64()),
+                  ("ipc", pa.binary())])
+
+
+def _tag_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` function over the input DataFrame's P partitions: each Arrow batch as
+    one row (partition, first row, rows, IPC bytes), then an end row with the partition's row
+    count, so that a task holding several partitions, whose batches reach it in any order
+    between partitions, can put each partition's rows in order and knows where it ends."""
+    from pyspark import TaskContext
+    p = TaskContext.get().partitionId()
+    n = 0
+
+    def row(start: int, rows: int, ipc: bytes) -> pa.RecordBatch:
+        return pa.record_batch([pa.array([p], pa.int32()), pa.array([start], pa.int64()),
+                                pa.array([rows], pa.int64()), pa.array([ipc], pa.binary())],
+                               schema=_TAG)
+    for b in batches:
+        if not b.num_rows:
+            continue
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, b.schema) as wr:
+            wr.write_batch(b)
+        yield row(n, b.num_rows, sink.getvalue().to_pybytes())
+        n += b.num_rows
+    yield row(n, -1, b"")
+
+
+def _route_key(workers: int) -> Callable[[Any], tuple]:
+    def key(r: Any) -> tuple:
+        return int(r[0]) % workers, (int(r[0]), int(r[1]), int(r[2]), bytes(r[3]))
+    return key
+
+
+def _identity(k: int) -> int:
+    return k
+
+
+def cut_frame(df: DataFrame, partitions: int) -> DataFrame:
+    """``df`` cut into ``partitions`` partitions whose rows and order depend on its rows only:
+    hash-partitioned by every column, each partition sorted by every column. A round-robin
+    ``repartition(P)`` is not: its partitions depend on the upstream partitioning (the number
+    of executors when the DataFrame is read) and a partition's order on the order the shuffle
+    fetches blocks in, so after a lost executor a new generation would read other rows at the
+    logged positions (which the logged checksums refuse). Every column must be sortable (no
+    map columns)."""
+    cols = df.columns
+    return df.repartition(partitions, *cols).sortWithinPartitions(*cols)
+
+
+def routed_partitions(df: DataFrame, partitions: int, workers: int) -> Any:
+    """The RDD whose partition ``w`` holds the tagged batches (:func:`_tag_partition`) of the
+    ``partitions`` partitions ``p`` of :func:`cut_frame` with ``p % workers ==
+    w``: what a barrier task of ``workers`` reads when the input's partitions are not the
+    tasks' (a job that changed its worker count). One record per Arrow batch crosses Python."""
+    tagged = cut_frame(df, partitions).mapInArrow(_tag_partition, _TAG_DDL)
+    return tagged.rdd.map(_route_key(workers)).partitionBy(workers, _identity).values()
+
+
+class RoutedPartitionReader:
+    """A barrier task's partitions of the input DataFrame when it holds several (or one that is
+    not its own index): reads pieces ``{"partition": p, "start": lo, "end": hi}`` from the
+    task's tagged batches (:func:`routed_partitions`), which arrive in order within a partition
+    but in any order between partitions; batches of other partitions met on the way are kept
+    until read. Every step's pieces start at the same row of every partition
+    (:class:`PartitionSource`), so a batch wholly before the latest piece's start is dropped on
+    arrival: a replay that starts late does not buffer the rows it skips."""
+
+    def __init__(self, records: Iterator[Any]):
+        self._it = iter(records)
+        self._parts: dict[int, _Rows] = {}
+        self._floor = 0
+        self.done = False
+
+    def _part(self, p: int) -> _Rows:
+        r = self._parts.get(p)
+        if r is None:
+            r = self._parts[p] = _Rows()
+        return r
+
+    def read(self, piece: dict) -> pa.Table:
+        p, lo, hi = int(piece["partition"]), int(piece["start"]), int(piece["end"])
+        self._floor = max(self._floor, lo)
+        r = self._part(p)
+        while r.hi < hi and not r.done:
+            try:
+                q, start, rows, ipc = next(self._it)
+            except StopIteration:  # every partition's end row came before (they end it)
                 self.done = True
+                if self._parts and not all(x.done for x in self._parts.values()):
+                    raise RuntimeError(f"the tagged batches ended before partition {p}'s end "
+                                       f"row") from None
                 break
-            self._schema = b.schema
-            if b.num_rows:
-                self._buf.append(b)
-                self._hi += b.num_rows
-        # let go of whole batches before lo
-        while self._buf and self._lo + self._buf[0].num_rows <= lo:
-            self._lo += self._buf.pop(0).num_rows
-        if not self._buf:  # nothing left (no schema seen: an empty partition)
-            return pa.table({}) if self._schema is None else self._schema.empty_table()
-        t = pa.Table.from_batches(self._buf)
-        a, b = lo - self._lo, min(hi, self._hi) - self._lo
-        return t.slice(a, max(0, b - a))
+            rq = self._part(q)
+            if rows < 0:
+                if start != rq.hi:
+                    raise RuntimeError(f"partition {q} ends at row {start} but {rq.hi} of its "
+                                       f"rows arrived")
+                rq.done = True
+                continue
+            if start != rq.hi:
+                raise RuntimeError(f"partition {q}: a batch at row {start} arrived after row "
+                                   f"{rq.hi} (out of order)")
+            b = pa.ipc.open_stream(ipc).read_next_batch()
+            rq.add(b, self._floor)
+        return r.take(lo, hi)
 
 
 class PartitionSource:
-    """An input DataFrame as the barrier job's own input (see :class:`SparkJob`): step ``k`` is
-    rows ``[k n, (k + 1) n)`` of every one of the W partitions, each read by the task that holds
-    the partition (piece ``w`` goes to worker ``w``), none through the driver. The source has
-    no known end: a step whose pieces all read short is the last (:meth:`ended`)."""
+    """An input DataFrame as the barrier job's own input (see :class:`SparkJob`): the DataFrame
+    cut into ``partitions`` partitions (:func:`cut_frame`); step ``k`` is rows ``[k n, (k
+    + 1) n)`` of every one of them, piece ``p`` read by the task that holds partition ``p``
+    (task ``p % W``, as :func:`~dbsp.runtime.slices.deal_pieces` deals piece ``p``), none
+    through the driver. The pieces do not depend on the worker count, so a durable job may
+    change it (:meth:`SparkDurableJob.relayout`). The source has no known end: a step whose
+    pieces all read short is the last (:meth:`ended`)."""
 
-    def __init__(self, workers: int, rows_per_step: int):
+    def __init__(self, partitions: int, rows_per_step: int):
         if rows_per_step < 1:
             raise ValueError(f"rows_per_step must be >= 1, got {rows_per_step}")
-        self.workers, self.rows_per_step = workers, rows_per_step
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.partitions, self.rows_per_step = partitions, rows_per_step
 
     def pieces(self, step: int) -> Optional[list]:
         if step < 0:
             return None
         n = self.rows_per_step
-        return [{"partition": w, "start": step * n, "end": (step + 1) * n}
-                for w in range(self.workers)]
+        return [{"partition": p, "start": step * n, "end": (step + 1) * n}
+                for p in range(self.partitions)]
 
     def reader(self) -> LocalSource:
         return LocalSource(PARTITION)
@@ -201,19 +350,22 @@ class SparkGeneration:
     def __init__(self, spark: SparkSession, auth: MeshAuth, build: Callable, workers: int,
                  storage: Optional[str], timeout: float, coordinator_host: str,
                  worker_host: Optional[str], sliced: Sequence[str] = (),
-                 input_df: Optional[DataFrame] = None):
+                 input_df: Optional[DataFrame] = None, partitions: Optional[int] = None):
         self.spark = spark
         self.workers = workers
         self.auth = auth
         self._error: Optional[BaseException] = None
         self._result: Optional[list] = None
         self.input_df = input_df
+        #: the input DataFrame's partitions (None: one per task, partition w on task w)
+        self.partitions = None if partitions in (None, workers) else int(partitions)
+        mode = None if input_df is None else "direct" if self.partitions is None else "routed"
         self.coordinator = Coordinator(workers, auth, f"{coordinator_host}:0", None,
                                        {"storage": storage, "sliced": list(sliced)}, timeout,
                                        watch=self._watch)
         self.group = f"dbsp-{auth.job.hex()[:12]}-g{auth.generation}"
         task = _worker_task(self.coordinator.address, auth.to_text(), build, timeout,
-                            worker_host, partition_input=input_df is not None)
+                            worker_host, partition_input=mode)
         self._thread = threading.Thread(target=self._run_job, args=(task,), daemon=True,
                                         name=self.group)
         self._thread.start()
@@ -223,8 +375,13 @@ class SparkGeneration:
         sc.setJobGroup(self.group, f"dbsp: {self.workers} circuit replicas, generation "
                                    f"{self.auth.generation}", interruptOnCancel=True)
         try:
+            if self.input_df is not None and self.partitions is not None:
+                # task w reads partitions p % W == w of the input's P (an RDD barrier stage)
+                rdd = routed_partitions(self.input_df, self.partitions, self.workers)
+                self._result = rdd.barrier().mapPartitions(task).collect()
+                return
             if self.input_df is not None:  # each task reads its partition itself
-                df = self.input_df.repartition(self.workers)
+                df = cut_frame(self.input_df, self.workers)
             else:
                 df = self.spark.range(0, self.workers, numPartitions=self.workers)
             self._result = df.mapInArrow(task, _STATUS_DDL, barrier=True).collect()
@@ -285,7 +442,9 @@ class SparkJob:
 
     ``sliced``: inputs the tasks read themselves from sliced sources (:meth:`read_slices`).
     ``partitioned``: ``(input, DataFrame, rows_per_step)``: the DataFrame is the barrier job's
-    own input (``df.repartition(W).mapInArrow(worker, ..., barrier=True)``), each task reads
+    own input (``cut_frame(df, W).mapInArrow(worker, ..., barrier=True)``: its rows
+    hash-partitioned and sorted by every column, so that another barrier job reads the same
+    partitions), each task reads
     its partition ``rows_per_step`` rows a step (:meth:`read_partition`) and no row passes
     through the driver. Spark shuffles the whole DataFrame into the W partitions before the
     tasks start (the barrier stage waits for the shuffle's map stage).
@@ -449,37 +608,48 @@ class SparkDurableJob(DurableJob):
 
     ``partitioned``: ``(input, DataFrame, rows_per_step)``, the DataFrame as every generation's
     own barrier-job input (as :class:`SparkJob`'s): a step's input names it
-    ``SourceStep(k)`` (or ``d.step(slices={input: k})``), the input log records each task's
+    ``SourceStep(k)`` (or ``d.step(slices={input: k})``), the input log records each piece's
     row range of its partition with its checksum, and a new generation's tasks read their
     partitions again from the start (the rows before the replayed steps are skipped, the
-    replayed ones checked against the log). Its worker count is fixed: the partitions are the
-    tasks'."""
+    replayed ones checked against the log). ``partitions``: P, the partitions the DataFrame is
+    cut into (:func:`cut_frame`, default the first worker count), fixed for the job's life:
+    a step is ``rows_per_step`` rows of each, so what a step reads does not depend on the worker
+    count. With W tasks, task ``w`` reads partitions ``p % W == w``: when P == W its own
+    partition (``mapInArrow(barrier=True)``), else the tagged batches of its partitions routed
+    to it (an RDD barrier stage, :func:`routed_partitions`). A layout change
+    (:meth:`relayout`) thus moves state, never input: the next generation's tasks read the same
+    pieces from the logged position on, dealt over the new worker count."""
 
     def __init__(self, spark: SparkSession, build: Callable, cfg: dict,
-                 partitioned: Optional[tuple] = None, **kw: Any):
+                 partitioned: Optional[tuple] = None, partitions: Optional[int] = None,
+                 **kw: Any):
         self.spark, self.build_fn_spark, self.cfg = spark, build, cfg
         self.input_df = None
         #: the partitioned input's name and source (None: no DataFrame input)
         self.partitioned: Optional[tuple[str, PartitionSource]] = None
         if partitioned is not None:
             name, self.input_df, n = partitioned
-            self.partitioned = (name, PartitionSource(cfg["workers"], int(n)))
+            P = int(partitions or cfg["workers"])
+            self.partitioned = (name, PartitionSource(P, int(n)))
             kw["sliced"] = {**(kw.get("sliced") or {}), name: self.partitioned[1]}
+        elif partitions is not None:
+            raise ValueError("partitions= is the partitioned input's: give partitioned= too")
         super().__init__(build, cfg["workers"], cfg["storage"], self._starter(cfg["workers"]),
                          **kw)
 
     def _starter(self, workers: int) -> Callable[[MeshAuth, str], SparkGeneration]:
         cfg = self.cfg
+        P = None if self.partitioned is None else self.partitioned[1].partitions
 
         def start(auth: MeshAuth, root: str) -> SparkGeneration:
             return SparkGeneration(self.spark, auth, self.build_fn_spark, workers, root,
                                    cfg["timeout"], cfg["coordinator_host"], cfg["worker_host"],
-                                   list(self.sliced), self.input_df)
+                                   list(self.sliced), self.input_df, P)
         return start
 
     @property
     def partition_ended(self) -> bool:
-        """Whether the last step read the end of every task's partition."""
+        """Whether the last step read the end of every partition."""
         if self.partitioned is None or self.durable is None:
             return False
         name, src = self.partitioned
@@ -491,11 +661,9 @@ class SparkDurableJob(DurableJob):
         (:meth:`~dbsp.ft.remote.DurableJob.change_layout`): the last checkpoint in the old
         layout, the barrier job ended, the next one submitted with ``workers`` tasks, each
         loading the state of the shards it now owns, a checkpoint in the new layout before any
-        input."""
+        input. A ``partitioned`` input's P partitions are then dealt over the new tasks (task
+        ``w`` reads partitions ``p % workers == w``) from the step the checkpoint ends at."""
         W = _plan(self.spark, workers, self.cfg["storage"], self.cfg["timeout"])["workers"]
-        if self.partitioned is not None and W != self.workers:
-            raise ValueError(f"this job reads a DataFrame as its {self.workers} tasks' "
-                             f"partitions: its worker count cannot change")
         return self.change_layout(W, self._starter(W))
 
 
@@ -509,8 +677,9 @@ def durable(spark: SparkSession, pipeline: Union[str, Callable], storage: Any = 
     running loop of :meth:`~dbsp.ft.remote.DurableJob.run`) submits a new one with the next
     generation: its tasks reload the last checkpoint and the driver replays the input log.
     :meth:`SparkDurableJob.relayout` resumes it on another number of tasks (a cold layout
-    change). ``kw``: ``checkpoint_every``, ``checkpoint_seconds``, ``max_restarts``, ... of
-    :class:`~dbsp.ft.remote.DurableJob`."""
+    change). ``partitioned=(input, df, rows_per_step)`` and ``partitions=P``: a DataFrame as
+    the barrier jobs' own input (:class:`SparkDurableJob`). ``kw``: ``checkpoint_every``,
+    ``checkpoint_seconds``, ``max_restarts``, ... of :class:`~dbsp.ft.remote.DurableJob`."""
     cfg = _plan(spark, workers, storage, timeout)
     if cfg["storage"] is None:
         raise ValueError("a durable job on Spark needs storage= (or spark.dbsp.storage): a "

@@ -197,7 +197,7 @@ def dumps(obj: Any) -> list:
     return frames
 
 
-def _unpack_body(body: bytearray, nbuf: int, npickle: int) -> Any:
+def _unpack_body(body: Any, nbuf: int, npickle: int) -> Any:
     """The object of a message whose body (after the header) is ``body``."""
     mv = memoryview(body)
     lens = struct.unpack_from(f"<{nbuf}Q", body) if nbuf else ()
@@ -252,8 +252,14 @@ def send(sock: socket.socket, obj: Any) -> int:
 _IOV_MAX = 1024
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
+def _buffer(n: int) -> Any:
+    """``n`` writable bytes, not zeroed (a message body is read over all of them at once)."""
+    return np.empty(n, np.uint8)
+
+
+def _recv_exact(sock: socket.socket, n: int, buf: Any = None) -> Any:
+    """``n`` bytes from ``sock`` (blocking), in ``buf`` (default: a new bytearray)."""
+    buf = bytearray(n) if buf is None else buf
     mv = memoryview(buf)
     got = 0
     while got < n:
@@ -267,7 +273,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
 def recv(sock: socket.socket) -> Any:
     """Receive one message (blocking): two reads, the header and the whole body."""
     nbuf, npickle, body = _head(bytes(_recv_exact(sock, _HEAD.size)))
-    return _unpack_body(_recv_exact(sock, body), nbuf, npickle)
+    return _unpack_body(_recv_exact(sock, body, _buffer(body)), nbuf, npickle)
 
 
 class Receiver:
@@ -303,7 +309,7 @@ class Receiver:
                 self._stage = 2
                 return True
             self._head = _head(bytes(self._buf))
-            self._stage, self._buf, self._got = 1, bytearray(self._head[2]), 0
+            self._stage, self._buf, self._got = 1, _buffer(self._head[2]), 0
 
     def value(self) -> Any:
         nbuf, npickle, _ = self._head

@@ -58,9 +58,10 @@ def event(seq: int) -> tuple[int, int, int]:
     return seq, seq % K, (seq * 7919) % 1000 - 500
 
 
-def live_events(n: int) -> list[tuple[int, int, int]]:
-    """The events alive after ``n`` were fed (every fifth retracts the one three before)."""
-    dead = {s - 3 for s in range(n) if s % 5 == 4 and s >= 3}
+def live_events(n: int, retract: bool = True) -> list[tuple[int, int, int]]:
+    """The events alive after ``n`` were fed (every fifth retracts the one three before, unless
+    not ``retract``: a stream of insertions only)."""
+    dead = {s - 3 for s in range(n) if s % 5 == 4 and s >= 3} if retract else set()
     return [event(s) for s in range(n) if s not in dead]
 
 
@@ -68,8 +69,8 @@ def dims() -> list[tuple[int, int]]:
     return [(k, 100 + k) for k in range(K)]
 
 
-def expected(n: int) -> dict[str, dict[tuple, int]]:
-    ev = live_events(n)
+def expected(n: int, retract: bool = True) -> dict[str, dict[tuple, int]]:
+    ev = live_events(n, retract)
     agg: dict[int, list] = {}
     for _, k, v in ev:
         agg.setdefault(k, []).append(v)
@@ -79,6 +80,16 @@ def expected(n: int) -> dict[str, dict[tuple, int]]:
         "agg": {(k, len(vs), sum(vs), min(vs), max(vs)): 1 for k, vs in agg.items()},
         "join": {(s, k, v, w[k]): 1 for s, k, v in ev},
     }
+
+
+def events_table(lo: int, hi: int) -> Any:
+    """Events ``[lo, hi)`` of the stream as one Arrow table, insertions only (no retraction, no
+    ``__weight``): a source whose rows may be cut into steps in any order (the crash checker's
+    ``check(..., retract=False)``)."""
+    rows = [event(s) for s in range(lo, hi)]
+    return pa.table({"seq": pa.array([r[0] for r in rows], pa.int64()),
+                     "k": pa.array([r[1] for r in rows], pa.int64()),
+                     "v": pa.array([r[2] for r in rows], pa.int64())})
 
 
 def ev_table(lo: int, hi: int) -> Any:
@@ -167,10 +178,12 @@ def read_views(directory: str) -> tuple[dict[str, Counter], int]:
     return views, len(recs)
 
 
-def check(directory: str, n: int) -> dict[str, int]:
-    """Classify every row (see the module doc): counts of ok / lost / duplicated / unexpected."""
+def check(directory: str, n: int, retract: bool = True) -> dict[str, int]:
+    """Classify every row (see the module doc): counts of ok / lost / duplicated / unexpected.
+    ``retract=False``: the stream had no retractions (events ``[0, n)`` inserted once each, in
+    any order and division into steps: e.g. a DataFrame the workers read themselves)."""
     got, _ = read_views(directory)
-    want = expected(n)
+    want = expected(n, retract)
     out = Counter(ok=0, lost=0, duplicated=0, unexpected=0)
     for name, rows in want.items():
         g = got[name]

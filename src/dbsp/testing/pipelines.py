@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..api import StreamContext, col, count, sum_
+
 
 BIDS = pa.schema([pa.field("auction", pa.int64(), nullable=False),
                   pa.field("price", pa.int64(), nullable=False)])
@@ -198,3 +200,15 @@ def views_sliced(runner, outputs: dict, steps: list[dict], src) -> list[dict]:
         runner.step()
         got.append({k: o.to_dict() for k, o in outputs.items()})
     return got
+
+
+def stream_bids_sliced(c) -> dict:
+    """A stream-API pipeline function (``StreamContext(circuit=c)``) whose ``bids`` input is
+    declared sliced (``ctx.stream(BIDS, name="bids", sliced=True)``): the job feeds it
+    pieces (``job.read_slices``) that every worker reads itself. Views ``agg`` (count and sum of
+    the price per auction) and ``hot`` (bids over 500)."""
+    ctx = StreamContext(circuit=c)
+    bids = ctx.stream(BIDS, name="bids", sliced=True)
+    agg = bids.group_by("auction").agg(n=count(), total=sum_("price")).collect(name="agg")
+    hot = bids.filter(col("price") > 500).select("auction", "price").collect(name="hot")
+    return {"agg": agg.handle, "hot": hot.handle}

@@ -39,7 +39,8 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
-from ..algebra.schema import WEIGHT, concat_batches, empty_batch, py_values, take
+from ..algebra.schema import (WEIGHT, concat_batches, empty_batch, fixed_columns,
+                              from_fixed_columns, py_values, take)
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 from .key_filter import filtered_intersect
 
@@ -214,9 +215,20 @@ class OrdZSet(ZSet):
             gidx, w = K.merge_consolidate([(b.codes, None, b.weights) for b in batches])
         except WeightOverflowError as e:
             raise _named(e, [b.data for b in batches]) from None
-        data = concat_batches(batches[0].schema, [b.data for b in batches])
-        codes = K.concat([b.codes for b in batches])
-        return OrdZSet(take(data, gidx), w, K.take(codes, gidx), batches[0].codec)
+        b0 = batches[0]
+        # gather the output from the inputs at gidx, without concatenated copies of them (a
+        # merge's inputs and output already coexist; those copies were a third of its memory)
+        if isinstance(b0.codes, np.ndarray):
+            codes = K.take_runs([b.codes for b in batches], gidx)
+        else:
+            codes = K.take(K.concat([b.codes for b in batches]), gidx)
+        cols = [fixed_columns(b.data) for b in batches] if b0.data.num_columns else [None]
+        if all(c is not None for c in cols):
+            data = from_fixed_columns(b0.schema, [K.take_runs([c[j] for c in cols], gidx)
+                                                  for j in range(b0.data.num_columns)])
+        else:
+            data = take(concat_batches(b0.schema, [b.data for b in batches]), gidx)
+        return OrdZSet(data, w, codes, b0.codec)
 
     def index_by(self, key: Sequence[str]) -> "OrdIndexedZSet":
         return OrdIndexedZSet.from_loose(self, key)
@@ -413,6 +425,21 @@ class OrdIndexedZSet:
         if all(Codes.is_u64(b.kcodes) and Codes.is_u64(b.vcodes)
                for b in batches):
             # fixed-width keys and values: merge and regroup in one native pass
+            cols = [fixed_columns(b.vals) for b in batches] if b0.vals.num_columns else [None]
+            if all(c is not None for c in cols):
+                # ... that gathers the value columns too: no row index, no concatenated copy of
+                # the inputs (a top-level merge is the process's peak: inputs + output only)
+                try:
+                    vcols, w, vc, kc, bounds, ksrc = K.merge_indexed_cols(
+                        [(b.kcodes, b.offsets, b.vcodes, b.weights, c)
+                         for b, c in zip(batches, cols)])
+                except WeightOverflowError as e:
+                    raise _named(e, [b.flatten().data for b in batches]) from None
+                del cols
+                keys = concat_batches(b0.key_schema, [b.keys for b in batches])
+                return OrdIndexedZSet(take(keys, ksrc), kc, bounds,
+                                      from_fixed_columns(b0.val_schema, vcols), vc, w,
+                                      b0.kcodec, b0.vcodec)
             try:
                 gidx, w, vc, kc, bounds, ksrc = K.merge_indexed(
                     [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])

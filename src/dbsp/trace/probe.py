@@ -10,8 +10,9 @@ Design
 ------
 * :func:`pair_weights`: for sorted ``(key, value)`` code pairs, per batch: the matching keys
   (:meth:`BatchReader.match`), then a vectorised binary search of each pair's value inside its
-  key's value range (``log2`` of the largest range numpy passes over all pairs at once, for u64
-  value codes). Cost ``O(pairs * log(group) * batches)``.
+  key's value range (native ``range_lower_bound``: a binary search per pair, or a gallop from
+  the previous pair's answer when it probes the same key). Cost ``O(pairs * log(group) *
+  batches)``.
 * :func:`first_positive`: the first (``last=True``: last) value of positive *consolidated*
   weight of each key. A value's weight is spread over the batches, so each batch contributes a
   window of ``m`` values at the key's start (end); a value no further than the nearest window end
@@ -21,7 +22,6 @@ Design
 
 Both read in-memory batches through their arrays; a batch in a layer file answers ``match`` with
 an in-memory selection of the matched keys (which reads their groups from the file).
-Var-length value codes (strings, decimals, wide types) take a per-pair search loop.
 """
 from __future__ import annotations
 
@@ -53,19 +53,6 @@ def _search_u64(vcodes: np.ndarray, lo: np.ndarray, hi: np.ndarray,
         less = act & (vcodes[midc] < target)
         lo = np.where(less, mid + 1, lo)
         hi = np.where(act & ~less, mid, hi)
-
-
-def _search_var(vcodes, lo: np.ndarray, hi: np.ndarray, target) -> np.ndarray:
-    """:func:`_search_u64` for var-length codes (a loop over the pairs)."""
-    out = np.empty(len(lo), dtype=np.int64)
-    for i in range(len(lo)):
-        a, b = int(lo[i]), int(hi[i])
-        if a >= b:
-            out[i] = a
-            continue
-        seg = type(vcodes)(vcodes.offsets[a:b + 1], vcodes.data)
-        out[i] = a + int(K.lower_bound(seg, K.take(target, np.asarray([i], np.int64)))[0])
-    return out
 
 
 def _fixed_rows(c) -> Optional[np.ndarray]:
@@ -121,10 +108,7 @@ def pair_weights(batches: Sequence, kcodes: Codes, key_of: np.ndarray, vcodes: C
         if len(q) == 0:
             continue
         lo, hi = b.offsets[bk[q]], b.offsets[bk[q] + 1]
-        if u64:
-            at = _search_u64(b.vcodes, lo, hi, vcodes[q])
-        else:
-            at = _search_var(b.vcodes, lo, hi, K.take(vcodes, q))
+        at = K.range_lower_bound(b.vcodes, lo, hi, vcodes[q] if u64 else K.take(vcodes, q))
         inside = at < hi
         q, at = q[inside], at[inside]
         hit = codes_equal(b.vcodes, at, vcodes, q)
