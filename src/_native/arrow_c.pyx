@@ -310,7 +310,7 @@ def take_batch(batch, idx, list extra=None, schema=None):
     return _import_batch(<uintptr_t>out, batch.schema if not e else schema)
 
 
-def take_runs(schema, list groups):
+def take_batch_runs(schema, list groups):
     """One record batch of ``schema`` from column groups side by side: group ``g`` is a list of
     ``(batch, idx)`` runs, its rows the rows ``idx`` of each run's batch one run after another
     (every batch of a group has the group's columns, which come next in ``schema``). Every
@@ -344,7 +344,7 @@ def take_runs(schema, list groups):
         for r in range(len(runs)):
             mg += len(runs[r][1])
         if m >= 0 and mg != m:
-            raise ValueError(f"take_runs: group {g} has {mg} rows, not {m}")
+            raise ValueError(f"take_batch_runs: group {g} has {mg} rows, not {m}")
         m = mg
     if m < 0:
         return None
@@ -400,7 +400,7 @@ def take_runs(schema, list groups):
                     b._export_to_c(<uintptr_t>&src)
                     prev = b
                     if src.dictionary != NULL or (kg >= 0 and src.n_children != kg):
-                        raise ValueError(f"take_runs: group {g} mixes batches of different "
+                        raise ValueError(f"take_batch_runs: group {g} mixes batches of different "
                                          f"columns")
                     kg = src.n_children
                     if kg == 0 or col0 + kg > kt:
@@ -431,7 +431,7 @@ def take_runs(schema, list groups):
                 return None  # a group without runs
             col0 += kg
         if col0 != kt:
-            raise ValueError(f"take_runs: the groups have {col0} columns, the schema {kt}")
+            raise ValueError(f"take_batch_runs: the groups have {col0} columns, the schema {kt}")
         block = NULL  # the import owns it now
     finally:
         if src.release != NULL:

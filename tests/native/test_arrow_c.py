@@ -114,7 +114,7 @@ def test_take_batch_extra_refuses_wrong_widths_and_objects():
 
 @given(st.lists(st.lists(st.sampled_from(FIXED), min_size=1, max_size=2), min_size=1,
                 max_size=3), st.integers(1, 20), st.data())
-def test_take_runs_equals_reference(groups_types, n, data):
+def test_take_batch_runs_equals_reference(groups_types, n, data):
     """Column groups of runs over several batches (the same batch repeated, slices) side by
     side, against the reference."""
     rng = np.random.default_rng(n)
@@ -134,21 +134,21 @@ def test_take_runs_equals_reference(groups_types, n, data):
         groups.append(runs)
         fields += [pa.field(nm, t) for nm, t in zip(names, types)]
     schema = pa.schema(fields)
-    want = R.take_runs(schema, groups)
-    got = K.take_runs(schema, groups)
+    want = R.take_batch_runs(schema, groups)
+    got = K.take_batch_runs(schema, groups)
     assert got.schema == schema
     assert got.equals(want)
 
 
-def test_take_runs_refuses_nulls_and_bad_indices():
+def test_take_batch_runs_refuses_nulls_and_bad_indices():
     b = pa.RecordBatch.from_arrays([pa.array([1, None, 3])], names=["k"])
     s = pa.schema([pa.field("k", pa.int64())])
-    assert K.take_runs(s, [[(b, np.array([0]))]]) is None
+    assert K.take_batch_runs(s, [[(b, np.array([0]))]]) is None
     c = pa.RecordBatch.from_arrays([pa.array([1, 2, 3])], names=["k"])
     with pytest.raises(IndexError):
-        K.take_runs(s, [[(c, np.array([0])), (c, np.array([3]))]])
+        K.take_batch_runs(s, [[(c, np.array([0])), (c, np.array([3]))]])
     with pytest.raises(ValueError):
-        K.take_runs(pa.schema([pa.field("k", pa.int64()), pa.field("v", pa.int64())]),
+        K.take_batch_runs(pa.schema([pa.field("k", pa.int64()), pa.field("v", pa.int64())]),
                     [[(c, np.array([0, 1]))], [(c, np.array([0]))]])
 
 

@@ -46,7 +46,7 @@ _NATIVE = {
     "combine_partials": "linear",
     "delta_partials": "linear",
     "take_batch": "arrow_c",
-    "take_runs": "arrow_c",
+    "take_batch_runs": "arrow_c",
 }
 
 
@@ -142,7 +142,7 @@ pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
-take_runs = _resolve("take_runs")
+take_batch_runs = _resolve("take_batch_runs")
 
 
 def using_native() -> dict[str, bool]:

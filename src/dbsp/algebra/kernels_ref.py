@@ -474,14 +474,14 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def take_runs(schema: pa.Schema, groups: list):
+def take_batch_runs(schema: pa.Schema, groups: list):
     """One record batch of ``schema`` from column groups side by side, each group's rows the
     rows ``idx`` of its ``(batch, idx)`` runs one after another; None when a column is not
-    fixed-width without nulls or a group has no column (see ``dbsp._native.arrow_c.take_runs``).
+    fixed-width without nulls or a group has no column (see ``dbsp._native.arrow_c.take_batch_runs``).
     """
     sizes = {sum(len(idx) for _, idx in runs) for runs in groups}
     if len(sizes) > 1:
-        raise ValueError("take_runs: groups differ in rows")
+        raise ValueError("take_batch_runs: groups differ in rows")
     if not groups or not all(_fixed_width(t) for t in schema.types):
         return None
     cols: list = []
@@ -489,7 +489,7 @@ def take_runs(schema: pa.Schema, groups: list):
         if not runs or any(b.num_columns == 0 or b.num_columns != runs[0][0].num_columns
                            for b, _ in runs):
             if runs and any(b.num_columns != runs[0][0].num_columns for b, _ in runs):
-                raise ValueError("take_runs: a group mixes batches of different columns")
+                raise ValueError("take_batch_runs: a group mixes batches of different columns")
             return None
         parts = []
         for b, idx in runs:
@@ -502,5 +502,5 @@ def take_runs(schema: pa.Schema, groups: list):
         got = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
         cols += got.columns
     if len(cols) != len(schema):
-        raise ValueError("take_runs: the groups' columns differ from the schema's")
+        raise ValueError("take_batch_runs: the groups' columns differ from the schema's")
     return pa.RecordBatch.from_arrays(cols, schema=schema)

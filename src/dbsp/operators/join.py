@@ -303,7 +303,7 @@ class JoinOperator(Operator):
             # keys, left and right values of every matched pair gathered into the output in one
             # native pass (one export per batch met, one import: no pyarrow object per column
             # and piece, no concat); None when a column is not fixed-width without nulls
-            out = K.take_runs(self.out_schema, [[(x.keys, p[0]) for x, _, p in pieces],
+            out = K.take_batch_runs(self.out_schema, [[(x.keys, p[0]) for x, _, p in pieces],
                                                 [(x.vals, p[1]) for x, _, p in pieces],
                                                 [(y.vals, p[2]) for _, y, p in pieces]])
             if out is not None:
