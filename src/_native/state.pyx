@@ -73,6 +73,19 @@ cdef inline int64_t gallop_ge(const uint64_t* k, int64_t lo, int64_t n, uint64_t
     return a
 
 
+cdef inline cnp.ndarray _contiguous(object x, int typenum, dtype):
+    """``x`` itself when it is already a contiguous 1-d array of ``typenum`` (a stored batch's
+    codes, offsets and weights always are: no ``np.ascontiguousarray`` call per batch and
+    step), else ``np.ascontiguousarray(x, dtype)``."""
+    cdef cnp.ndarray a
+    if type(x) is np.ndarray:
+        a = <cnp.ndarray>x
+        if a.ndim == 1 and cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(a) \
+                and cnp.PyArray_ISNOTSWAPPED(a):
+            return a
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
 def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     """The live version of each sorted distinct u64 probe code in batches of versioned rows.
 
@@ -109,18 +122,18 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     cdef int64_t* mi = <int64_t*>cnp.PyArray_DATA(mi_a)
     cdef int64_t* mj = <int64_t*>cnp.PyArray_DATA(mj_a)
     for b in range(nb):
-        ka = np.ascontiguousarray(kcodes[b], dtype=np.uint64)
-        oa = np.ascontiguousarray(offsets[b], dtype=np.int64)
-        va = np.ascontiguousarray(vcodes[b], dtype=np.uint64)
-        wa = np.ascontiguousarray(weights[b], dtype=np.int64)
+        ka = _contiguous(kcodes[b], cnp.NPY_UINT64, np.uint64)
+        oa = _contiguous(offsets[b], cnp.NPY_INT64, np.int64)
+        va = _contiguous(vcodes[b], cnp.NPY_UINT64, np.uint64)
+        wa = _contiguous(weights[b], cnp.NPY_INT64, np.int64)
         nk = ka.shape[0]
-        if oa.shape[0] != nk + 1 or va.shape[0] != wa.shape[0] or \
-                (nk and oa[nk] > va.shape[0]):
-            raise ValueError(f"live_versions: batch {b} has inconsistent keys, offsets and values")
         pk = <const uint64_t*>cnp.PyArray_DATA(ka)
         po = <const int64_t*>cnp.PyArray_DATA(oa)
         pv = <const uint64_t*>cnp.PyArray_DATA(va)
         pw = <const int64_t*>cnp.PyArray_DATA(wa)
+        if oa.shape[0] != nk + 1 or va.shape[0] != wa.shape[0] or \
+                (nk and po[nk] > va.shape[0]):
+            raise ValueError(f"live_versions: batch {b} has inconsistent keys, offsets and values")
         gal = nk > GALLOP_RATIO * G
         skip = not gal and nk > SKIP_RATIO * G
         with nogil:

@@ -50,6 +50,7 @@ Invariants
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -446,6 +447,22 @@ def _native_codes():
     return nc
 
 
+_ARROW_C: Any = False  # not looked up yet
+
+
+def _native_arrow():
+    """``dbsp._native.arrow_c`` (the u64 encoder of :meth:`KeyCodec.encode_batch`), or None
+    when it is not built (or ``DBSP_KERNELS=ref`` asks for the reference paths); looked up once."""
+    global _ARROW_C
+    if _ARROW_C is False:
+        try:
+            from dbsp._native import arrow_c  # type: ignore
+        except ImportError:  # pragma: no cover - reference path
+            arrow_c = None
+        _ARROW_C = None if os.environ.get("DBSP_KERNELS") == "ref" else arrow_c
+    return _ARROW_C
+
+
 @functools.lru_cache(maxsize=1024)
 def _codec_from_ipc(b: bytes) -> "KeyCodec":
     return KeyCodec(list(pa.ipc.read_schema(pa.py_buffer(b))))
@@ -469,6 +486,11 @@ class KeyCodec:
         #: per field: ``(storage dtype, signed)`` when its code is read straight from the values
         #: buffer (integers and temporal types, see :func:`_buffer_plan`), else None
         self._plan = [None if nz else _buffer_plan(f.type) for f, nz in zip(self.fields, norm)]
+        #: ``(byte width, signed, nullable)`` per column when every column's code comes from its
+        #: values buffer and the codes are u64: :meth:`encode_batch` then encodes natively
+        self._native_plan = [(p[0].itemsize, p[1], f.nullable) for f, p in
+                             zip(self.fields, self._plan)] \
+            if self.u64 and self.fields and all(p is not None for p in self._plan) else None
 
     def __reduce__(self):
         # a codec is rebuilt from its fields; sent as an Arrow IPC schema (pickling the fields
@@ -499,6 +521,20 @@ class KeyCodec:
         if _nc is not None:
             return _nc.encode_var(list(columns), [f.nullable for f in self.fields])
         return self.encode_reference(columns)
+
+    def encode_batch(self, batch: pa.RecordBatch) -> CodeArray:
+        """:meth:`encode` of the columns of ``batch`` (exactly this codec's fields, in order).
+        Integer and temporal keys without nulls are encoded from the batch's buffers in one
+        native call (``dbsp._native.arrow_c.encode_u64``, whose reference is
+        :meth:`_encode_u64`), without a pyarrow object per column."""
+        n = batch.num_rows
+        if n and self._native_plan is not None:
+            na = _native_arrow()
+            if na is not None:
+                got = na.encode_u64(batch, self._native_plan)
+                if got is not None:
+                    return got
+        return self.encode(batch.columns, n)
 
     def _encode_u64(self, columns: Sequence[pa.Array]) -> np.ndarray:
         n = len(columns[0]) if columns else 0

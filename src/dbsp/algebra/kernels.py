@@ -45,6 +45,8 @@ _NATIVE = {
     "pick_rows": "state",
     "combine_partials": "linear",
     "delta_partials": "linear",
+    "take_batch": "arrow_c",
+    "take_batch_runs": "arrow_c",
 }
 
 
@@ -139,6 +141,8 @@ versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
 delta_partials = _resolve("delta_partials")
+take_batch = _resolve("take_batch")
+take_batch_runs = _resolve("take_batch_runs")
 
 
 def using_native() -> dict[str, bool]:

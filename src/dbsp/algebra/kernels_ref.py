@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from .checked import mul_overflows
 from .codes import CodeArray, Codes, VarCodes
@@ -423,3 +424,83 @@ def pick_rows(g, is_old, old: np.ndarray, new: np.ndarray) -> np.ndarray:
     out[is_old] = np.asarray(old).view(new.dtype)[g[is_old]]
     out[~is_old] = new[g[~is_old]]
     return out
+
+
+def _fixed_width(t: pa.DataType) -> bool:
+    """Whether ``take_batch`` gathers a column of type ``t`` (one values buffer of a fixed
+    width)."""
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_date(t)
+            or pa.types.is_time(t) or pa.types.is_timestamp(t) or pa.types.is_duration(t))
+
+
+def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
+               schema: Optional[pa.Schema] = None):
+    """Rows ``idx`` of a record batch when every column is fixed-width (integers, floats,
+    dates, times, timestamps, durations) without nulls, else None (see
+    ``dbsp._native.arrow_c.take_batch``). An index outside ``0..num_rows-1`` raises
+    IndexError. ``extra``: ``(numpy values, null mask or None)`` columns appended, of the
+    fixed-width types that follow ``batch``'s in ``schema`` (``batch`` None: those alone)."""
+    if extra and schema is None:
+        raise ValueError("take_batch: extra columns need the output schema")
+    cols: list = []
+    if batch is not None:
+        if any(not _fixed_width(c.type) or c.null_count for c in batch.columns):
+            return None
+        if not extra and batch.num_columns == 0:
+            return None
+        idx = np.asarray(idx, dtype=np.int64)
+        if len(idx) and (idx.min() < 0 or idx.max() >= batch.num_rows):
+            raise IndexError(f"take: row index out of range for {batch.num_rows} rows")
+        got = batch.take(pa.array(idx, pa.int64()))
+        if not extra:
+            return got
+        cols = list(got.columns)
+    if extra:
+        types = list(schema.types)[len(cols):]
+        if len(types) != len(extra):
+            raise ValueError("take_batch: the output schema does not match the columns")
+        if not all(_fixed_width(t) for t in types):
+            return None
+        for (v, mask), t in zip(extra, types):
+            v = np.asarray(v)
+            if v.dtype.kind not in "iufmM":
+                raise TypeError(f"take_batch: extra column holds {v.dtype}, not numbers")
+            if v.dtype.itemsize * 8 != t.bit_width:
+                raise ValueError("take_batch: an extra column's items differ from its type")
+            storage = pa.from_numpy_dtype(np.dtype(f"i{v.dtype.itemsize}"))
+            a = pa.array(v.view(storage.to_pandas_dtype()), storage,
+                         mask=None if mask is None else np.asarray(mask, dtype=bool))
+            cols.append(a.view(t))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def take_batch_runs(schema: pa.Schema, groups: list):
+    """One record batch of ``schema`` from column groups side by side, each group's rows the
+    rows ``idx`` of its ``(batch, idx)`` runs one after another; None when a column is not
+    fixed-width without nulls or a group has no column (see ``dbsp._native.arrow_c.take_batch_runs``).
+    """
+    sizes = {sum(len(idx) for _, idx in runs) for runs in groups}
+    if len(sizes) > 1:
+        raise ValueError("take_batch_runs: groups differ in rows")
+    if not groups or not all(_fixed_width(t) for t in schema.types):
+        return None
+    cols: list = []
+    for runs in groups:
+        if not runs or any(b.num_columns == 0 or b.num_columns != runs[0][0].num_columns
+                           for b, _ in runs):
+            if runs and any(b.num_columns != runs[0][0].num_columns for b, _ in runs):
+                raise ValueError("take_batch_runs: a group mixes batches of different columns")
+            return None
+        parts = []
+        for b, idx in runs:
+            if any(c.null_count for c in b.columns):
+                return None
+            idx = np.asarray(idx, dtype=np.int64)
+            if len(idx) and (idx.min() < 0 or idx.max() >= b.num_rows):
+                raise IndexError(f"take: row index out of range for {b.num_rows} rows")
+            parts.append(b.take(pa.array(idx, pa.int64())))
+        got = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+        cols += got.columns
+    if len(cols) != len(schema):
+        raise ValueError("take_batch_runs: the groups' columns differ from the schema's")
+    return pa.RecordBatch.from_arrays(cols, schema=schema)

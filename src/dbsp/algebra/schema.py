@@ -395,13 +395,13 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 _EMPTY: dict = {}
 
 
-#: largest take (rows out) done by :func:`take` with numpy on fixed-width columns: Arrow's take
+#: largest take (rows out) done by :func:`take` natively on fixed-width columns: Arrow's take
 #: costs tens of microseconds a call in dispatch and index conversion, which dominates a small
 #: step; above this, Arrow's kernel (it releases the GIL) is used
 SMALL_TAKE = 1 << 14
 
-#: Arrow type ids of the fixed-width types :func:`take` gathers with numpy (one values buffer,
-#: no children, no dictionary), and the unsigned numpy dtype of each byte width
+#: Arrow type ids of the fixed-width types :func:`fixed_columns` reads with numpy (one values
+#: buffer, no children, no dictionary), and the unsigned numpy dtype of each byte width
 _FIXED_IDS = frozenset(t.id for t in (
     pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
     pa.uint64(), pa.float16(), pa.float32(), pa.float64(), pa.timestamp("s"), pa.date32(),
@@ -412,7 +412,8 @@ _UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32)
 
 def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
     """Rows ``idx`` of a record batch. Small takes of fixed-width columns without nulls gather
-    with numpy and wrap the result buffers (:data:`SMALL_TAKE`); the rest is Arrow's
+    natively through the Arrow C data interface (:func:`~dbsp.algebra.kernels.take_batch`: no
+    pyarrow object per column, the cost that dominated a hundred-row take); the rest is Arrow's
     multi-column take (it releases the GIL). ``idx``: row positions in ``0..num_rows-1`` (an
     engine-computed index; past the end raises IndexError)."""
     n = batch.num_rows
@@ -420,29 +421,13 @@ def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
     if m == n and n and K.is_identity(idx):
         return batch
     if 0 < m <= SMALL_TAKE and n and batch.num_columns:
-        out = _take_fixed(batch, np.asarray(idx), m)
+        idx = np.asarray(idx)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"take: row indices must be integers, got {idx.dtype}")
+        out = K.take_batch(batch, idx)
         if out is not None:
             return out
     return batch.take(pa.array(idx, type=pa.int64()))
-
-
-def _take_fixed(batch: pa.RecordBatch, idx: np.ndarray, m: int):
-    """:func:`take` by numpy when every column is a fixed-width type without nulls, else
-    None (a check of each column's type id and null count: no schema is hashed)."""
-    n = batch.num_rows
-    cols = batch.columns
-    for col in cols:
-        if col.type.id not in _FIXED_IDS or col.null_count:
-            return None
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"take: row indices must be integers, got {idx.dtype}")
-    out = []
-    for col in cols:
-        t = col.type
-        dt = _UINT[t.bit_width]
-        vals = np.frombuffer(col.buffers()[1], dtype=dt, count=n, offset=col.offset * dt.itemsize)
-        out.append(pa.Array.from_buffers(t, m, [None, pa.py_buffer(vals[idx])]))
-    return pa.RecordBatch.from_arrays(out, schema=batch.schema)
 
 
 def fixed_columns(batch: pa.RecordBatch) -> Optional[list]:

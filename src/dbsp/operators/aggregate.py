@@ -461,6 +461,21 @@ def np_values(col: pa.Array, dtype) -> tuple[np.ndarray, Optional[np.ndarray]]:
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=dtype), ok
 
 
+def _np_column(b, j: int, dtype) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """:func:`np_values` of value column ``j`` of the batch ``b``, kept in the batch's ``memo``
+    when it has one (an in-memory batch: it is read again every step it stays in the spine;
+    the views are zero-copy when the column has no null)."""
+    if b.is_file:
+        return np_values(b.vals.column(j), dtype)
+    memo = b.memo
+    if memo is None:
+        memo = b.memo = {}
+    got = memo.get((j, dtype))
+    if got is None:
+        got = memo[(j, dtype)] = np_values(b.vals.column(j), dtype)
+    return got
+
+
 def np_array(values: np.ndarray, t: pa.DataType, mask: Optional[np.ndarray] = None) -> pa.Array:
     """Arrow array of type ``t`` from numpy ``values`` (:func:`np_values`' inverse; ``mask``:
     true where null)."""
@@ -558,7 +573,7 @@ class VersionedRows(Stateful):
             xs: list = [none] * len(parts)
             vs: list = [None] * len(parts)  # validity; None: no null (gather fills True)
             for bno in used:
-                xs[bno], vs[bno] = np_values(parts[bno][0].vals.column(j), out.dtype)
+                xs[bno], vs[bno] = _np_column(parts[bno][0], j, out.dtype)
             K.gather_rows(p, bq, rq, xs, out)
             if oks is not None:
                 K.gather_rows(p, bq, rq, vs, oks[j], True)  # None: no null in that batch
@@ -946,6 +961,13 @@ class LinearAggregateOperator(Operator):
         self._vcodec: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
+        #: whether :meth:`_step_numeric` builds its output natively: every result's type is
+        #: the numpy dtype :meth:`_finish_numeric` gives it (int64 counts and integer sums,
+        #: float64 averages and float sums), so the values are appended as they are
+        self._native_out = self.partials.dtypes is not None and all(
+            f.type == (pa.float64() if s.kind == "avg" or (
+                s.kind == "sum" and self.partials.dtypes[si] is np.float64) else pa.int64())
+            for s, (_, si, _), f in zip(specs, self.partials.plan, self.agg_schema))
 
     @property
     def passes_empty(self) -> bool:  # type: ignore[override]
@@ -973,7 +995,7 @@ class LinearAggregateOperator(Operator):
         kc = p[1]
         data = z.data
         keys = data.select(ix.key)
-        kcodes = kc.encode(keys.columns, data.num_rows)
+        kcodes = kc.encode_batch(keys)
         perm = K.argsort(kcodes)
         sk = K.take(kcodes, perm)
         bounds = K.group_bounds(sk)
@@ -1115,11 +1137,18 @@ class LinearAggregateOperator(Operator):
                                                              st._next)
         if len(kk):
             st._next += int(np.count_nonzero(add))
-            vals = pa.RecordBatch.from_arrays(
-                [pa.array(K.pick_rows(idx, src, o, n), f.type)
-                 for o, n, f in zip(old, new, st.val_schema)], schema=st.val_schema)
-            st.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
-                                           vcodes, w, kcodec, st.vcodec))
+            picked = [K.pick_rows(idx, src, o, n) for o, n in zip(old, new)]
+            # one native import of the numpy partials (int64 / float64: the partials' dtypes)
+            vals = K.take_batch(None, None, [(x, None) for x in picked], st.val_schema)
+            if vals is None:
+                vals = pa.RecordBatch.from_arrays(
+                    [pa.array(x, f.type) for x, f in zip(picked, st.val_schema)],
+                    schema=st.val_schema)
+            b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
+                               kcodec, st.vcodec)
+            # the numpy columns just written are what get_numpy reads of this batch next step
+            b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
+            st.trace.insert(b)
         n_old = len(eo)
         if n_old + len(en) == 0:
             return ZSet.empty(self.out_schema)
@@ -1127,25 +1156,33 @@ class LinearAggregateOperator(Operator):
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
         parts = [K.pick_rows(rows, ow < 0, o, n) for o, n in zip(old, new)]
-        cols = list(take(keys, rows).columns) + self._finish_numeric(parts)
-        return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
+        fin = self._finish_numeric(parts)
+        out = None
+        if self._native_out:  # keys gathered and results appended in one native import
+            out = K.take_batch(keys, rows, fin, self.out_schema)
+        if out is None:
+            cols = list(take(keys, rows).columns) + [
+                pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]
+            out = pa.RecordBatch.from_arrays(cols, schema=self.out_schema)
+        return ZSet(out, ow)
 
     def _finish_numeric(self, parts: list) -> list:
-        """:meth:`_Partials.finish` of numpy partials (no decimal): count as it is, sum and avg
-        null where the non-null count is 0, avg as ``float(sum) / float(count)``."""
+        """:meth:`_Partials.finish` of numpy partials (no decimal) as ``(values, null mask or
+        None)`` per aggregate: count as it is, sum and avg null where the non-null count is 0,
+        avg as ``float(sum) / float(count)``."""
         out = []
         for s, (ci, si, _) in zip(self.specs, self.partials.plan):
             if s.kind == "count":
-                out.append(pa.array(parts[0] if ci is None else parts[ci], pa.int64()))
+                out.append((parts[0] if ci is None else parts[ci], None))
                 continue
             n = parts[ci]
             null = n == 0
             mask = null if null.any() else None
             if s.kind == "sum":
-                out.append(pa.array(parts[si], s.out_type, mask=mask))
+                out.append((parts[si], mask))
             else:
                 avg = np.divide(parts[si], n, out=np.zeros(len(n), np.float64), where=~null)
-                out.append(pa.array(avg, pa.float64(), mask=mask))
+                out.append((avg, mask))
         return out
 
     def _exchange_partials(self, d: OrdIndexedZSet, z: Optional[ZSet] = None):

@@ -299,6 +299,16 @@ class JoinOperator(Operator):
     def _build(self, pieces) -> ZSet:
         if not pieces:
             return ZSet.empty(self.out_schema)
+        if self.mode not in ("left", "fn"):
+            # keys, left and right values of every matched pair gathered into the output in one
+            # native pass (one export per batch met, one import: no pyarrow object per column
+            # and piece, no concat); None when a column is not fixed-width without nulls
+            out = K.take_batch_runs(self.out_schema, [[(x.keys, p[0]) for x, _, p in pieces],
+                                                [(x.vals, p[1]) for x, _, p in pieces],
+                                                [(y.vals, p[2]) for _, y, p in pieces]])
+            if out is not None:
+                ws = [p[3] for _, _, p in pieces]
+                return ZSet(out, ws[0] if len(ws) == 1 else np.concatenate(ws))
         # the delta side is one batch for every stored batch it met: one take over the
         # concatenated indices instead of a take per piece and a concat
         ks = _take_runs([(x.keys, p[0]) for x, _, p in pieces])

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
+from ..algebra.codes import KeyCodec, codec_for
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..algebra.schema import WEIGHT
@@ -58,6 +59,7 @@ class OutputHandle(Stateful):
     def __init__(self, node: int, schema: pa.Schema, name: str, keep_view: bool):
         self.node = node
         self.schema = schema
+        self._codec = codec_for(schema, schema.names)  # the delta's row codec
         self.name = name
         self.keep_view = keep_view
         self._parts: list[ZSet] = []
@@ -90,7 +92,7 @@ class OutputHandle(Stateful):
             self._bound += m
             return
         self._fold_view()
-        d = _consolidate_parts(self.schema, parts)   # raises itself if the step's sum wraps
+        d = _consolidate_parts(self.schema, self._codec, parts)   # raises itself if the step's sum wraps
         adds = self._view.weight_parts(d.codes) + [d.weights]  # type: ignore[union-attr]
         shadow = np.zeros(len(d), np.float64)
         for a in adds:
@@ -137,7 +139,7 @@ class OutputHandle(Stateful):
     def delta(self) -> OrdZSet:
         """The consolidated change of the last step."""
         if self._delta is None:
-            self._delta = _consolidate_parts(self.schema, self._parts)
+            self._delta = _consolidate_parts(self.schema, self._codec, self._parts)
         return self._delta
 
     def delta_loose(self) -> ZSet:
@@ -174,7 +176,7 @@ class OutputHandle(Stateful):
     def _fold_view(self) -> None:
         """Add the steps' deltas not yet in the view's spine to it."""
         if self._view is not None and self._view_pending:
-            b = _consolidate_parts(self.schema, self._view_pending)
+            b = _consolidate_parts(self.schema, self._codec, self._view_pending)
             self._view_pending = []
             self._pending_steps = self._pending_rows = 0
             if len(b):
@@ -204,11 +206,13 @@ class OutputHandle(Stateful):
         return self.view().to_dict()
 
 
-def _consolidate_parts(schema: pa.Schema, parts: list) -> OrdZSet:
+def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list) -> OrdZSet:
+    """The parts summed and consolidated; ``codec``: the schema's row codec (the handle's,
+    found once, not looked up by hashing the schema every step)."""
     if not parts:
         return OrdZSet.empty(schema)
     z = add(ZSetType(schema), parts)
-    return z.consolidate()  # type: ignore[union-attr]
+    return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
 
 
 def output(stream, name: Optional[str], view: bool) -> OutputHandle:

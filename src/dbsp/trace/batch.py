@@ -179,7 +179,7 @@ class OrdZSet(ZSet):
         codec = codec or codec_for(z.schema, z.schema.names)
         if len(z) == 0:
             return cls(z.data, EMPTY_I64, _empty_codes(codec.u64), codec)
-        codes = codec.encode(z.data.columns, len(z))
+        codes = codec.encode_batch(z.data)
         try:
             perm, w = K.sort_consolidate(codes, None, z.weights)
         except WeightOverflowError as e:
@@ -320,7 +320,7 @@ class OrdIndexedZSet:
     """
 
     __slots__ = ("keys", "kcodes", "offsets", "vals", "vcodes", "weights", "kcodec", "vcodec",
-                 "_nb", "hits")
+                 "_nb", "hits", "memo")
 
     def __init__(self, keys: pa.RecordBatch, kcodes: CodeArray, offsets: np.ndarray,
                  vals: pa.RecordBatch, vcodes: CodeArray, weights: np.ndarray,
@@ -330,6 +330,10 @@ class OrdIndexedZSet:
         self.kcodec, self.vcodec = kcodec, vcodec
         self._nb = -1
         self.hits = 0  # keys found by probes while stored (the accountant spills cold first)
+        #: None, or a dict where a reader keeps what it derived from this (immutable) batch and
+        #: reads again every step while the batch sits in a spine (the aggregate state's numpy
+        #: views of its value columns); dropped with the batch
+        self.memo: Optional[dict] = None
 
     # -- shape -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -377,8 +381,8 @@ class OrdIndexedZSet:
         vcodec = vcodec or codec_for(vals.schema, vals.schema.names)
         if keys.num_rows == 0:
             return cls.empty(keys.schema, vals.schema)
-        kcodes = kcodec.encode(keys.columns, keys.num_rows) if kcodes is None else kcodes
-        vcodes = vcodec.encode(vals.columns, vals.num_rows) if vcodes is None else vcodes
+        kcodes = kcodec.encode_batch(keys) if kcodes is None else kcodes
+        vcodes = vcodec.encode_batch(vals) if vcodes is None else vcodes
         try:
             perm, w = K.sort_consolidate(kcodes, vcodes, np.asarray(weights, np.int64))
         except WeightOverflowError as e:

@@ -1,0 +1,530 @@
+"""Record batches through the Arrow C data interface: small gathers without a Python object per
+column (native twin of ``take_batch`` in ``kernels_ref``).
+
+A pyarrow object costs more to make than a hundred rows cost to move: every ``pa.Array`` built or
+read (``batch.column(i)``, ``batch.columns``, ``Array.from_buffers``) wraps its ``DataType`` again
+(a couple of thousand instructions each in pyarrow 26), and ``RecordBatch.from_arrays(...,
+schema=)`` wraps every field. A numpy gather of each column of a small batch therefore spent
+most of its time making and unmaking those wrappers, not gathering.
+
+* ``take_batch(batch, idx)``: rows ``idx`` of ``batch`` when every column is fixed-width
+  (integers, floats, dates, times, timestamps, durations) without nulls, else None. The batch is
+  exported once (``_export_to_c``: no Python object per column), each column gathered from its
+  values buffer into one aligned allocation, and the result imported once
+  (``RecordBatch._import_from_c`` with the batch's own schema object). Row indices outside
+  ``0..num_rows-1`` raise IndexError. With ``extra`` numpy columns (and their null masks) and
+  the output ``schema``, those columns follow the gathered ones in the same batch: an
+  operator's output (gathered keys, then computed values) or a state's value batch in one
+  import, without a ``pa.array`` per column and ``RecordBatch.from_arrays`` (which wraps each
+  field of the schema).
+* ``encode_u64(batch, plan)``: the u64 key codes of a batch of integer / temporal columns
+  without nulls, read from the exported buffers (no pyarrow Array or Buffer object per column,
+  no numpy temporaries per column); the twin of ``KeyCodec._encode_u64``.
+
+Ownership: the output ``ArrowArray`` and everything it points to (children, buffer tables,
+values) are one allocation, freed by the parent's ``release`` (Arrow C++ imports a record batch
+whole and releases only the parent; the children's ``release`` only marks them released).
+Gather loops run without the GIL.
+"""
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport free
+from libc.string cimport memcpy, memset
+
+import numpy as np
+import pyarrow as pa
+
+cnp.import_array()
+
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
+
+cdef struct ArrowSchema:
+    const char* format
+    const char* name
+    const char* metadata
+    int64_t flags
+    int64_t n_children
+    ArrowSchema** children
+    ArrowSchema* dictionary
+    void (*release)(ArrowSchema*) noexcept nogil
+    void* private_data
+
+
+cdef struct ArrowArray:
+    int64_t length
+    int64_t null_count
+    int64_t offset
+    int64_t n_buffers
+    int64_t n_children
+    const void** buffers
+    ArrowArray** children
+    ArrowArray* dictionary
+    void (*release)(ArrowArray*) noexcept nogil
+    void* private_data
+
+
+cdef void _release_parent(ArrowArray* a) noexcept nogil:
+    free(a.private_data)  # the one block holding every struct and buffer of the batch
+    a.release = NULL
+
+
+cdef void _release_child(ArrowArray* a) noexcept nogil:
+    a.release = NULL  # memory belongs to the parent's block
+
+
+cdef int _width(const char* f) noexcept nogil:
+    """Bytes per value of a fixed-width format string without children, else 0."""
+    cdef char c = f[0]
+    if c == 0:
+        return 0
+    if f[1] == 0:
+        if c == b'c' or c == b'C':
+            return 1
+        if c == b's' or c == b'S' or c == b'e':
+            return 2
+        if c == b'i' or c == b'I' or c == b'f':
+            return 4
+        if c == b'l' or c == b'L' or c == b'g':
+            return 8
+        return 0
+    if c != b't' or f[2] == 0:
+        return 0
+    cdef char k = f[1], u = f[2]
+    if k == b'd':  # date32 (days) / date64 (milliseconds)
+        return 4 if u == b'D' else (8 if u == b'm' else 0)
+    if k == b't':  # time32 (s, ms) / time64 (us, ns)
+        return 4 if (u == b's' or u == b'm') else (8 if (u == b'u' or u == b'n') else 0)
+    if k == b's' or k == b'D':  # timestamp (with or without a zone) / duration
+        return 8 if (u == b's' or u == b'm' or u == b'u' or u == b'n') else 0
+    return 0
+
+
+cdef inline size_t _up64(size_t x) noexcept nogil:
+    return (x + 63) & ~(<size_t>63)
+
+
+cdef void _gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
+                  int64_t m) noexcept nogil:
+    cdef int64_t i
+    if w == 8:
+        for i in range(m):
+            (<uint64_t*>dst)[i] = (<const uint64_t*>src)[idx[i]]
+    elif w == 4:
+        for i in range(m):
+            (<uint32_t*>dst)[i] = (<const uint32_t*>src)[idx[i]]
+    elif w == 2:
+        for i in range(m):
+            (<uint16_t*>dst)[i] = (<const uint16_t*>src)[idx[i]]
+    else:
+        for i in range(m):
+            dst[i] = src[idx[i]]
+
+
+_import_batch = pa.RecordBatch._import_from_c
+
+
+cdef int _check_gathered(ArrowArray* ch, int w):
+    """Whether an exported column of width ``w`` can be gathered (one values buffer, no
+    nulls, no dictionary or children)."""
+    if w == 0 or ch.n_children != 0 or ch.n_buffers != 2 or ch.dictionary != NULL:
+        return 0
+    return ch.null_count == 0 or (ch.null_count == -1 and ch.buffers[0] == NULL)
+
+
+def take_batch(batch, idx, list extra=None, schema=None):
+    """Rows ``idx`` (integers in ``0..num_rows-1``) of the record batch ``batch`` when every
+    column is fixed-width without nulls, else None.
+
+    With ``extra`` (a list of ``(values, null mask or None)`` numpy pairs, one value per output
+    row) and ``schema`` (the output schema: ``batch``'s column types, then one fixed-width type
+    per extra column whose byte width is its values' itemsize), the extra columns follow the
+    gathered ones in the same batch (a null where the mask is true). ``batch`` may then be None
+    (and ``idx`` ignored): the batch of the extra columns alone."""
+    cdef cnp.ndarray ix
+    cdef int64_t m = 0, n = 0, i, lo = 0, hi = 0, nnull
+    cdef const int64_t* p = NULL
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    cdef ArrowSchema sout
+    cdef ArrowSchema* sch
+    src.release = NULL
+    ssrc.release = NULL
+    sout.release = NULL
+    src.n_children = 0
+    src.offset = 0
+    cdef int64_t k = 0, e = 0 if extra is None else len(extra), c, kt
+    cdef int widths[64]
+    cdef list vals = [], masks = []
+    cdef cnp.ndarray va, ma
+    cdef int64_t isz
+    cdef ArrowArray* ch
+    cdef ArrowArray* out = NULL
+    cdef ArrowArray* kids
+    cdef ArrowArray** kidp
+    cdef const void** bufs
+    cdef uint8_t* block
+    cdef uint8_t* data
+    cdef const uint8_t* pm
+    cdef uint8_t* bm
+    cdef size_t head, size
+    cdef int w
+    if e and schema is None:
+        raise ValueError("take_batch: extra columns need the output schema")
+    if e > 64:
+        return None
+    if e:
+        m = -1
+        for c in range(e):
+            v, mk = extra[c]
+            va = np.ascontiguousarray(v)
+            if va.dtype.kind not in "iufmM":
+                raise TypeError(f"take_batch: extra column {c} holds {va.dtype}, not numbers")
+            if va.ndim != 1 or (m >= 0 and va.shape[0] != m):
+                raise ValueError("take_batch: extra columns differ in length")
+            m = va.shape[0]
+            vals.append(va)
+            if mk is None:
+                masks.append(None)
+            else:
+                ma = np.ascontiguousarray(mk, dtype=bool)
+                if ma.ndim != 1 or ma.shape[0] != m:
+                    raise ValueError("take_batch: a null mask differs in length from its column")
+                masks.append(ma)
+    try:
+        if batch is not None:
+            ix = np.ascontiguousarray(idx, dtype=np.int64)
+            if e and ix.shape[0] != m:
+                raise ValueError("take_batch: extra columns differ in length from the rows taken")
+            m = ix.shape[0]
+            p = <const int64_t*>cnp.PyArray_DATA(ix)
+            if e:
+                batch._export_to_c(<uintptr_t>&src)
+            else:
+                batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+            k = src.n_children
+            n = src.length
+            if k > 64 or src.dictionary != NULL:
+                return None
+        if e:
+            schema._export_to_c(<uintptr_t>&sout)
+            sch = &sout
+            if sout.n_children != k + e:
+                raise ValueError(f"take_batch: the output schema has {sout.n_children} columns, "
+                                 f"not {k} + {e}")
+        else:
+            sch = &ssrc
+            if k == 0:
+                return None
+        kt = k + e
+        for c in range(kt):
+            w = _width(sch.children[c].format)
+            if w == 0 or sch.children[c].dictionary != NULL:
+                return None
+            if c < k and not _check_gathered(src.children[c], w):
+                return None
+            if c >= k:
+                va = vals[c - k]
+                isz = va.itemsize
+                if w != isz:
+                    raise ValueError(f"take_batch: extra column {c - k} has items of {isz} "
+                                     f"bytes, its type {w}")
+            widths[c] = w
+        if k:
+            with nogil:
+                for i in range(m):
+                    if p[i] < 0 or p[i] >= n:
+                        hi = 1
+                        lo = p[i]
+                        break
+            if hi:
+                raise IndexError(f"take: row index {lo} out of range for {n} rows")
+        # one block: parent, children, child pointers, buffer tables, then each column's values
+        # (and validity bitmap)
+        head = _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
+                     + sizeof(void*) * (1 + 2 * kt))
+        size = head
+        for c in range(kt):
+            size += _up64(<size_t>widths[c] * <size_t>m)
+            if c >= k and masks[c - k] is not None:
+                size += _up64(<size_t>((m + 7) >> 3))
+        block = <uint8_t*>aligned_alloc(64, size)
+        if block == NULL:
+            raise MemoryError()
+        memset(block, 0, head)
+        out = <ArrowArray*>block
+        kids = out + 1
+        kidp = <ArrowArray**>(kids + kt)
+        bufs = <const void**>(kidp + kt)
+        data = block + head
+        out.length = m
+        out.n_buffers = 1
+        out.n_children = kt
+        out.buffers = bufs
+        out.children = kidp
+        out.release = _release_parent
+        out.private_data = block
+        for c in range(kt):
+            w = widths[c]
+            kidp[c] = &kids[c]
+            kids[c].length = m
+            kids[c].n_buffers = 2
+            kids[c].buffers = bufs + 1 + 2 * c
+            kids[c].buffers[1] = data
+            kids[c].release = _release_child
+            if c < k:
+                ch = src.children[c]
+                with nogil:
+                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                            data, w, p, m)
+                data += _up64(<size_t>w * <size_t>m)
+                continue
+            va = vals[c - k]
+            memcpy(data, cnp.PyArray_DATA(va), <size_t>w * <size_t>m)
+            data += _up64(<size_t>w * <size_t>m)
+            if masks[c - k] is None:
+                continue
+            ma = masks[c - k]
+            pm = <const uint8_t*>cnp.PyArray_DATA(ma)
+            bm = data
+            nnull = 0
+            with nogil:
+                memset(bm, 0, (m + 7) >> 3)
+                for i in range(m):
+                    if pm[i]:
+                        nnull += 1
+                    else:
+                        bm[i >> 3] |= <uint8_t>(1 << (i & 7))
+            if nnull:
+                kids[c].buffers[0] = bm
+            kids[c].null_count = nnull
+            data += _up64(<size_t>((m + 7) >> 3))
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
+        if sout.release != NULL:
+            sout.release(&sout)
+    return _import_batch(<uintptr_t>out, batch.schema if not e else schema)
+
+
+def take_batch_runs(schema, list groups):
+    """One record batch of ``schema`` from column groups side by side: group ``g`` is a list of
+    ``(batch, idx)`` runs, its rows the rows ``idx`` of each run's batch one run after another
+    (every batch of a group has the group's columns, which come next in ``schema``). Every
+    group has the same number of rows. None when a column is not fixed-width without nulls (or
+    a group has no column). A run on the same batch object as the run before it reuses its
+    export. An index outside its batch raises IndexError."""
+    cdef ArrowSchema sout
+    cdef ArrowArray src
+    sout.release = NULL
+    src.release = NULL
+    cdef int64_t ng = len(groups), g, r, nr, c, kg, col0 = 0, kt, m = -1, mg, i, n, lo = 0
+    cdef int64_t row0
+    cdef int widths[64]
+    cdef ArrowArray* ch
+    cdef ArrowArray* out = NULL
+    cdef ArrowArray* kids
+    cdef ArrowArray** kidp
+    cdef const void** bufs
+    cdef uint8_t* block = NULL
+    cdef uint8_t* data
+    cdef size_t head, size
+    cdef int w, hi = 0
+    cdef cnp.ndarray ix
+    cdef const int64_t* p
+    cdef list runs
+    cdef object prev
+    # rows per group (all equal)
+    for g in range(ng):
+        runs = groups[g]
+        mg = 0
+        for r in range(len(runs)):
+            mg += len(runs[r][1])
+        if m >= 0 and mg != m:
+            raise ValueError(f"take_batch_runs: group {g} has {mg} rows, not {m}")
+        m = mg
+    if m < 0:
+        return None
+    schema._export_to_c(<uintptr_t>&sout)
+    try:
+        kt = sout.n_children
+        if kt == 0 or kt > 64:
+            return None
+        for c in range(kt):
+            widths[c] = _width(sout.children[c].format)
+            if widths[c] == 0 or sout.children[c].dictionary != NULL:
+                return None
+        head = _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
+                     + sizeof(void*) * (1 + 2 * kt))
+        size = head
+        for c in range(kt):
+            size += _up64(<size_t>widths[c] * <size_t>m)
+        block = <uint8_t*>aligned_alloc(64, size)
+        if block == NULL:
+            raise MemoryError()
+        memset(block, 0, head)
+        out = <ArrowArray*>block
+        kids = out + 1
+        kidp = <ArrowArray**>(kids + kt)
+        bufs = <const void**>(kidp + kt)
+        data = block + head
+        out.length = m
+        out.n_buffers = 1
+        out.n_children = kt
+        out.buffers = bufs
+        out.children = kidp
+        out.release = _release_parent
+        out.private_data = block
+        for c in range(kt):
+            kidp[c] = &kids[c]
+            kids[c].length = m
+            kids[c].n_buffers = 2
+            kids[c].buffers = bufs + 1 + 2 * c
+            kids[c].buffers[1] = data
+            kids[c].release = _release_child
+            data += _up64(<size_t>widths[c] * <size_t>m)
+        for g in range(ng):
+            runs = groups[g]
+            nr = len(runs)
+            kg = -1
+            row0 = 0
+            prev = None
+            for r in range(nr):
+                b, idx = runs[r]
+                if b is not prev:
+                    if src.release != NULL:
+                        src.release(&src)
+                    b._export_to_c(<uintptr_t>&src)
+                    prev = b
+                    if src.dictionary != NULL or (kg >= 0 and src.n_children != kg):
+                        raise ValueError(f"take_batch_runs: group {g} mixes batches of different "
+                                         f"columns")
+                    kg = src.n_children
+                    if kg == 0 or col0 + kg > kt:
+                        return None  # (a group without columns: the caller's path)
+                    for c in range(kg):
+                        if not _check_gathered(src.children[c], widths[col0 + c]):
+                            return None
+                ix = np.ascontiguousarray(idx, dtype=np.int64)
+                p = <const int64_t*>cnp.PyArray_DATA(ix)
+                mg = ix.shape[0]
+                n = src.length
+                with nogil:
+                    for i in range(mg):
+                        if p[i] < 0 or p[i] >= n:
+                            hi = 1
+                            lo = p[i]
+                            break
+                    if not hi:
+                        for c in range(kg):
+                            w = widths[col0 + c]
+                            ch = src.children[c]
+                            _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                                    <uint8_t*>kids[col0 + c].buffers[1] + row0 * w, w, p, mg)
+                if hi:
+                    raise IndexError(f"take: row index {lo} out of range for {n} rows")
+                row0 += mg
+            if kg < 0:
+                return None  # a group without runs
+            col0 += kg
+        if col0 != kt:
+            raise ValueError(f"take_batch_runs: the groups have {col0} columns, the schema {kt}")
+        block = NULL  # the import owns it now
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if sout.release != NULL:
+            sout.release(&sout)
+        if block != NULL:
+            free(block)
+    return _import_batch(<uintptr_t>out, schema)
+
+
+cdef void _widen(const uint8_t* base, uint64_t* out, int w, uint64_t flip,
+                 int64_t n) noexcept nogil:
+    """``out[i] = value i ^ flip`` for values of ``w`` bytes (the first part of a code)."""
+    cdef int64_t i
+    if w == 8:
+        for i in range(n):
+            out[i] = (<const uint64_t*>base)[i] ^ flip
+    elif w == 4:
+        for i in range(n):
+            out[i] = (<const uint32_t*>base)[i] ^ flip
+    elif w == 2:
+        for i in range(n):
+            out[i] = ((<const uint16_t*>base)[i] ^ flip) & 0xFFFF
+    else:
+        for i in range(n):
+            out[i] = (base[i] ^ flip) & 0xFF
+
+
+def encode_u64(batch, list plan):
+    """The u64 key codes of the rows of ``batch`` (native twin of ``KeyCodec._encode_u64``,
+    which is the reference): ``plan`` gives per column ``(byte width, signed, nullable)``; a
+    signed value has its sign bit flipped (two's complement then sorts as unsigned), a
+    nullable column puts a validity byte (1) before its value, and the columns are packed most
+    significant first. None when a column has a null or is not one values buffer of that width
+    (the caller's general path), or the plan does not match the batch's columns."""
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL
+    ssrc.release = NULL
+    cdef int64_t n, i, c, k = len(plan)
+    cdef int w
+    cdef bint signed, nullable
+    cdef uint64_t flip
+    cdef ArrowArray* ch
+    cdef const uint8_t* base
+    cdef cnp.ndarray out_a
+    cdef uint64_t* out
+    cdef bint first
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        n = src.length
+        if k == 0 or src.n_children != k or src.dictionary != NULL:
+            return None
+        for c in range(k):
+            w = plan[c][0]
+            # the column's own type must have the plan's width (the values buffer is read as
+            # such): a batch that does not match its codec goes to the general path
+            if w not in (1, 2, 4, 8) or _width(ssrc.children[c].format) != w \
+                    or not _check_gathered(src.children[c], w):
+                return None
+        out_a = np.empty(n, dtype=np.uint64)
+        out = <uint64_t*>cnp.PyArray_DATA(out_a)
+        first = True  # the first part written is assigned (no zero fill, no read)
+        for c in range(k):
+            w, signed, nullable = plan[c]
+            ch = src.children[c]
+            base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
+            flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
+            with nogil:
+                if nullable:  # the validity byte: every row is valid here
+                    if first:
+                        for i in range(n):
+                            out[i] = 1
+                    else:
+                        for i in range(n):
+                            out[i] = (out[i] << 8) | 1
+                    first = False
+                if first or w == 8:  # (w == 8 only as the sole column of a u64 codec)
+                    _widen(base, out, w, flip, n)
+                elif w == 4:
+                    for i in range(n):
+                        out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
+                elif w == 2:
+                    for i in range(n):
+                        out[i] = (out[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
+                else:
+                    for i in range(n):
+                        out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
+                first = False
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
+    return out_a

@@ -1,0 +1,211 @@
+"""``dbsp._native.arrow_c.take_batch`` against its reference twin ``kernels_ref.take_batch``:
+the same batch for fixed-width columns without nulls (any slice, time zones), the same None
+for any other column, the same IndexError past the end; the result owns its memory."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dbsp.algebra import kernels as K
+from dbsp._native import arrow_c
+from dbsp.algebra import kernels_ref as R
+
+FIXED = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint64(), pa.float16(),
+         pa.float32(), pa.float64(), pa.timestamp("us", tz="Europe/Paris"), pa.date32(),
+         pa.date64(), pa.time32("ms"), pa.time64("ns"), pa.duration("s")]
+
+
+def _column(t: pa.DataType, n: int, rng) -> pa.Array:
+    raw = rng.integers(0, 100, n)
+    if pa.types.is_floating(t):
+        return pa.array(raw.astype(np.float64) / 3).cast(t)
+    if pa.types.is_temporal(t):
+        return pa.array(raw.astype(np.int64 if t.bit_width == 64 else np.int32)).cast(t)
+    return pa.array(raw).cast(t)
+
+
+def test_native_kernel_is_native():
+    assert K.using_native()["take_batch"]
+
+
+@given(st.lists(st.sampled_from(FIXED + [pa.string(), pa.bool_()]), min_size=1, max_size=5),
+       st.integers(1, 40), st.integers(0, 5), st.booleans(), st.data())
+def test_take_batch_equals_reference(types, n, skip, nulls, data):
+    """The native ``take_batch`` against its reference twin: same batch (or the same None for a
+    column it does not gather: strings, booleans, nulls), same IndexError past the end."""
+    rng = np.random.default_rng(n + skip)
+    cols = [_column(t, n + skip, rng) if t in FIXED else pa.array(
+        [str(x) for x in range(n + skip)] if t == pa.string() else [True] * (n + skip), t)
+        for t in types]
+    if nulls:
+        cols[0] = pa.array(cols[0].to_pylist()[:-1] + [None], cols[0].type)
+    b = pa.RecordBatch.from_arrays(cols, names=[f"c{i}" for i in range(len(types))]).slice(skip)
+    idx = np.asarray(data.draw(st.lists(st.integers(0, n + 1), max_size=60)), dtype=np.int64)
+    try:
+        want = R.take_batch(b, idx)
+    except IndexError:
+        with pytest.raises(IndexError):
+            K.take_batch(b, idx)
+        return
+    got = K.take_batch(b, idx)
+    if want is None:
+        assert got is None
+        return
+    assert got.schema == b.schema
+    assert got.equals(want)
+    assert got.validate(full=pa.date64() not in got.schema.types) is None  # (test data: ms)
+
+
+def test_take_batch_outlives_its_source():
+    """The gathered batch owns its values: it stays right after the source batch is gone."""
+    b = pa.RecordBatch.from_arrays([pa.array(np.arange(1000, dtype=np.int64)),
+                                    pa.array(np.arange(1000, dtype=np.int32))], names=["a", "b"])
+    got = K.take_batch(b, np.array([999, 3, 3, 0]))
+    del b
+    assert got.column(0).to_pylist() == [999, 3, 3, 0]
+    assert got.column(1).to_pylist() == [999, 3, 3, 0]
+    assert got.slice(1).column(0).to_pylist() == [3, 3, 0]
+
+
+EXTRA = [(pa.int64(), np.int64), (pa.float64(), np.float64), (pa.int32(), np.int32),
+         (pa.uint8(), np.uint8), (pa.timestamp("us"), np.int64), (pa.date32(), np.int32)]
+
+
+@given(st.lists(st.sampled_from(FIXED), max_size=3), st.lists(st.sampled_from(range(len(EXTRA))),
+       min_size=1, max_size=4), st.integers(1, 30), st.integers(0, 3), st.data())
+def test_take_batch_with_extra_columns_equals_reference(types, extra_kinds, n, skip, data):
+    """Gathered columns followed by numpy columns (with null masks) in one batch, against the
+    reference; ``batch=None`` builds the numpy columns alone."""
+    rng = np.random.default_rng(n * 7 + skip)
+    b = None
+    if types:
+        b = pa.RecordBatch.from_arrays([_column(t, n + skip, rng) for t in types],
+                                       names=[f"c{i}" for i in range(len(types))]).slice(skip)
+    m = data.draw(st.integers(0, 50))
+    idx = rng.integers(0, n, m) if b is not None else None
+    extra, fields = [], list(b.schema) if b is not None else []
+    for j, e in enumerate(extra_kinds):
+        t, dt = EXTRA[e]
+        v = rng.integers(0, 100, m).astype(dt)
+        mask = rng.random(m) < 0.3 if data.draw(st.booleans()) else None
+        extra.append((v, mask))
+        fields.append(pa.field(f"x{j}", t))
+    schema = pa.schema(fields)
+    want = R.take_batch(b, idx, extra, schema)
+    got = K.take_batch(b, idx, extra, schema)
+    assert got.schema == schema
+    assert got.equals(want)
+    assert got.validate(full=pa.date64() not in got.schema.types) is None  # (test data: ms)
+
+
+def test_take_batch_extra_refuses_wrong_widths_and_objects():
+    schema = pa.schema([pa.field("x", pa.int64())])
+    with pytest.raises(ValueError):
+        K.take_batch(None, None, [(np.arange(3, dtype=np.int32), None)], schema)
+    with pytest.raises(TypeError):
+        K.take_batch(None, None, [(np.array([1, 2], dtype=object), None)], schema)
+    # a column Arrow stores as bits (bool) is not gathered: the caller falls back
+    assert K.take_batch(None, None, [(np.zeros(2, np.uint8), None)],
+                        pa.schema([pa.field("b", pa.bool_())])) is None
+
+
+@given(st.lists(st.lists(st.sampled_from(FIXED), min_size=1, max_size=2), min_size=1,
+                max_size=3), st.integers(1, 20), st.data())
+def test_take_batch_runs_equals_reference(groups_types, n, data):
+    """Column groups of runs over several batches (the same batch repeated, slices) side by
+    side, against the reference."""
+    rng = np.random.default_rng(n)
+    m = data.draw(st.integers(0, 40))
+    groups, fields = [], []
+    for g, types in enumerate(groups_types):
+        names = [f"g{g}c{i}" for i in range(len(types))]
+        pool = [pa.RecordBatch.from_arrays([_column(t, n + 2, rng) for t in types],
+                                           names=names).slice(data.draw(st.integers(0, 2)))
+                for _ in range(data.draw(st.integers(1, 3)))]
+        cuts = sorted(data.draw(st.lists(st.integers(0, m), max_size=3)))
+        runs, lo = [], 0
+        for hi in cuts + [m]:
+            b = pool[data.draw(st.integers(0, len(pool) - 1))]
+            runs.append((b, rng.integers(0, b.num_rows, hi - lo)))
+            lo = hi
+        groups.append(runs)
+        fields += [pa.field(nm, t) for nm, t in zip(names, types)]
+    schema = pa.schema(fields)
+    want = R.take_batch_runs(schema, groups)
+    got = K.take_batch_runs(schema, groups)
+    assert got.schema == schema
+    assert got.equals(want)
+
+
+def test_take_batch_runs_refuses_nulls_and_bad_indices():
+    b = pa.RecordBatch.from_arrays([pa.array([1, None, 3])], names=["k"])
+    s = pa.schema([pa.field("k", pa.int64())])
+    assert K.take_batch_runs(s, [[(b, np.array([0]))]]) is None
+    c = pa.RecordBatch.from_arrays([pa.array([1, 2, 3])], names=["k"])
+    with pytest.raises(IndexError):
+        K.take_batch_runs(s, [[(c, np.array([0])), (c, np.array([3]))]])
+    with pytest.raises(ValueError):
+        K.take_batch_runs(pa.schema([pa.field("k", pa.int64()), pa.field("v", pa.int64())]),
+                    [[(c, np.array([0, 1]))], [(c, np.array([0]))]])
+
+
+INT_KEYS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
+            pa.uint64(), pa.date32(), pa.timestamp("ms"), pa.time32("s")]
+
+
+@given(st.lists(st.tuples(st.sampled_from(INT_KEYS), st.booleans()), min_size=1, max_size=4),
+       st.integers(1, 40), st.integers(0, 3), st.booleans(), st.data())
+def test_encode_u64_equals_reference(cols, n, skip, nulls, data):
+    """``KeyCodec.encode_batch`` (native ``encode_u64`` for integer / temporal keys without
+    nulls) gives the codes of the reference ``_encode_u64``: signs flipped, validity bytes,
+    packing order, slices; a batch with a null (or a codec that is not u64) takes the
+    general path and still agrees."""
+    from dbsp.algebra.codes import KeyCodec
+    rng = np.random.default_rng(n + skip)
+    arrays, fields = [], []
+    for i, (t, nullable) in enumerate(cols):
+        w = t.bit_width // 8
+        lo, hi = (-(1 << (8 * w - 1)), (1 << (8 * w - 1)) - 1) if (
+            pa.types.is_signed_integer(t) or not pa.types.is_integer(t)) else (0, (1 << 8 * w) - 1)
+        raw = [int(x) for x in rng.integers(lo, hi, n + skip, dtype=np.int64 if hi < 2**63
+                                            else np.uint64, endpoint=True)]
+        storage = pa.int64() if w == 8 and t != pa.uint64() else t
+        a = pa.array(raw, t if pa.types.is_integer(t) else pa.from_numpy_dtype(
+            np.dtype(f"i{w}"))).cast(t) if not nulls or i else pa.array(raw[:-1] + [None], storage).cast(t)
+        arrays.append(a)
+        fields.append(pa.field(f"c{i}", t, nullable or (nulls and i == 0)))
+    b = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields)).slice(skip)
+    codec = KeyCodec(fields)
+    got = codec.encode_batch(b)
+    if not codec.u64:
+        return  # (encode_batch is encode for var codes)
+    want = codec._encode_u64(b.columns)
+    assert got.dtype == np.uint64
+    assert np.array_equal(got, want)
+    native = arrow_c.encode_u64(b, codec._native_plan) if codec._native_plan else None
+    if codec._native_plan and not any(c.null_count for c in b.columns):
+        assert native is not None and np.array_equal(native, want)
+    else:
+        assert native is None
+
+
+def test_encode_u64_is_used_for_integer_keys():
+    from dbsp.algebra.codes import KeyCodec
+    f = [pa.field("a", pa.int32(), False), pa.field("b", pa.int16(), True)]
+    b = pa.RecordBatch.from_arrays([pa.array([-5, 7, 0], pa.int32()),
+                                    pa.array([3, -1, 2], pa.int16())], schema=pa.schema(f))
+    codec = KeyCodec(f)
+    assert codec.u64 and codec._native_plan == [(4, True, False), (2, True, True)]
+    got = arrow_c.encode_u64(b, codec._native_plan)
+    assert np.array_equal(got, codec._encode_u64(b.columns))
+    assert np.array_equal(codec.encode_batch(b), got)
+
+
+def test_encode_u64_refuses_a_batch_of_other_widths():
+    """A column narrower than the plan says is never read past its end: None (general path)."""
+    b = pa.RecordBatch.from_arrays([pa.array([1, 2, 3], pa.int32())], names=["a"])
+    assert arrow_c.encode_u64(b, [(8, True, False)]) is None
+    assert arrow_c.encode_u64(b, [(4, True, False), (4, True, False)]) is None
