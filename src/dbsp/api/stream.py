@@ -372,7 +372,7 @@ class DataStream:
         return GroupedStream(self, []).agg(*aggs, **named)
 
     def join(self, other: "DataStream", on: Any = None, *, left_on: Any = None,
-             right_on: Any = None, how: str = "inner") -> "DataStream":
+             right_on: Any = None, how: str = "inner", band: Any = None) -> "DataStream":
         """Equi-join on ``on`` (same names on both sides) or ``left_on``/``right_on``.
 
         ``how``: ``inner`` (matched pairs), ``left`` (plus unmatched left rows with nulls on the
@@ -391,8 +391,15 @@ class DataStream:
         State: when the first key column is the event time of both sides (declared with
         ``time=`` / :meth:`with_watermark`), each side's rows below the other side's watermark
         are dropped from the join's state: no new row can meet them (the result is unchanged).
+
+        ``band=(left_col, right_col)`` (inner joins; either may be None) bounds the state of a
+        join on other keys: it promises that only pairs with ``left_col >= the right's event
+        time`` and ``right_col >= the left's event time`` are used downstream (a filter that
+        follows, e.g. ``t between opened and expires``), so each side's rows whose column is
+        below the other side's watermark are dropped; both sides then need a watermark
+        (:meth:`with_watermark`). Pairs outside the band may be missing from the output.
         """
-        return _join(self, other, on, left_on, right_on, how)
+        return _join(self, other, on, left_on, right_on, how, band)
 
     # -- recursion ------------------------------------------------------------------------
     def iterate(self, fn: Callable[..., "DataStream"], *others: "DataStream",
@@ -501,7 +508,31 @@ def _join_watermarks(left: DataStream, right: DataStream, lk: list, rk: list):
     return lt.watermark, rt.watermark
 
 
-def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) -> DataStream:
+def _band(left: DataStream, right: DataStream, band: Any, lk: list, rk: list):
+    """The core join's ``band=`` for a stream join's ``band=(left_col, right_col)``."""
+    if band is None:
+        return None
+    if not isinstance(band, (tuple, list)) or len(band) != 2:
+        raise ValueError(f"join: band must be (left column, right column), got {band!r}")
+    out = []
+    for side, other, s, keys, c in (("left", "right", left, lk, band[0]),
+                                    ("right", "left", right, rk, band[1])):
+        if c is None:
+            out.append(None)
+            continue
+        if c in keys:
+            raise ValueError(f"join: band column {c!r} of the {side} is a join key")
+        o = right if side == "left" else left
+        if o._time is None or o._time.watermark is None:
+            raise ValueError(f"join: band column {c!r} of the {side} is compared with the "
+                             f"{other} side's event time, but the {other} side has no watermark "
+                             f"(declare one with with_watermark)")
+        out.append((c, o._time.watermark))
+    return tuple(out)
+
+
+def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str,
+          band: Any = None) -> DataStream:
     if how not in ("inner", "left", "semi", "anti", "lookup"):
         raise ValueError(f"join: how must be 'inner', 'left', 'semi', 'anti' or 'lookup', "
                          f"got {how!r}")
@@ -546,13 +577,18 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str) 
         rvals = out.columns[len(lk) + len(lvals):]
         order = list(left.schema.names) + rvals
         return out.select(*order) if out.columns != order else out
+    if band is not None and how != "inner":
+        raise ValueError(f"join: band= needs how='inner' (a dropped row would turn unmatched), "
+                         f"got how={how!r}")
+    bd = _band(left, right, band, lk, rk)
     lix = left._s.index_by(lk)
     wms = _join_watermarks(left, right, lk, rk)
     if how in ("semi", "anti"):
         core = lix.semijoin(rix, wms) if how == "semi" else lix.antijoin(rix, wms)
         out = DataStream(left.ctx, core)
         return out.select(*left.schema.names) if out.columns != left.columns else out
-    core = (lix.join if how == "inner" else lix.left_join)(rix, watermarks=wms)
+    core = lix.join(rix, watermarks=wms, band=bd) if how == "inner" else \
+        lix.left_join(rix, watermarks=wms)
     out = DataStream(left.ctx, core)
     # core layout: lk ++ left values ++ right values; put the left's columns in its order
     rvals = out.columns[len(lk) + len(lvals):]

@@ -39,6 +39,17 @@ late), so after each step every trace is cut below the opposite watermark's key 
 result is unchanged; the state holds only the keys the watermarks leave open, e.g. Nexmark q7's
 bids of the open windows instead of every bid.
 
+*Band GC* (for joins keyed on something else, e.g. an id): ``band=(left_side, right_side)``, each
+None or ``(column, watermark)``: a value column of that side and the *other* side's watermark
+stream, of the column's time type. It is the caller's promise that only pairs with
+``left[column] >= time of the right row`` (resp. ``right[column] >= time of the left row``) are
+used downstream, e.g. Nexmark q9's ``opened <= bid_time <= expires``. A row whose column is below
+the other side's watermark can then meet only rows at or above it (later rows behind the
+watermark are dropped as late), i.e. only pairs that are not used, so merges of the trace drop it
+(:meth:`Spine.retain_values`, a vectorised mask per merged batch: no scan per step). The output
+restricted to the promised pairs is unchanged; pairs outside it may be missing, or (for a row
+inserted and retracted in batches not merged yet) one half of such a pair may still appear.
+
 Output rows are ``key ++ left values ++ right values`` (right columns whose names clash get the
 suffix ``_right``), or what ``fn(keys, left_vals, right_vals)`` returns: a record batch of
 ``schema`` computed once per step, vectorised over all matched pairs.
@@ -60,9 +71,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
+from ..algebra.time import physical_int
 from ..algebra.schema import as_schema, concat_batches, empty_batch, take
 from ..circuit.errors import RowError
 from ..circuit.operator import Operator
@@ -232,6 +245,54 @@ class KeyBounds:
         spine.truncate_keys_below(key_prefix_bound(self.kcodec, wm))
 
 
+class ValueBound:
+    """Band GC of one trace: rows whose value column ``col`` is below a watermark are dropped by
+    the trace's merges (the filter is replaced once per rise of the watermark)."""
+
+    def __init__(self, col: int):
+        self.col = col
+        self.last: Optional[int] = None
+
+    def cut(self, spine: Spine, wm: Optional[int]) -> None:
+        if wm is None or (self.last is not None and wm <= self.last):
+            return
+        self.last = wm
+        col = self.col
+
+        def keep(batch, wm=wm) -> np.ndarray:
+            v = physical_int(batch.vals.column(col))
+            m = np.asarray(v.to_numpy(zero_copy_only=False)) >= wm if not v.null_count else \
+                np.asarray(pc.fill_null(pc.greater_equal(v, wm), False), dtype=bool)
+            return m
+        spine.retain_values(keep)
+
+
+def _check_band(a, b, band, what: str) -> tuple:
+    """``((left col index, right watermark) | None, (right col index, left watermark) | None)``
+    of a join's ``band=`` option, checked against the sides' value columns."""
+    if band is None:
+        return None
+    if len(band) != 2:
+        raise ValueError(f"{what}: band must be (left, right), each None or (column, watermark)")
+    out = []
+    for side, other, s, spec in (("left", "right", a, band[0]), ("right", "left", b, band[1])):
+        if spec is None:
+            out.append(None)
+            continue
+        name, wm = spec
+        vs = s.val_schema
+        if name not in vs.names:
+            raise KeyError(f"{what}: band: no {side} value column {name!r} (value columns: "
+                           f"{vs.names}; a key column cannot bound the band)")
+        t = vs.field(name).type
+        if wm is None or not isinstance(wm.type, WatermarkType) or wm.type.time_type != t:
+            got = "None" if wm is None else wm.type.describe()
+            raise TypeError(f"{what}: band: the {side} column {name!r} is {t}, but the {other} "
+                            f"watermark it is compared with is {got}")
+        out.append((vs.get_field_index(name), wm))
+    return tuple(out) if any(out) else None
+
+
 def _check_gc(a, b, watermarks, what: str) -> tuple:
     """The watermark streams of a join's sides, checked against its leading key column."""
     if watermarks is None:
@@ -263,22 +324,30 @@ class JoinOperator(Operator):
 
     def __init__(self, ctx, out_schema: pa.Schema, mode: str, fn: Optional[Callable] = None,
                  key_schema: Optional[pa.Schema] = None, lval: Optional[pa.Schema] = None,
-                 rval: Optional[pa.Schema] = None):
+                 rval: Optional[pa.Schema] = None, key_gc: bool = True,
+                 band: tuple = (None, None)):
         super().__init__(ctx)
         self.out_schema, self.mode, self.fn = out_schema, mode, fn
         self.key_schema, self.lval, self.rval = key_schema, lval, rval
         self.left = Spine(name="join.left")
         self.right = Spine(name="join.right")
-        self.bounds = KeyBounds(key_schema) if key_schema is not None else None
+        self.bounds = KeyBounds(key_schema) if key_schema is not None and key_gc else None
+        # band GC: per side, the value column index bounded by the other side's watermark
+        self.band = tuple(None if c is None else ValueBound(c) for c in band)
 
-    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet, lwm: Optional[int] = None,
-             rwm: Optional[int] = None) -> ZSet:
+    def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet, *wms: Optional[int]) -> ZSet:
         out = self._eval(da, db)
         if self.bounds is not None:
             # watermark GC: a side's rows only ever meet the other side's new rows, whose keys
             # start at or above the other side's watermark
+            lwm, rwm = wms[0], wms[1]
+            wms = wms[2:]
             self.bounds.cut(self.left, rwm)
             self.bounds.cut(self.right, lwm)
+        it = iter(wms)  # band GC: one watermark per bounded side, left first
+        for spine, vb in zip((self.left, self.right), self.band):
+            if vb is not None:
+                vb.cut(spine, next(it))
         return out
 
     def _eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
@@ -371,24 +440,32 @@ def _fn_schema(fn: Callable, schema: Any, k: pa.Schema, lv: pa.Schema, rv: pa.Sc
     return as_schema(out.schema)
 
 
-def _join_node(a, b, out_schema: pa.Schema, mode: str, fn=None, rval=None, wms=()):
+def _join_node(a, b, out_schema: pa.Schema, mode: str, fn=None, rval=None, wms=(), band=None):
     key, lval = a.key_schema, a.val_schema
     rval = rval if rval is not None else b.val_schema
+    key_gc = bool(wms)
+    cols = (None, None) if band is None else tuple(None if s is None else s[0] for s in band)
+    bwms = [] if band is None else [s[1] for s in band if s is not None]
     return a.circuit.add_node(
-        f"join({mode})", lambda ctx: JoinOperator(ctx, out_schema, mode, fn, key, lval, rval),
-        [a, b, *wms], ZSetType(out_schema))
+        f"join({mode})", lambda ctx: JoinOperator(ctx, out_schema, mode, fn, key, lval, rval,
+                                                  key_gc, cols),
+        [a, b, *wms, *bwms], ZSetType(out_schema))
 
 
-def join(left, right, fn: Optional[Callable] = None, schema: Any = None, watermarks=None):
+def join(left, right, fn: Optional[Callable] = None, schema: Any = None, watermarks=None,
+         band=None):
     """Incremental inner join of two indexed streams on their keys (see the module doc;
-    ``watermarks``: ``(left, right)`` watermark streams of the leading key column, for GC)."""
+    ``watermarks``: ``(left, right)`` watermark streams of the leading key column, for GC;
+    ``band``: ``(left, right)``, each None or ``(value column, other side's watermark)``, for
+    band GC)."""
     a, b = prepare(left, right, "join")
     wms = _check_gc(a, b, watermarks, "join")
+    bd = _check_band(a, b, band, "join")
     if fn is None:
         out = pair_schema(a.key_schema, a.val_schema, b.val_schema)
-        return _join_node(a, b, out, "pairs", wms=wms)
+        return _join_node(a, b, out, "pairs", wms=wms, band=bd)
     out = _fn_schema(fn, schema, left.key_schema, left.val_schema, right.val_schema)
-    return _join_node(a, b, out, "fn", fn, right.val_schema, wms=wms)
+    return _join_node(a, b, out, "fn", fn, right.val_schema, wms=wms, band=bd)
 
 
 # -- key sets: distinct(keys(b)) --------------------------------------------------------------

@@ -171,16 +171,17 @@ class IndexedStream(_Base):
         return shard(self)
 
     def join(self, other: "IndexedStream", fn: Optional[Callable] = None,
-             schema: Any = None, watermarks: Any = None) -> Stream:
+             schema: Any = None, watermarks: Any = None, band: Any = None) -> Stream:
         """Incremental inner join on the key.
 
         Output rows are ``key ++ left values ++ right values`` (right columns whose names clash
         get the suffix ``_right``), or ``fn(keys, left_vals, right_vals) -> RecordBatch`` of
         ``schema`` (vectorised over all matched pairs). ``watermarks``: ``(left, right)``
         watermark streams of the leading key column; each side's state is then dropped below
-        the other side's watermark (:mod:`dbsp.operators.join`).
+        the other side's watermark (:mod:`dbsp.operators.join`). ``band``: ``(left, right)``,
+        each None or ``(value column, other side's watermark)``: band GC (the module doc).
         """
-        return join(self, other, fn, schema, watermarks)
+        return join(self, other, fn, schema, watermarks, band)
 
     def left_join(self, other: "IndexedStream", fn: Optional[Callable] = None,
                   schema: Any = None, watermarks: Any = None) -> Stream:
