@@ -146,12 +146,21 @@ def q9(s, env=None):
     opening time, expiry, reserve), top-1 picks each auction's winner from bid columns alone,
     and only the winners (one row per auction, changing when a better bid arrives) are joined
     with the whole auction row. Joining every bid with the whole auction first would copy the
-    auction's strings into every bid and index them in the top-k's state."""
+    auction's strings into every bid and index them in the top-k's state.
+
+    The join is keyed on the auction id, not a time, so its state is bounded by the band
+    ``opened <= bid_date_time <= expires`` instead (``band=``; both sides declare their event
+    time with a lateness of one window, in fact no event is late): a bid older than the
+    auctions' watermark can meet no auction it qualifies for, and an auction that expired before
+    the bids' watermark no bid, so the join keeps the open auctions and the last window's bids,
+    not every bid."""
     bids = s["bid"].select("auction", "bidder", "price", "channel", "url",
                            col("date_time").alias("bid_date_time"),
-                           col("extra").alias("bid_extra"), (-col("price")).alias("neg_price"))
-    rules = s["auction"].select("id", col("date_time").alias("opened"), "expires", "reserve")
-    j = bids.join(rules, left_on="auction", right_on="id")
+                           col("extra").alias("bid_extra"), (-col("price")).alias("neg_price")) \
+        .with_watermark("bid_date_time", WINDOW, name="q9.bids")
+    rules = s["auction"].select("id", col("date_time").alias("opened"), "expires", "reserve") \
+        .with_watermark("opened", WINDOW, name="q9.auctions")
+    j = bids.join(rules, left_on="auction", right_on="id", band=("bid_date_time", "expires"))
     ok = j.filter(col("bid_date_time").between(col("opened"), col("expires"))
                   & (col("price") >= col("reserve"))).select(*bids.columns)
     win = ok.group_by("auction").topk(1, by=["neg_price", "bid_date_time", "bidder",
