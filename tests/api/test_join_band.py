@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import _api_ref as R
 from _api_harness import fmt, push, steps_of
+from dbsp import RowError
 from dbsp.api import StreamContext, col
 from dbsp.testing import reference as ref
 
@@ -138,3 +139,36 @@ def test_band_errors_at_plan_time():
             ls.with_columns(x=col("x").cast(pa.int32())).join(rs, on="k", band=("x", None))
         with pytest.raises(ValueError, match="band must be"):
             ls.join(rs, on="k", band="t")
+
+
+def test_band_gc_after_a_rolled_back_step(workers):
+    """A failed step that raised the watermarks is undone: rows on time by the restored
+    watermark still meet every row of their band (the filters do not keep the rolled-back
+    watermark), exactly as in a run without the failed step."""
+    runs = []
+    for fail in (False, True):
+        with mock.patch.dict(os.environ, {"DBSP_SPINE_BACKGROUND": "0"}), \
+                StreamContext(workers=workers) as ctx:
+            ls = ctx.stream(L, name="l", time="t", lateness=0)
+            rs = ctx.stream(RS, name="r", time="o", lateness=0)
+            out = _band_join(ls, rs, ("t", "e")).collect()
+            ls.select(y=col("x") * 2 ** 62).collect()  # x = 2 overflows: the step fails
+            steps = [({(1, 10, 0): 1}, {(2, 10, 100, 0): 1})]
+            if fail:
+                steps.append(({(3, 50, 2): 1}, {(2, 50, 100, 0): 1}))
+            # (1, 20) is on time by the restored watermark 10; the steps after it merge the
+            # left trace (with the rolled-back watermark 50 as bound, (1, 20) would go) before
+            # (1, 15, 100) meets it in the band
+            steps += [({(1, 20, 0): 1}, {}), ({(0, 20, 0): 1}, {(0, 10, 100, 0): 1}),
+                      ({(0, 21, 1): 1}, {}), ({(0, 22, 1): 1}, {}), ({}, {(1, 15, 100, 0): 1})]
+            for dl, dr in steps:
+                push(ls, dl)
+                push(rs, dr)
+                if 2 in {r[2] for r in dl}:
+                    with pytest.raises(RowError, match="overflow"):
+                        ctx.step()
+                else:
+                    ctx.step()
+            runs.append(out.view_dict())
+    assert runs[0] == runs[1]
+    assert (1, 20, 0, 15, 100, 0) in runs[1]

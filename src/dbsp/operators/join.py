@@ -46,7 +46,8 @@ stream, of the column's time type. It is the caller's promise that only pairs wi
 used downstream, e.g. Nexmark q9's ``opened <= bid_time <= expires``. A row whose column is below
 the other side's watermark can then meet only rows at or above it (later rows behind the
 watermark are dropped as late), i.e. only pairs that are not used, so merges of the trace drop it
-(:meth:`Spine.retain_values`, a vectorised mask per merged batch: no scan per step). The output
+(:meth:`Spine.retain_values`, a vectorised mask per merged batch: no scan per step; the filter
+lags the watermark by one step, see :class:`ValueBound`). The output
 restricted to the promised pairs is unchanged; pairs outside it may be missing, or (for a row
 inserted and retracted in batches not merged yet) one half of such a pair may still appear.
 
@@ -247,23 +248,31 @@ class KeyBounds:
 
 class ValueBound:
     """Band GC of one trace: rows whose value column ``col`` is below a watermark are dropped by
-    the trace's merges (the filter is replaced once per rise of the watermark)."""
+    the trace's merges (the filter is replaced once per rise of the watermark).
+
+    The filter lags one step: after step ``s`` it drops rows below ``wm[s-1]``, the bound every
+    row of step ``s`` already obeys. Merges may apply it at once, outside the step's journal, so
+    a rolled-back step ``s`` that is replayed still finds every row its on-time rows (at or above
+    ``wm[s-1]``) can meet in the band."""
 
     def __init__(self, col: int):
         self.col = col
-        self.last: Optional[int] = None
+        self.last: Optional[int] = None  # the bound of the filter in place
+        self.seen: Optional[int] = None  # the watermark of the last step
 
     def cut(self, spine: Spine, wm: Optional[int]) -> None:
-        if wm is None or (self.last is not None and wm <= self.last):
+        bound, self.seen = self.seen, wm if self.seen is None or (wm is not None and
+                                                                  wm > self.seen) else self.seen
+        if bound is None or (self.last is not None and bound <= self.last):
             return
-        self.last = wm
+        self.last = bound
         col = self.col
 
-        def keep(batch, wm=wm) -> np.ndarray:
+        def keep(batch, bound=bound) -> np.ndarray:
             v = physical_int(batch.vals.column(col))
-            m = np.asarray(v.to_numpy(zero_copy_only=False)) >= wm if not v.null_count else \
-                np.asarray(pc.fill_null(pc.greater_equal(v, wm), False), dtype=bool)
-            return m
+            if not v.null_count:
+                return np.asarray(v.to_numpy(zero_copy_only=False)) >= bound
+            return np.asarray(pc.fill_null(pc.greater_equal(v, bound), False), dtype=bool)
         spine.retain_values(keep)
 
 
@@ -401,6 +410,17 @@ class JoinOperator(Operator):
             return ZSet(out, w)
         cols = list(keys.columns) + list(lvals.columns) + list(rvals.columns)
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), w)
+
+    def savepoint(self):
+        # band GC: the watermarks a rolled-back step saw must not bound the filters after it
+        return tuple(None if vb is None else (vb.last, vb.seen) for vb in self.band) \
+            if any(self.band) else None
+
+    def restore(self, saved) -> None:
+        if saved is not None:
+            for vb, sv in zip(self.band, saved):
+                if vb is not None:
+                    vb.last, vb.seen = sv
 
     def clock_start(self) -> None:
         self.left.clear()
