@@ -135,6 +135,8 @@ def test_band_errors_at_plan_time():
             ls.join(rs, on="k", band=("k", None))
         with pytest.raises(ValueError, match="how='inner'"):
             ls.join(rs, on="k", how="left", band=("t", "e"))
+        with pytest.raises(ValueError, match="how=.inner."):
+            ls.join(rs, on="k", how="lookup", band=("t", "e"))
         with pytest.raises(TypeError, match="compared with"):
             ls.with_columns(x=col("x").cast(pa.int32())).join(rs, on="k", band=("x", None))
         with pytest.raises(ValueError, match="band must be"):

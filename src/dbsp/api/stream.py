@@ -543,6 +543,9 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str,
     else:
         lk, rk = _listify(left_on), _listify(right_on)
     cross = on is not None and not lk  # on=[]: every left row with every right row
+    if band is not None and how != "inner":
+        raise ValueError(f"join: band= needs how='inner' (a dropped row would turn unmatched), "
+                         f"got how={how!r}")
     if (not lk and not cross) or len(lk) != len(rk):
         raise ValueError(f"join: need the same number of key columns on both sides (left "
                          f"{lk}, right {rk}); for a cross join (every pair) pass on=[]")
@@ -577,9 +580,6 @@ def _join(left: DataStream, right: DataStream, on, left_on, right_on, how: str,
         rvals = out.columns[len(lk) + len(lvals):]
         order = list(left.schema.names) + rvals
         return out.select(*order) if out.columns != order else out
-    if band is not None and how != "inner":
-        raise ValueError(f"join: band= needs how='inner' (a dropped row would turn unmatched), "
-                         f"got how={how!r}")
     bd = _band(left, right, band, lk, rk)
     lix = left._s.index_by(lk)
     wms = _join_watermarks(left, right, lk, rk)
