@@ -4,6 +4,14 @@ Each worker's output operator keeps its part of the delta; after the step the ha
 the parts of all workers, consolidates them into one :class:`OrdZSet` (rows from different
 workers may coincide when the stream was not sharded) and, when asked for, adds it to the
 integrated view (a spine).
+
+An indexed part (an aggregate's or a join's output) is already sorted and consolidated by
+``(key code, value code)``; since codes are prefix-free byte strings concatenated column by
+column, that is also the order of the row codes of its flattened rows. So each worker turns its
+part into an :class:`OrdZSet` (encoding the row codes, in parallel, but never sorting), and the
+handle sums W such parts with one k-way merge by code (:meth:`OrdZSet.merge`: linear, and it
+still sums rows that several workers produced) instead of concatenating, re-encoding and fully
+sorting them; one part is the delta as it is.
 """
 from __future__ import annotations
 
@@ -28,9 +36,19 @@ class OutputOperator(Operator):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.last = None
+        self._codec: Optional[KeyCodec] = None  # the flattened rows' codec, found once
 
     def eval(self, value):
-        self.last = value.flatten() if isinstance(value, OrdIndexedZSet) else value
+        if isinstance(value, OrdIndexedZSet):
+            flat = value.flatten()
+            if len(flat):
+                codec = self._codec
+                if codec is None or codec.fields != list(flat.schema):
+                    codec = self._codec = codec_for(flat.schema, flat.schema.names)
+                # sorted and consolidated already (see the module doc): codes, no sort
+                flat = OrdZSet(flat.data, flat.weights, codec.encode_batch(flat.data), codec)
+            value = flat
+        self.last = value
         return None
 
 
@@ -211,8 +229,16 @@ def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list) -> OrdZS
     found once, not looked up by hashing the schema every step)."""
     if not parts:
         return OrdZSet.empty(schema)
+    if len(parts) > 1 and all(_sorted_by(p, codec) for p in parts):
+        return OrdZSet.merge(parts)   # sorted runs of the same codes: a k-way merge, no sort
     z = add(ZSetType(schema), parts)
     return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
+
+
+def _sorted_by(part, codec: KeyCodec) -> bool:
+    """Whether ``part`` is an in-memory :class:`OrdZSet` whose codes are ``codec``'s (a part
+    that came from another process carries an equal codec, not the same object)."""
+    return type(part) is OrdZSet and (part.codec is codec or part.codec.fields == codec.fields)
 
 
 def output(stream, name: Optional[str], view: bool) -> OutputHandle:
