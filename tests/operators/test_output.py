@@ -41,6 +41,13 @@ def _old(schema: pa.Schema, parts: list) -> OrdZSet:
     return OrdZSet.from_loose(ZSet(data, np.concatenate([p.weights for p in parts])))
 
 
+def _same_codes(a, b) -> None:
+    if isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    else:
+        assert a.to_list() == b.to_list()
+
+
 def _same(a: OrdZSet, b: OrdZSet) -> None:
     assert a.to_arrow().equals(b.to_arrow())
     assert np.array_equal(np.asarray(a.weights), np.asarray(b.weights))
@@ -60,10 +67,14 @@ def test_gather_of_sorted_parts_is_the_full_consolidation(schema, data):
     for p, z in zip(parts, zs):
         if len(p):   # each worker's part: its codes are the row codes, strictly increasing
             assert type(p) is OrdZSet
-            _same(p, OrdZSet.from_loose(z))
+            full = OrdZSet.from_loose(z)
+            _same(p, full)
+            _same_codes(p.codes, full.codes)
     h = OutputHandle(0, schema, "o", keep_view=True)
     h._gather(parts)
-    _same(h.delta(), _old(schema, parts))
+    old = _old(schema, parts)
+    _same(h.delta(), old)
+    _same_codes(h.delta().codes, old.codes)
     h._gather(parts)
     assert h.view().to_dict() == _old(schema, parts + parts).to_dict()
 
@@ -76,3 +87,19 @@ def test_gather_sums_shared_rows_and_drops_cancelled_ones():
     h._gather([a, b])
     assert h.delta().to_dict() == {(2, "y"): 3, (3, "z"): 4, (5, None): 1}
     assert h.delta().to_arrow().column("k").to_pylist() == [2, 3, 5]
+
+
+def test_row_codes_put_together_from_key_and_value_codes():
+    """Fixed-width rows: the part's codes come from the indexed batch's key and value codes
+    (one uint64 a row up to 8 bytes, else fixed-length byte strings), equal to encoding them."""
+    i32 = pa.schema([pa.field("k", pa.int32(), False), pa.field("v", pa.int16(), False)])
+    mixed = pa.schema([pa.field("k", pa.int8(), False), pa.field("b", pa.bool_()),
+                       pa.field("v", pa.int64())])
+    i64 = pa.schema([("k", pa.int64()), ("n", pa.int64()), ("s", pa.int64())])
+    for schema, z in ((i32, {(3, 2): 1, (-1, 5): 2, (3, -4): -1, (7, 0): 1}),
+                      (mixed, {(3, True, 2): 1, (-1, None, 5): 2, (3, False, None): -1}),
+                      (i64, {(3, 1, 2): 1, (None, 0, 5): 2, (3, 0, 4): -1, (7, 1, None): 1})):
+        z = _zset(schema, z)
+        p = _part(z, 1)
+        _same_codes(p.codes, p.codec.encode_batch(p.data))
+        _same(p, OrdZSet.from_loose(z))

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
-from ..algebra.codes import KeyCodec, codec_for
+from ..algebra.codes import KeyCodec, VarCodes, codec_for
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..algebra.schema import WEIGHT
@@ -46,7 +46,10 @@ class OutputOperator(Operator):
                 if codec is None or codec.fields != list(flat.schema):
                     codec = self._codec = codec_for(flat.schema, flat.schema.names)
                 # sorted and consolidated already (see the module doc): codes, no sort
-                flat = OrdZSet(flat.data, flat.weights, codec.encode_batch(flat.data), codec)
+                codes = _row_codes(value, codec)
+                if codes is None:
+                    codes = codec.encode_batch(flat.data)
+                flat = OrdZSet(flat.data, flat.weights, codes, codec)
             value = flat
         self.last = value
         return None
@@ -233,6 +236,30 @@ def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list) -> OrdZS
         return OrdZSet.merge(parts)   # sorted runs of the same codes: a k-way merge, no sort
     z = add(ZSetType(schema), parts)
     return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
+
+
+def _row_codes(b: OrdIndexedZSet, codec: KeyCodec):
+    """The row codes of ``b``'s flattened rows put together from its key and value codes (a row's
+    code is its key's bytes then its value's), when every column is fixed-width; else None (the
+    rows are encoded then)."""
+    kw, vw = b.kcodec.width, b.vcodec.width
+    if not codec.fixed or not kw or not vw or kw + vw != codec.width:
+        return None
+    counts = np.diff(b.offsets)
+    if codec.u64:   # big-endian integers of at most 8 bytes: shift the key's past the value's
+        return (np.repeat(b.kcodes, counts) << np.uint64(8 * vw)) | b.vcodes
+    # rows of kw + vw bytes, each part copied as one opaque item (not byte by byte)
+    rows = np.empty(len(b.vcodes), [("k", f"V{kw}"), ("v", f"V{vw}")])
+    rows["k"] = np.repeat(_fixed_bytes(b.kcodes, kw).view(f"V{kw}").reshape(-1), counts)
+    rows["v"] = _fixed_bytes(b.vcodes, vw).view(f"V{vw}").reshape(-1)
+    return VarCodes(np.arange(len(rows) + 1, dtype=np.int64) * codec.width, rows.view(np.uint8))
+
+
+def _fixed_bytes(codes, w: int) -> np.ndarray:
+    """Codes of ``w`` bytes each as a contiguous ``(n, w)`` byte matrix."""
+    if isinstance(codes, np.ndarray):   # u64: the big-endian integer of the w bytes
+        return np.ascontiguousarray(codes.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - w:])
+    return codes.data[codes.offsets[0]:codes.offsets[-1]].reshape(-1, w)
 
 
 def _sorted_by(part, codec: KeyCodec) -> bool:
