@@ -4,6 +4,14 @@ Each worker's output operator keeps its part of the delta; after the step the ha
 the parts of all workers, consolidates them into one :class:`OrdZSet` (rows from different
 workers may coincide when the stream was not sharded) and, when asked for, adds it to the
 integrated view (a spine).
+
+An indexed part (an aggregate's or a join's output) is already sorted and consolidated by
+``(key code, value code)``; since codes are prefix-free byte strings concatenated column by
+column, that is also the order of the row codes of its flattened rows. So each worker turns its
+part into an :class:`OrdZSet` (encoding the row codes, in parallel, but never sorting), and the
+handle sums W such parts with one k-way merge by code (:meth:`OrdZSet.merge`: linear, and it
+still sums rows that several workers produced) instead of concatenating, re-encoding and fully
+sorting them; one part is the delta as it is.
 """
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
-from ..algebra.codes import KeyCodec, codec_for
+from ..algebra.codes import KeyCodec, VarCodes, codec_for
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..algebra.schema import WEIGHT
@@ -28,9 +36,22 @@ class OutputOperator(Operator):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.last = None
+        self._codec: Optional[KeyCodec] = None  # the flattened rows' codec, found once
 
     def eval(self, value):
-        self.last = value.flatten() if isinstance(value, OrdIndexedZSet) else value
+        if isinstance(value, OrdIndexedZSet):
+            flat = value.flatten()
+            if len(flat):
+                codec = self._codec
+                if codec is None or codec.fields != list(flat.schema):
+                    codec = self._codec = codec_for(flat.schema, flat.schema.names)
+                # sorted and consolidated already (see the module doc): codes, no sort
+                codes = _row_codes(value, codec)
+                if codes is None:
+                    codes = codec.encode_batch(flat.data)
+                flat = OrdZSet(flat.data, flat.weights, codes, codec)
+            value = flat
+        self.last = value
         return None
 
 
@@ -211,8 +232,40 @@ def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list) -> OrdZS
     found once, not looked up by hashing the schema every step)."""
     if not parts:
         return OrdZSet.empty(schema)
+    if len(parts) > 1 and all(_sorted_by(p, codec) for p in parts):
+        return OrdZSet.merge(parts)   # sorted runs of the same codes: a k-way merge, no sort
     z = add(ZSetType(schema), parts)
     return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
+
+
+def _row_codes(b: OrdIndexedZSet, codec: KeyCodec):
+    """The row codes of ``b``'s flattened rows put together from its key and value codes (a row's
+    code is its key's bytes then its value's), when every column is fixed-width; else None (the
+    rows are encoded then)."""
+    kw, vw = b.kcodec.width, b.vcodec.width
+    if not codec.fixed or not kw or not vw or kw + vw != codec.width:
+        return None
+    counts = np.diff(b.offsets)
+    if codec.u64:   # big-endian integers of at most 8 bytes: shift the key's past the value's
+        return (np.repeat(b.kcodes, counts) << np.uint64(8 * vw)) | b.vcodes
+    # rows of kw + vw bytes, each part copied as one opaque item (not byte by byte)
+    rows = np.empty(len(b.vcodes), [("k", f"V{kw}"), ("v", f"V{vw}")])
+    rows["k"] = np.repeat(_fixed_bytes(b.kcodes, kw).view(f"V{kw}").reshape(-1), counts)
+    rows["v"] = _fixed_bytes(b.vcodes, vw).view(f"V{vw}").reshape(-1)
+    return VarCodes(np.arange(len(rows) + 1, dtype=np.int64) * codec.width, rows.view(np.uint8))
+
+
+def _fixed_bytes(codes, w: int) -> np.ndarray:
+    """Codes of ``w`` bytes each as a contiguous ``(n, w)`` byte matrix."""
+    if isinstance(codes, np.ndarray):   # u64: the big-endian integer of the w bytes
+        return np.ascontiguousarray(codes.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - w:])
+    return codes.data[codes.offsets[0]:codes.offsets[-1]].reshape(-1, w)
+
+
+def _sorted_by(part, codec: KeyCodec) -> bool:
+    """Whether ``part`` is an in-memory :class:`OrdZSet` whose codes are ``codec``'s (a part
+    that came from another process carries an equal codec, not the same object)."""
+    return type(part) is OrdZSet and (part.codec is codec or part.codec.fields == codec.fields)
 
 
 def output(stream, name: Optional[str], view: bool) -> OutputHandle:

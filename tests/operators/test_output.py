@@ -1,0 +1,105 @@
+"""output: the handle's gather of the workers' parts (src/dbsp/operators/output.py).
+
+Indexed parts become sorted :class:`OrdZSet` parts in the worker and are summed with a k-way
+merge by code; the result must be what concatenating the flattened parts and consolidating them
+from scratch gives (the path used before, and still used for loose parts), with rows shared by
+several parts and retractions that cancel."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dbsp.operators.output import OutputHandle, OutputOperator
+from dbsp.testing import strategies as S
+from dbsp.trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+
+
+def _zset(schema: pa.Schema, z: dict) -> ZSet:
+    rows = list(z)
+    cols = list(zip(*rows)) if rows else [[] for _ in schema]
+    data = pa.record_batch([pa.array(list(c), f.type) for f, c in zip(schema, cols)],
+                           schema=schema)
+    return ZSet(data, np.array([z[r] for r in rows], np.int64))
+
+
+def _part(z: ZSet, nkey: int):
+    """What a worker's output operator keeps of an aggregate-like indexed part."""
+    op = OutputOperator(None)
+    op.eval(OrdIndexedZSet.from_loose(z, z.schema.names[:nkey]))
+    return op.last
+
+
+def _old(schema: pa.Schema, parts: list) -> OrdZSet:
+    """The gather before: the flattened parts concatenated, encoded and sorted from scratch."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return OrdZSet.empty(schema)
+    data = pa.Table.from_batches([p.data for p in parts], schema=schema).combine_chunks()
+    data = data.to_batches()[0] if data.num_rows else data.schema.empty_table().to_batches()
+    return OrdZSet.from_loose(ZSet(data, np.concatenate([p.weights for p in parts])))
+
+
+def _same_codes(a, b) -> None:
+    if isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    else:
+        assert a.to_list() == b.to_list()
+
+
+def _same(a: OrdZSet, b: OrdZSet) -> None:
+    assert a.to_arrow().equals(b.to_arrow())
+    assert np.array_equal(np.asarray(a.weights), np.asarray(b.weights))
+
+
+@settings(max_examples=150)
+@given(schema=S.schemas(min_cols=2), data=st.data())
+def test_gather_of_sorted_parts_is_the_full_consolidation(schema, data):
+    nkey = data.draw(st.integers(1, len(schema) - 1))
+    w = data.draw(st.integers(1, 4))
+    # rows drawn from one small pool, so parts overlap and may cancel
+    pool = data.draw(st.lists(S.rows(schema), min_size=1, max_size=6, unique=True))
+    dicts = [data.draw(st.dictionaries(st.sampled_from(pool), st.sampled_from([-2, -1, 1, 3]),
+                                       max_size=6)) for _ in range(w)]
+    zs = [_zset(schema, d) for d in dicts]
+    parts = [_part(z, nkey) for z in zs]
+    for p, z in zip(parts, zs):
+        if len(p):   # each worker's part: its codes are the row codes, strictly increasing
+            assert type(p) is OrdZSet
+            full = OrdZSet.from_loose(z)
+            _same(p, full)
+            _same_codes(p.codes, full.codes)
+    h = OutputHandle(0, schema, "o", keep_view=True)
+    h._gather(parts)
+    old = _old(schema, parts)
+    _same(h.delta(), old)
+    _same_codes(h.delta().codes, old.codes)
+    h._gather(parts)
+    assert h.view().to_dict() == _old(schema, parts + parts).to_dict()
+
+
+def test_gather_sums_shared_rows_and_drops_cancelled_ones():
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
+    a = _part(_zset(schema, {(1, "x"): 1, (2, "y"): 2, (5, None): 1}), 1)
+    b = _part(_zset(schema, {(1, "x"): -1, (2, "y"): 1, (3, "z"): 4}), 1)
+    h = OutputHandle(0, schema, "o", keep_view=False)
+    h._gather([a, b])
+    assert h.delta().to_dict() == {(2, "y"): 3, (3, "z"): 4, (5, None): 1}
+    assert h.delta().to_arrow().column("k").to_pylist() == [2, 3, 5]
+
+
+def test_row_codes_put_together_from_key_and_value_codes():
+    """Fixed-width rows: the part's codes come from the indexed batch's key and value codes
+    (one uint64 a row up to 8 bytes, else fixed-length byte strings), equal to encoding them."""
+    i32 = pa.schema([pa.field("k", pa.int32(), False), pa.field("v", pa.int16(), False)])
+    mixed = pa.schema([pa.field("k", pa.int8(), False), pa.field("b", pa.bool_()),
+                       pa.field("v", pa.int64())])
+    i64 = pa.schema([("k", pa.int64()), ("n", pa.int64()), ("s", pa.int64())])
+    for schema, z in ((i32, {(3, 2): 1, (-1, 5): 2, (3, -4): -1, (7, 0): 1}),
+                      (mixed, {(3, True, 2): 1, (-1, None, 5): 2, (3, False, None): -1}),
+                      (i64, {(3, 1, 2): 1, (None, 0, 5): 2, (3, 0, 4): -1, (7, 1, None): 1})):
+        z = _zset(schema, z)
+        p = _part(z, 1)
+        _same_codes(p.codes, p.codec.encode_batch(p.data))
+        _same(p, OrdZSet.from_loose(z))
