@@ -125,6 +125,42 @@ cdef void _gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
 _import_batch = pa.RecordBatch._import_from_c
 
 
+cdef inline size_t _struct_head(Py_ssize_t kt) noexcept nogil:
+    """Bytes of a struct batch's header: parent, children, child pointers, buffer tables."""
+    return _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
+                 + sizeof(void*) * (1 + 2 * kt))
+
+
+cdef uint8_t* _struct_block(Py_ssize_t kt, int64_t m, size_t size) except NULL:
+    """One 64-byte aligned block of ``size`` bytes holding a struct array of ``kt`` children
+    of ``m`` rows: the header (see :func:`_struct_head`) zeroed and linked (each child with
+    two buffers, no validity yet), the values after it. Released by ``_release_parent``."""
+    cdef size_t head = _struct_head(kt)
+    cdef uint8_t* block = <uint8_t*>aligned_alloc(64, size)
+    if block == NULL:
+        raise MemoryError()
+    memset(block, 0, head)
+    cdef ArrowArray* out = <ArrowArray*>block
+    cdef ArrowArray* kids = out + 1
+    cdef ArrowArray** kidp = <ArrowArray**>(kids + kt)
+    cdef const void** bufs = <const void**>(kidp + kt)
+    out.length = m
+    out.n_buffers = 1
+    out.n_children = kt
+    out.buffers = bufs
+    out.children = kidp
+    out.release = _release_parent
+    out.private_data = block
+    cdef Py_ssize_t c
+    for c in range(kt):
+        kidp[c] = &kids[c]
+        kids[c].length = m
+        kids[c].n_buffers = 2
+        kids[c].buffers = bufs + 1 + 2 * c
+        kids[c].release = _release_child
+    return block
+
+
 cdef int _check_gathered(ArrowArray* ch, int w):
     """Whether an exported column of width ``w`` can be gathered (one values buffer, no
     nulls, no dictionary or children)."""
@@ -162,8 +198,6 @@ def take_batch(batch, idx, list extra=None, schema=None):
     cdef ArrowArray* ch
     cdef ArrowArray* out = NULL
     cdef ArrowArray* kids
-    cdef ArrowArray** kidp
-    cdef const void** bufs
     cdef uint8_t* block
     cdef uint8_t* data
     cdef const uint8_t* pm
@@ -242,37 +276,19 @@ def take_batch(batch, idx, list extra=None, schema=None):
                 raise IndexError(f"take: row index {lo} out of range for {n} rows")
         # one block: parent, children, child pointers, buffer tables, then each column's values
         # (and validity bitmap)
-        head = _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
-                     + sizeof(void*) * (1 + 2 * kt))
+        head = _struct_head(kt)
         size = head
         for c in range(kt):
             size += _up64(<size_t>widths[c] * <size_t>m)
             if c >= k and masks[c - k] is not None:
                 size += _up64(<size_t>((m + 7) >> 3))
-        block = <uint8_t*>aligned_alloc(64, size)
-        if block == NULL:
-            raise MemoryError()
-        memset(block, 0, head)
+        block = _struct_block(kt, m, size)
         out = <ArrowArray*>block
         kids = out + 1
-        kidp = <ArrowArray**>(kids + kt)
-        bufs = <const void**>(kidp + kt)
         data = block + head
-        out.length = m
-        out.n_buffers = 1
-        out.n_children = kt
-        out.buffers = bufs
-        out.children = kidp
-        out.release = _release_parent
-        out.private_data = block
         for c in range(kt):
             w = widths[c]
-            kidp[c] = &kids[c]
-            kids[c].length = m
-            kids[c].n_buffers = 2
-            kids[c].buffers = bufs + 1 + 2 * c
             kids[c].buffers[1] = data
-            kids[c].release = _release_child
             if c < k:
                 ch = src.children[c]
                 with nogil:
@@ -327,8 +343,6 @@ def take_batch_runs(schema, list groups):
     cdef ArrowArray* ch
     cdef ArrowArray* out = NULL
     cdef ArrowArray* kids
-    cdef ArrowArray** kidp
-    cdef const void** bufs
     cdef uint8_t* block = NULL
     cdef uint8_t* data
     cdef size_t head, size
@@ -357,34 +371,16 @@ def take_batch_runs(schema, list groups):
             widths[c] = _width(sout.children[c].format)
             if widths[c] == 0 or sout.children[c].dictionary != NULL:
                 return None
-        head = _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
-                     + sizeof(void*) * (1 + 2 * kt))
+        head = _struct_head(kt)
         size = head
         for c in range(kt):
             size += _up64(<size_t>widths[c] * <size_t>m)
-        block = <uint8_t*>aligned_alloc(64, size)
-        if block == NULL:
-            raise MemoryError()
-        memset(block, 0, head)
+        block = _struct_block(kt, m, size)
         out = <ArrowArray*>block
         kids = out + 1
-        kidp = <ArrowArray**>(kids + kt)
-        bufs = <const void**>(kidp + kt)
         data = block + head
-        out.length = m
-        out.n_buffers = 1
-        out.n_children = kt
-        out.buffers = bufs
-        out.children = kidp
-        out.release = _release_parent
-        out.private_data = block
         for c in range(kt):
-            kidp[c] = &kids[c]
-            kids[c].length = m
-            kids[c].n_buffers = 2
-            kids[c].buffers = bufs + 1 + 2 * c
             kids[c].buffers[1] = data
-            kids[c].release = _release_child
             data += _up64(<size_t>widths[c] * <size_t>m)
         for g in range(ng):
             runs = groups[g]
