@@ -116,16 +116,7 @@ def select_topk(g: OrdIndexedZSet, k: int, codec: KeyCodec, order_by: list[str],
             r = dense_rank(KeyCodec([f]).encode([c], ob.num_rows))
             ranks.append(-r if desc else r)
     o = np.lexsort((cand, *reversed(ranks), key_index))
-    rows, ki, w = cand[o], key_index[o], g.weights[cand[o]]
-    cs = np.cumsum(w)
-    first = np.ones(len(ki), dtype=bool)
-    first[1:] = ki[1:] != ki[:-1]
-    starts = np.flatnonzero(first)
-    base = np.repeat(cs[starts] - w[starts], np.diff(np.append(starts, len(ki))))
-    before = cs - w - base  # places taken by earlier values of the same group
-    cnt = np.clip(k - before, 0, w)
-    sel = cnt > 0
-    return rows[sel], cnt[sel], before[sel] + 1
+    return _places(cand[o], key_index[o], g.weights[cand[o]], k)
 
 
 def select_sorted(g: OrdIndexedZSet, k: int):
@@ -137,8 +128,13 @@ def select_sorted(g: OrdIndexedZSet, k: int):
     cand = np.flatnonzero(g.weights > 0)
     if len(cand) == 0:
         return empty, empty, empty
-    ki = g.key_index()[cand]
-    w = g.weights[cand]
+    return _places(cand, g.key_index()[cand], g.weights[cand], k)
+
+
+def _places(rows: np.ndarray, ki: np.ndarray, w: np.ndarray, k: int):
+    """Of ``rows`` in place order within their groups ``ki`` (positive weights ``w``): those
+    that take one of their group's first ``k`` places, how many places each takes, and the
+    first place of each (from 1)."""
     cs = np.cumsum(w)
     first = np.ones(len(ki), dtype=bool)
     first[1:] = ki[1:] != ki[:-1]
@@ -147,7 +143,7 @@ def select_sorted(g: OrdIndexedZSet, k: int):
     before = cs - w - base  # places taken by earlier values of the same group
     cnt = np.clip(k - before, 0, w)
     sel = cnt > 0
-    return cand[sel], cnt[sel], before[sel] + 1
+    return rows[sel], cnt[sel], before[sel] + 1
 
 
 def _top_batch(g: OrdIndexedZSet, rows: np.ndarray, counts: np.ndarray) -> OrdIndexedZSet:
