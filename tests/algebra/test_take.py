@@ -12,19 +12,10 @@ from hypothesis import strategies as st
 
 from dbsp.algebra import kernels as K
 from dbsp.algebra import schema as S
+from dbsp.testing.strategies import FIXED_WIDTH_TYPES, fixed_width_column
 
-FIXED = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint64(), pa.float16(),
-         pa.float32(), pa.float64(), pa.timestamp("us", tz="Europe/Paris"), pa.date32(),
-         pa.date64(), pa.time32("ms"), pa.time64("ns"), pa.duration("s")]
-
-
-def _column(t: pa.DataType, n: int, rng) -> pa.Array:
-    raw = rng.integers(0, 100, n)
-    if pa.types.is_floating(t):
-        return pa.array(raw.astype(np.float64) / 3).cast(t)
-    if pa.types.is_temporal(t):
-        return pa.array(raw.astype(np.int64 if t.bit_width == 64 else np.int32)).cast(t)
-    return pa.array(raw).cast(t)
+FIXED = FIXED_WIDTH_TYPES
+_column = fixed_width_column
 
 
 @given(st.lists(st.sampled_from(FIXED), min_size=1, max_size=4), st.integers(1, 40),

@@ -18,6 +18,7 @@ import datetime
 from decimal import Decimal
 from typing import Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import strategies as st
 
@@ -107,3 +108,23 @@ def deltas(draw, schema: pa.Schema, steps: int = 4, max_rows: int = 5, valid: bo
 
 __all__ = ["schemas", "fields", "rows", "zsets", "deltas", "value_strategy", "TYPES", "NUMERIC",
            "KEYABLE", "INTS", "BIG_INTS", "STRINGS", "FLOATS", "DECIMALS", "DATES"]
+
+
+# -- fixed-width Arrow columns (the native take / gather kernels' inputs) ----------------------
+
+FIXED_WIDTH_TYPES = [
+    pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint64(), pa.float16(),
+    pa.float32(), pa.float64(), pa.timestamp("us", tz="Europe/Paris"), pa.date32(),
+    pa.date64(), pa.time32("ms"), pa.time64("ns"), pa.duration("s")]
+
+
+def fixed_width_column(t: pa.DataType, n: int, rng) -> pa.Array:
+    """``n`` values of the fixed-width type ``t`` (small integers, or thirds for floats),
+    drawn from the numpy generator ``rng``."""
+    raw = rng.integers(0, 100, n)
+    if pa.types.is_floating(t):
+        return pa.array(raw.astype(np.float64) / 3).cast(t)
+    if pa.types.is_temporal(t):
+        return pa.array(raw.astype(np.int64 if t.bit_width == 64 else np.int32)).cast(t)
+    return pa.array(raw).cast(t)
+
