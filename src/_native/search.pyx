@@ -301,14 +301,19 @@ def range_lower_bound(sorted_codes, lo, hi, probes):
 
 def intersect(a, b):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``,
-    ascending."""
+    ascending.
+
+    Each side is first cut to the other's code range (four binary searches): a batch of a
+    trace whose keys grow with time (ids, event times) covers a narrow range, and only the
+    probes inside it are walked; the algorithm (merge walk or gallop) is then chosen by the
+    sizes of the overlap."""
     ao = as_codes(a)
     bo = as_codes(b)
     cdef codes_t ka = codes_view(ao)
     cdef codes_t kb = codes_view(bo)
     if (ka.u64 == NULL) != (kb.u64 == NULL):
         raise TypeError("intersect needs two u64 or two var code arrays")
-    cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb)
+    cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
     cdef cnp.ndarray ai = np.empty(m, dtype=np.int64)
     cdef cnp.ndarray bi = np.empty(m, dtype=np.int64)
     cdef int64_t* pa = <int64_t*>cnp.PyArray_DATA(ai)
@@ -318,21 +323,31 @@ def intersect(a, b):
     cdef uint64_t x, y
     cdef int c
     with nogil:
-        if na > GALLOP_RATIO * nb:
+        if m > 0:
+            # the overlap of the two code ranges: a[i:na] and b[j:nb]
+            i = bsearch(&ka, 0, na, &kb, 0, False)
+            na = bsearch(&ka, i, na, &kb, nb - 1, True)
+            j = bsearch(&kb, 0, nb, &ka, i, False) if i < na else nb
+            nb = bsearch(&kb, j, nb, &ka, na - 1, True) if i < na else nb
+        a0, b0 = na - i, nb - j
+        a1, b1 = i, j
+        if a0 <= 0 or b0 <= 0:
+            pass
+        elif a0 > GALLOP_RATIO * b0:
             # gallop through a for each code of b (see below for the sparse case)
-            for j in range(nb):
+            for j in range(b1, nb):
                 i = sparse_search(&ka, i, na, &kb, j,
-                                  na > SPARSE_RATIO * nb and na >= SPARSE_ROWS)
+                                  a0 > SPARSE_RATIO * b0 and a0 >= SPARSE_ROWS)
                 if i >= na:
                     break
                 if cmp_probe(&ka, i, &kb, j) == 0:
                     pa[o] = i
                     pb[o] = j
                     o += 1
-        elif nb > GALLOP_RATIO * na:
-            for i in range(na):
+        elif b0 > GALLOP_RATIO * a0:
+            for i in range(a1, na):
                 j = sparse_search(&kb, j, nb, &ka, i,
-                                  nb > SPARSE_RATIO * na and nb >= SPARSE_ROWS)
+                                  b0 > SPARSE_RATIO * a0 and b0 >= SPARSE_ROWS)
                 if j >= nb:
                     break
                 if cmp_probe(&kb, j, &ka, i) == 0:

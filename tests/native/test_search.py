@@ -108,6 +108,20 @@ def test_intersect(data):
     same(native.intersect(b, a), ref.intersect(b, a))
 
 
+@given(st.data())
+def test_intersect_shifted_ranges(data):
+    """Sides whose code ranges overlap only in part (or not at all) are cut to the overlap
+    first: the same answers as the reference, whichever path the overlap's sizes choose."""
+    kind = data.draw(KINDS)
+    a = data.draw(st.lists(st.integers(0, 300), max_size=data.draw(st.sampled_from([5, 60, 300]))))
+    lo = data.draw(st.integers(0, 400))
+    b = data.draw(st.lists(st.integers(lo, lo + data.draw(st.sampled_from([0, 10, 300]))),
+                           max_size=data.draw(st.sampled_from([2, 40, 300]))))
+    a, b = codes_of(kind, sorted(set(a))), codes_of(kind, sorted(set(b)))
+    same(native.intersect(a, b), ref.intersect(a, b))
+    same(native.intersect(b, a), ref.intersect(b, a))
+
+
 def test_intersect_galloping_edges():
     big = np.arange(0, 10_000, 3, dtype=np.uint64)
     for small in ([0], [9999], [3, 4, 5, 9996, 12000], [], [20_000]):
