@@ -377,9 +377,16 @@ def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: l
 
 
 def join_matched_pairs(xo: np.ndarray, ai: np.ndarray, yo: np.ndarray, bi: np.ndarray,
-                       xw: np.ndarray, yw: np.ndarray):
+                       xw: np.ndarray, yw: np.ndarray, x_unit: bool = False,
+                       y_unit: bool = False):
     """Matched value pairs of two indexed batches: ``(kidx, xs, ys, w, over)`` (see
-    :func:`expand_pairs` and :func:`mul_checked`; ``kidx``: the X key of each pair)."""
+    :func:`expand_pairs` and :func:`mul_checked`; ``kidx``: the X key of each pair).
+    ``x_unit`` / ``y_unit``: that side holds one value of weight 1 per key (checked here)."""
+    for side, unit, o, w in (("X", x_unit, xo, xw), ("Y", y_unit, yo, yw)):
+        if unit and not (len(o) == len(w) + 1 and np.array_equal(o, np.arange(len(o)))
+                         and np.all(np.asarray(w) == 1)):
+            raise ValueError(f"join_matched_pairs: side {side} does not hold one value of "
+                             f"weight 1 per key")
     xs, ys = expand_pairs(xo, ai, yo, bi)
     counts = (np.asarray(xo)[ai + 1] - np.asarray(xo)[ai]) * (np.asarray(yo)[bi + 1] - np.asarray(yo)[bi])
     kidx = np.repeat(np.asarray(ai, np.int64), counts)
