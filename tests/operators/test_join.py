@@ -203,11 +203,14 @@ def primary_key_case(draw):
 @given(steps=primary_key_case(), swap=st.booleans())
 def test_join_stored_primary_key_random(workers, steps, swap):
     """A stored batch holding one value of weight 1 per key is joined without reading its
-    offsets and weights (checked here on every batch, whatever its size): the same deltas as
-    the reference, with the stored primary-key side on either side of the join."""
+    offsets and weights, and probed through a sample of its key codes (both forced here on
+    every batch, whatever its size): the same deltas as the reference, with the stored
+    primary-key side on either side of the join."""
     from dbsp.operators import join as J
+    from dbsp.trace import batch as B
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(J, "UNIT_MIN_KEYS", 0)
+        mp.setattr(B, "SAMPLE_MIN_KEYS", 0)
         if swap:
             check_steps(workers, {"r": R, "l": L}, lambda r, l: _ix(r).join(_ix(l)),
                         lambda r, l: ref.join(r, l, [0], [0]),

@@ -178,8 +178,26 @@ def upper_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     return np.asarray([bisect.bisect_right(k, p) for p in _keys(probes)], dtype=np.int64)
 
 
-def intersect(a: CodeArray, b: CodeArray):
-    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending."""
+#: a code sample keeps every this many codes (see :func:`code_sample`)
+SAMPLE_STRIDE = 16
+
+
+def code_sample(codes: CodeArray):
+    """Every ``SAMPLE_STRIDE``-th code of a sorted u64 code array, or None for var codes (an
+    index :func:`intersect` may search first)."""
+    if not isinstance(codes, np.ndarray):
+        return None
+    return np.ascontiguousarray(codes[::SAMPLE_STRIDE])
+
+
+def intersect(a: CodeArray, b: CodeArray, b_sample=None):
+    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending.
+    ``b_sample``: None or ``code_sample(b)`` (checked here; it changes no answer)."""
+    if b_sample is not None:
+        if not isinstance(b, np.ndarray):
+            raise TypeError("intersect: a code sample needs u64 codes")
+        if not np.array_equal(np.asarray(b_sample), np.asarray(b)[::SAMPLE_STRIDE]):
+            raise ValueError("intersect: b_sample is not every 16th code of b")
     ka, kb = _keys(a), _keys(b)
     pos = {c: j for j, c in enumerate(kb)}
     ai = [i for i, c in enumerate(ka) if c in pos]
