@@ -35,6 +35,11 @@ cdef enum:
     SPARSE_RATIO = 128   # ... and binary-searches the whole longer side when it is this much
     SPARSE_ROWS = 1 << 20  # longer and this long (smaller, it is cache-resident: galloping wins)
     SAMPLE_STRIDE = 16   # a code sample keeps every 16th code (see code_sample)
+    PREFETCH = 16        # probes whose windows are prefetched together (intersect, sampled)
+
+
+cdef extern from *:
+    void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
 
 
 cdef inline int cmp_probe(const codes_t* s, int64_t i, const codes_t* p, int64_t j) noexcept nogil:
@@ -329,7 +334,8 @@ def intersect(a, b, b_sample=None):
     if (ka.u64 == NULL) != (kb.u64 == NULL):
         raise TypeError("intersect needs two u64 or two var code arrays")
     cdef const uint64_t* us = NULL
-    cdef int64_t ns = 0, s = 0, w0, w1
+    cdef int64_t ns = 0, s = 0, w0, w1, g, cnt
+    cdef int64_t wins[PREFETCH]
     if b_sample is not None:
         so = as_codes(b_sample)
         if is_var(so) or kb.u64 == NULL:
@@ -371,19 +377,31 @@ def intersect(a, b, b_sample=None):
                     pb[o] = j
                     o += 1
         elif b0 > GALLOP_RATIO * a0 and us != NULL:
-            # each code of a in the (cached) sample, then in its window of b
-            for i in range(a1, na):
-                x = ua[i]
-                s = gallop_u64(us, s, ns, x, True)  # us[s - 1] <= x < us[s]
-                if s == 0:
-                    continue
-                w0 = (s - 1) * SAMPLE_STRIDE
-                w1 = w0 + SAMPLE_STRIDE if w0 + SAMPLE_STRIDE < kb.n else kb.n
-                j = w0 + bsearch_u64(ub + w0, w1 - w0, x, False)
-                if j < w1 and ub[j] == x:
-                    pa[o] = i
-                    pb[o] = j
-                    o += 1
+            # each code of a in the (cached) sample, then in its window of b; PREFETCH codes
+            # at a time: their windows are placed and prefetched first, so that their cache
+            # misses overlap, then searched
+            i = a1
+            while i < na:
+                cnt = na - i if na - i < PREFETCH else PREFETCH
+                for g in range(cnt):
+                    s = gallop_u64(us, s, ns, ua[i + g], True)  # us[s - 1] <= x < us[s]
+                    wins[g] = (s - 1) * SAMPLE_STRIDE
+                    if s > 0:
+                        prefetch(ub + wins[g])
+                        prefetch(ub + (wins[g] + SAMPLE_STRIDE - 1 if
+                                       wins[g] + SAMPLE_STRIDE <= kb.n else kb.n - 1))
+                for g in range(cnt):
+                    w0 = wins[g]
+                    if w0 < 0:
+                        continue
+                    x = ua[i + g]
+                    w1 = w0 + SAMPLE_STRIDE if w0 + SAMPLE_STRIDE < kb.n else kb.n
+                    j = w0 + bsearch_u64(ub + w0, w1 - w0, x, False)
+                    if j < w1 and ub[j] == x:
+                        pa[o] = i + g
+                        pb[o] = j
+                        o += 1
+                i += cnt
         elif b0 > GALLOP_RATIO * a0:
             for i in range(a1, na):
                 j = sparse_search(&kb, j, nb, &ka, i,
