@@ -101,8 +101,10 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
 
     ``kcodes[b]`` (sorted distinct u64 keys), ``offsets[b]`` (int64, keys + 1), ``vcodes[b]``
     (u64 versions) and ``weights[b]`` (int64) describe batch ``b``. Returns ``None`` when a weight
-    is not ±1 or a key's weights do not sum to 0 or 1 (not versioned rows: the caller falls back
-    to consolidating), else ``(pos, version, batch, row, hits)``: for each probe with a live row,
+    is not ±1, a key's weights do not sum to 0 or 1 (not versioned rows), or a live key has a
+    retraction of a version at least as large as its largest added one (a rolled-back put
+    re-inserts the older version after the newer one) — the caller falls back to
+    consolidating — else ``(pos, version, batch, row, hits)``: for each probe with a live row,
     its position among the probes, its version, the batch and value row holding it (ascending
     ``pos``), and per batch the number of probes it matched.
     """
@@ -114,6 +116,8 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     cdef cnp.ndarray bno_a = np.full(G, -1, dtype=np.int64)
     cdef cnp.ndarray row_a = np.zeros(G, dtype=np.int64)
     cdef cnp.ndarray hits_a = np.zeros(nb, dtype=np.int64)
+    cdef cnp.ndarray neg_a = np.zeros(G, dtype=np.uint64)  # largest retracted version + 1
+    cdef uint64_t* neg = <uint64_t*>cnp.PyArray_DATA(neg_a)
     cdef int64_t* tot = <int64_t*>cnp.PyArray_DATA(tot_a)
     cdef uint64_t* ver = <uint64_t*>cnp.PyArray_DATA(ver_a)
     cdef int64_t* bno = <int64_t*>cnp.PyArray_DATA(bno_a)
@@ -200,7 +204,10 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
                             ver[i] = v
                             bno[i] = b
                             row[i] = r
-                    elif w != -1:
+                    elif w == -1:
+                        if v + 1 > neg[i]:
+                            neg[i] = v + 1
+                    else:
                         bad = True
                     tot[i] += w
     if bad:
@@ -210,6 +217,8 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     with nogil:
         for i in range(G):
             if tot[i] == 1 and bno[i] >= 0:
+                if neg[i] > ver[i]:  # a retracted version >= the largest added one
+                    bad = True
                 pos[o] = i
                 o += 1
             elif tot[i] != 0:

@@ -278,13 +278,17 @@ def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, prob
     largest version of positive weight).
 
     ``kcodes[b]`` (sorted distinct keys), ``offsets[b]``, ``vcodes[b]`` (versions) and
-    ``weights[b]`` describe batch ``b``. ``None`` when some weight is not ±1 or some key's weights
-    do not sum to 0 or 1; else ``(pos, version, batch, row, hits)``: per probe with a live row
+    ``weights[b]`` describe batch ``b``. ``None`` when some weight is not ±1, some key's weights
+    do not sum to 0 or 1, or a live key has a retraction of a version at least as large as its
+    largest added one (a rolled-back put re-inserts an older version after a newer one: the
+    largest version of positive weight is then not known to be the live one; the caller
+    consolidates); else ``(pos, version, batch, row, hits)``: per probe with a live row
     (ascending ``pos``) its version and the batch and value row holding it, and per batch the
     number of probes it matched.
     """
     q = [int(x) for x in np.asarray(probes, dtype=np.uint64)]
     best: dict = {}
+    neg: dict = {}  # probe -> its largest retracted version
     tot = [0] * len(q)
     hits = np.zeros(len(kcodes), dtype=np.int64)
     for b, (k, off, v, w) in enumerate(zip(kcodes, offsets, vcodes, weights)):
@@ -301,7 +305,12 @@ def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, prob
                 tot[i] += wr
                 if wr == 1 and (i not in best or vr > best[i][0]):
                     best[i] = (vr, b, r)
+                if wr == -1:
+                    neg[i] = max(neg.get(i, vr), vr)
     if any(t not in (0, 1) for t in tot):
+        return None
+    if any(tot[i] == 1 and i in best and i in neg and neg[i] >= best[i][0]
+           for i in range(len(q))):
         return None
     pos = [i for i in range(len(q)) if tot[i] == 1 and i in best]
     return (np.asarray(pos, dtype=np.int64),

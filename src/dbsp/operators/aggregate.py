@@ -675,11 +675,19 @@ class VersionedRows(Stateful):
             # Versions only grow and each put retracts the live version of a key as it adds
             # the next: a key's weights over all batches sum to 1 when it has a live row, and
             # that row is its largest version of positive weight (no sort needed).
+            # A rolled-back put breaks the last point: it re-inserts a key's older version
+            # after retracting the newer one, so a live key with a retraction of a version at
+            # least its largest added one is consolidated instead.
             add = w > 0
             if bool((w[add] == 1).all()) and bool((w[~add] == -1).all()):
                 alive = np.bincount(p, weights=w, minlength=G) > 0
                 top = np.zeros(G, dtype=np.uint64)
                 np.maximum.at(top, p[add], v[add])
+                neg = p[~add]
+                rolled = bool((alive[neg] & (v[~add] >= top[neg])).any())
+            else:
+                rolled = True
+            if not rolled:
                 live = np.flatnonzero(add & alive[p] & (v == top[p]))
                 if len(live) == 0:
                     return None
