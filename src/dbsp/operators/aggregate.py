@@ -36,7 +36,10 @@ Both emit ``-old +new`` for the keys whose result changed. The state rows (parti
 outputs) are stored one per key in a spine whose value codes are *version numbers* drawn from a
 per-operator counter (never reused, so a version names one content for the spine's lifetime):
 replacing a row inserts ``(old, v, -1)`` and ``(new, v', +1)`` with ``v' > v``, which the spine's
-merges cancel without encoding any value.
+merges cancel without encoding any value. The general aggregate's numeric state is read through a
+flat hash table of its live rows kept beside that spine (:class:`VersionedRows` ``flat``): one
+cache miss a touched key, where a probe of the spine searches every batch, and costs more as
+the history adds batches and pushes the largest out of cache.
 
 SQL semantics: ``count(None)`` is the weighted row count; ``count(col)`` counts non-null values;
 ``sum`` / ``avg`` / ``min`` / ``max`` ignore nulls and are null when a group has no non-null value;
