@@ -533,6 +533,8 @@ class VersionedRows(Stateful):
         self.flat = flat
         self._table: Any = None  # K.LiveTable of the live rows, current at self._gen
         self._gen = -1
+        self._dtypes: Any = None  # the dtypes list the table was last read with
+        self._spine: Any = None  # the spine the table copies (restore_state may swap it)
 
     def table_bytes(self) -> int:
         """Bytes of the flat table of live rows (0 without one)."""
@@ -544,13 +546,18 @@ class VersionedRows(Stateful):
         if not self.flat:
             return None
         sp = self.trace
+        t = self._table
+        if t is not None and self._gen == sp.generation and dtypes is self._dtypes \
+                and sp is self._spine and type(kcodes) is np.ndarray:
+            return t  # current (a new key bound or row filter would have moved the generation)
         if not isinstance(kcodes, np.ndarray) or sp.storage is not None \
                 or sp.key_bound is not None or sp._retain is not None:
             self._table = None
             return None
-        t = self._table
         sizes = tuple(np.dtype(d).itemsize for d in dtypes)
-        if t is not None and self._gen == sp.generation and t.itemsizes == sizes:
+        if t is not None and self._gen == sp.generation and t.itemsizes == sizes \
+                and sp is self._spine:
+            self._dtypes = dtypes
             return t
         # stale or missing: rebuild from the spine's live rows (after a restore, a rollback or
         # at the first step; O(state) once)
@@ -564,7 +571,7 @@ class VersionedRows(Stateful):
             keys = np.unique(np.concatenate([b.kcodes for b in batches]))
             has, cols, ver, oks = self._get_numpy_spine(keys, len(keys), dtypes, True)
             t.put(keys, np.zeros(len(keys), dtype=bool), has, ver, cols, oks)
-        self._table, self._gen = t, gen
+        self._table, self._gen, self._dtypes, self._spine = t, gen, dtypes, sp
         return t
 
     def _versions(self, n: int) -> np.ndarray:
@@ -747,7 +754,7 @@ class VersionedRows(Stateful):
         self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
                                          vcodes, w, kcodec, self.vcodec))
         if table is not None and isinstance(old_vals, list) and self._gen == gen \
-                and self.trace.generation == gen + 1:
+                and self.trace is self._spine and self.trace.generation == gen + 1:
             # the table was current before this insert: apply the same change in place (new
             # versions are start, start + 1, ... in key order, as versioned_pairs drew them)
             ver = (start + np.cumsum(add, dtype=np.uint64) - np.uint64(1)).astype(np.uint64)
