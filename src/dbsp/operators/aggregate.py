@@ -758,7 +758,8 @@ class VersionedRows(Stateful):
             # the table was current before this insert: apply the same change in place (new
             # versions are start, start + 1, ... in key order, as versioned_pairs drew them)
             ver = (start + np.cumsum(add, dtype=np.uint64) - np.uint64(1)).astype(np.uint64)
-            table.put(kcodes, rm, add, ver, new_vals,
+            table.put(kcodes, rm, add, ver,
+                      [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
                       new_valid if new_valid is not None else [None] * len(new_vals))
             self._table, self._gen = table, self.trace.generation
 
