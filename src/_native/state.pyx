@@ -17,10 +17,20 @@ a selection and a fancy index per batch and column.
 ``versioned_pairs`` and ``pick_rows``: the rows a put inserts (``(old, v, -1)`` before
 ``(new, v', +1)`` for each changed key) in one pass each: which keys, their offsets, the
 versions and weights, and each column's value taken from the old or the new side.
+
+``LiveTable``: the live rows of a spine of versioned rows kept a second time, flat, for point
+reads whose cost does not grow with the history: an open-addressing hash table over u64 key codes
+(linear probing, at most 7/10 full, deletions by backward shift), one row per key holding the
+key, its version, each fixed-width column and each column's validity byte side by side, so a read
+is one cache miss (the home rows of the reads 16 ahead are prefetched). Read and written in place
+by ``get`` / ``put``, which keep the GIL (a step's keys take about a millisecond; released, the
+GIL went to a merger thread and came back tens of milliseconds later); never a source of truth (its owner rebuilds it from the spine whenever the
+spine changed behind its back).
 """
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t, uint8_t
-from libc.string cimport memcpy
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -91,8 +101,10 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
 
     ``kcodes[b]`` (sorted distinct u64 keys), ``offsets[b]`` (int64, keys + 1), ``vcodes[b]``
     (u64 versions) and ``weights[b]`` (int64) describe batch ``b``. Returns ``None`` when a weight
-    is not ±1 or a key's weights do not sum to 0 or 1 (not versioned rows: the caller falls back
-    to consolidating), else ``(pos, version, batch, row, hits)``: for each probe with a live row,
+    is not ±1, a key's weights do not sum to 0 or 1 (not versioned rows), or a live key has a
+    retraction of a version at least as large as its largest added one (a rolled-back put
+    re-inserts the older version after the newer one) — the caller falls back to
+    consolidating — else ``(pos, version, batch, row, hits)``: for each probe with a live row,
     its position among the probes, its version, the batch and value row holding it (ascending
     ``pos``), and per batch the number of probes it matched.
     """
@@ -104,6 +116,8 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     cdef cnp.ndarray bno_a = np.full(G, -1, dtype=np.int64)
     cdef cnp.ndarray row_a = np.zeros(G, dtype=np.int64)
     cdef cnp.ndarray hits_a = np.zeros(nb, dtype=np.int64)
+    cdef cnp.ndarray neg_a = np.zeros(G, dtype=np.uint64)  # largest retracted version + 1
+    cdef uint64_t* neg = <uint64_t*>cnp.PyArray_DATA(neg_a)
     cdef int64_t* tot = <int64_t*>cnp.PyArray_DATA(tot_a)
     cdef uint64_t* ver = <uint64_t*>cnp.PyArray_DATA(ver_a)
     cdef int64_t* bno = <int64_t*>cnp.PyArray_DATA(bno_a)
@@ -190,7 +204,10 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
                             ver[i] = v
                             bno[i] = b
                             row[i] = r
-                    elif w != -1:
+                    elif w == -1:
+                        if v + 1 > neg[i]:
+                            neg[i] = v + 1
+                    else:
                         bad = True
                     tot[i] += w
     if bad:
@@ -200,6 +217,8 @@ def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
     with nogil:
         for i in range(G):
             if tot[i] == 1 and bno[i] >= 0:
+                if neg[i] > ver[i]:  # a retracted version >= the largest added one
+                    bad = True
                 pos[o] = i
                 o += 1
             elif tot[i] != 0:
@@ -369,3 +388,280 @@ def pick_rows(g, is_old, cnp.ndarray old, cnp.ndarray new):
     if bad:
         raise IndexError("pick_rows: a key position is out of range")
     return out
+
+
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void** p, size_t alignment, size_t size)
+
+cdef extern from "<sys/mman.h>" nogil:
+    int madvise(void* addr, size_t length, int advice)
+    int MADV_HUGEPAGE
+
+
+cdef enum:
+    HUGE = 2 << 20  # tables of at least this many bytes sit on (transparent) huge pages
+
+
+cdef char* _zeroed(size_t nbytes) noexcept nogil:
+    """``nbytes`` of zeros, touched now (no page fault later in a step); a large block aligned to
+    and advised onto huge pages (a read of a random row then costs a cache miss, not also a TLB
+    miss and a page walk). NULL when out of memory."""
+    cdef void* p = NULL
+    if nbytes < HUGE:
+        return <char*>calloc(nbytes, 1)
+    if posix_memalign(&p, HUGE, nbytes) != 0:
+        return NULL
+    madvise(p, nbytes, MADV_HUGEPAGE)  # advice only: its failure is no error
+    memset(p, 0, nbytes)
+    return <char*>p
+
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    """A u64 finaliser (murmur3's): dense or strided key codes spread over the whole table."""
+    x ^= x >> 33
+    x *= <uint64_t>0xff51afd7ed558ccd
+    x ^= x >> 33
+    x *= <uint64_t>0xc4ceb9fe1a85ec53
+    x ^= x >> 33
+    return x
+
+
+cdef class LiveTable:
+    """Key code -> ``(version, one fixed-width value and one validity flag per column)``, one
+    flat row per key (see the module doc). ``itemsizes``: the byte width of each column (1, 2, 4
+    or 8, as numpy arrays of the columns have)."""
+
+    cdef char* rows
+    cdef int64_t cap, mask, n, rowsize, ncols, occ, voff
+    cdef int64_t* isz
+    cdef int64_t* coff
+    cdef readonly tuple itemsizes
+
+    def __cinit__(self, itemsizes):
+        self.rows = NULL
+        self.isz = NULL
+        self.coff = NULL
+
+    def __init__(self, itemsizes):
+        cdef int64_t j, off = 16, s
+        self.itemsizes = tuple(int(x) for x in itemsizes)
+        self.ncols = len(self.itemsizes)
+        self.isz = <int64_t*>calloc(self.ncols + 1, sizeof(int64_t))
+        self.coff = <int64_t*>calloc(self.ncols + 1, sizeof(int64_t))
+        if self.isz == NULL or self.coff == NULL:
+            raise MemoryError()
+        for j in range(self.ncols):
+            s = self.itemsizes[j]
+            if s not in (1, 2, 4, 8):
+                raise ValueError(f"LiveTable: column {j} has items of {s} bytes "
+                                 f"(1, 2, 4 or 8 expected)")
+            self.isz[j] = s
+            self.coff[j] = off
+            off += s
+        self.voff = off            # validity bytes, one per column
+        self.occ = off + self.ncols  # the row's occupied flag
+        self.rowsize = (self.occ + 1 + 7) & ~7
+        self.n = 0
+        self._alloc(1024)
+
+    def __dealloc__(self):
+        free(self.rows)
+        free(self.isz)
+        free(self.coff)
+
+    cdef _alloc(self, int64_t cap):
+        cdef char* r = _zeroed(cap * self.rowsize)
+        if r == NULL:
+            raise MemoryError(f"LiveTable: {cap} rows of {self.rowsize} bytes")
+        free(self.rows)
+        self.rows = r
+        self.cap = cap
+        self.mask = cap - 1
+
+    def __len__(self):
+        return self.n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the table holds (its rows, empty ones included)."""
+        return self.cap * self.rowsize
+
+    def clear(self):
+        memset(self.rows, 0, self.cap * self.rowsize)
+        self.n = 0
+
+    cdef inline int64_t _find(self, uint64_t k) noexcept nogil:
+        """The row of ``k``, or ``-1 - (the empty row where it would go)``."""
+        cdef int64_t i = <int64_t>(_mix(k) & <uint64_t>self.mask)
+        cdef char* r
+        while True:
+            r = self.rows + i * self.rowsize
+            if not r[self.occ]:
+                return -1 - i
+            if (<uint64_t*>r)[0] == k:
+                return i
+            i = (i + 1) & self.mask
+
+    cdef _grow(self, int64_t need):
+        """Room for ``need`` rows at most 7/10 full (rehashes every row)."""
+        cdef int64_t cap = self.cap, old_cap = self.cap, i, at
+        cdef char* old
+        cdef char* r
+        while need * 10 > cap * 7:
+            cap *= 2
+        if cap == old_cap:
+            return
+        old = self.rows
+        self.rows = NULL
+        try:
+            self._alloc(cap)
+        except MemoryError:
+            self.rows = old
+            raise
+        for i in range(old_cap):
+            r = old + i * self.rowsize
+            if r[self.occ]:
+                at = -1 - self._find((<uint64_t*>r)[0])
+                memcpy(self.rows + at * self.rowsize, r, self.rowsize)
+        free(old)
+
+    cdef void _delete(self, int64_t i) noexcept nogil:
+        """Empty row ``i``, shifting back the rows of its probe run that may move."""
+        cdef int64_t j = i, h
+        cdef char* r
+        while True:
+            j = (j + 1) & self.mask
+            r = self.rows + j * self.rowsize
+            if not r[self.occ]:
+                break
+            h = <int64_t>(_mix((<uint64_t*>r)[0]) & <uint64_t>self.mask)
+            # the row at j may move to i unless its home lies cyclically in (i, j]
+            if (i <= j and i < h and h <= j) or (i > j and (i < h or h <= j)):
+                continue
+            memcpy(self.rows + i * self.rowsize, r, self.rowsize)
+            i = j
+        memset(self.rows + i * self.rowsize, 0, self.rowsize)
+        self.n -= 1
+
+    cdef _pointers(self, list cols, list valids, int64_t G, str what, bint optional_valid,
+                   list keep, size_t* pc, size_t* pv):
+        cdef int64_t j
+        cdef cnp.ndarray a
+        if len(cols) != self.ncols or len(valids) != self.ncols:
+            raise ValueError(f"LiveTable.{what}: {len(cols)} columns and {len(valids)} "
+                             f"validity arrays for a table of {self.ncols} columns")
+        for j in range(self.ncols):
+            a = cols[j]
+            if a.ndim != 1 or a.shape[0] != G or a.itemsize != self.isz[j] \
+                    or not a.flags.c_contiguous:
+                raise ValueError(f"LiveTable.{what}: column {j} must be a contiguous 1-d array "
+                                 f"of {G} items of {self.isz[j]} bytes")
+            if what == "get" and not a.flags.writeable:
+                raise ValueError(f"LiveTable.get: column {j} is not writable")
+            pc[j] = <size_t>cnp.PyArray_DATA(a)
+            keep.append(a)
+            if valids[j] is None and optional_valid:
+                pv[j] = 0
+                continue
+            a = valids[j]
+            if a.ndim != 1 or a.shape[0] != G or a.itemsize != 1 or not a.flags.c_contiguous:
+                raise ValueError(f"LiveTable.{what}: validity {j} must be a contiguous 1-d "
+                                 f"array of {G} bools")
+            if what == "get" and not a.flags.writeable:
+                raise ValueError(f"LiveTable.get: validity {j} is not writable")
+            pv[j] = <size_t>cnp.PyArray_DATA(a)
+            keep.append(a)
+
+    def get(self, kcodes, cnp.ndarray has, cnp.ndarray ver, list cols, list valids):
+        """For each key code ``kcodes[i]`` with a row: ``has[i] = True``, ``ver[i]``, each
+        ``cols[j][i]`` and ``valids[j][i]`` written in place (left as they are for a key without
+        a row: the caller passes zeros). Returns the number of keys found."""
+        cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
+        cdef int64_t G = q.shape[0], i, j, at, found = 0, nc = self.ncols
+        if has.ndim != 1 or has.shape[0] != G or has.itemsize != 1 or \
+                not has.flags.c_contiguous or not has.flags.writeable:
+            raise ValueError(f"LiveTable.get: has must be a writable array of {G} bools")
+        if ver.ndim != 1 or ver.shape[0] != G or ver.itemsize != 8 or \
+                not ver.flags.c_contiguous or not ver.flags.writeable:
+            raise ValueError(f"LiveTable.get: ver must be a writable array of {G} u64")
+        keep = []
+        cdef cnp.ndarray pc_a = np.zeros(nc + 1, dtype=np.uintp)
+        cdef cnp.ndarray pv_a = np.zeros(nc + 1, dtype=np.uintp)
+        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(pc_a)
+        cdef size_t* pv = <size_t*>cnp.PyArray_DATA(pv_a)
+        self._pointers(cols, valids, G, "get", False, keep, pc, pv)
+        cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
+        cdef uint8_t* ph = <uint8_t*>cnp.PyArray_DATA(has)
+        cdef uint64_t* pver = <uint64_t*>cnp.PyArray_DATA(ver)
+        cdef char* r
+        cdef int64_t s
+        for i in range(G):
+            if i + 16 < G:
+                prefetch(self.rows + <int64_t>(_mix(pq[i + 16]) & <uint64_t>self.mask)
+                         * self.rowsize)
+            at = self._find(pq[i])
+            if at < 0:
+                continue
+            found += 1
+            r = self.rows + at * self.rowsize
+            ph[i] = 1
+            pver[i] = (<uint64_t*>r)[1]
+            for j in range(nc):
+                s = self.isz[j]
+                memcpy(<char*>pc[j] + i * s, r + self.coff[j], s)
+                (<uint8_t*>pv[j])[i] = r[self.voff + j]
+        return found
+
+    def put(self, kcodes, rm, add, versions, list cols, list valids):
+        """Row ``i`` of the arrays is the new state of key ``kcodes[i]`` (distinct codes):
+        where ``add[i]`` the key's row becomes ``(versions[i], cols[j][i], valids[j][i])``
+        (inserted or overwritten; a None validity array: all valid; a null value is stored
+        as 0), else where ``rm[i]`` the
+        key's row is deleted; other keys are left as they are."""
+        cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
+        cdef cnp.ndarray ra = np.ascontiguousarray(rm, dtype=np.bool_)
+        cdef cnp.ndarray aa = np.ascontiguousarray(add, dtype=np.bool_)
+        cdef cnp.ndarray va = np.ascontiguousarray(versions, dtype=np.uint64)
+        cdef int64_t G = q.shape[0], i, j, at, nadd = 0, nc = self.ncols, s
+        if ra.shape[0] != G or aa.shape[0] != G or va.shape[0] != G:
+            raise ValueError("LiveTable.put: kcodes, rm, add and versions differ in length")
+        keep = []
+        cdef cnp.ndarray pc_a = np.zeros(nc + 1, dtype=np.uintp)
+        cdef cnp.ndarray pv_a = np.zeros(nc + 1, dtype=np.uintp)
+        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(pc_a)
+        cdef size_t* pv = <size_t*>cnp.PyArray_DATA(pv_a)
+        self._pointers(cols, valids, G, "put", True, keep, pc, pv)
+        cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
+        cdef const uint8_t* pr = <const uint8_t*>cnp.PyArray_DATA(ra)
+        cdef const uint8_t* pa_ = <const uint8_t*>cnp.PyArray_DATA(aa)
+        cdef const uint64_t* pver = <const uint64_t*>cnp.PyArray_DATA(va)
+        cdef char* r
+        for i in range(G):
+            nadd += pa_[i] != 0
+        self._grow(self.n + nadd)
+        for i in range(G):
+            if i + 16 < G:
+                prefetch(self.rows + <int64_t>(_mix(pq[i + 16]) & <uint64_t>self.mask)
+                         * self.rowsize)
+            if pa_[i]:
+                at = self._find(pq[i])
+                if at < 0:
+                    at = -1 - at
+                    self.n += 1
+                r = self.rows + at * self.rowsize
+                (<uint64_t*>r)[0] = pq[i]
+                (<uint64_t*>r)[1] = pver[i]
+                for j in range(nc):
+                    s = self.isz[j]
+                    if pv[j] and not (<const uint8_t*>pv[j])[i]:
+                        memset(r + self.coff[j], 0, s)  # a null reads as 0
+                        r[self.voff + j] = 0
+                    else:
+                        memcpy(r + self.coff[j], <const char*>pc[j] + i * s, s)
+                        r[self.voff + j] = 1
+                r[self.occ] = 1
+            elif pr[i]:
+                at = self._find(pq[i])
+                if at >= 0:
+                    self._delete(at)

@@ -183,3 +183,87 @@ def test_versioned_pairs_and_pick_rows_match_ref_and_truth(flags, start, dt):
 def test_pick_rows_checks_bounds():
     with pytest.raises(IndexError):
         native.pick_rows(np.asarray([2]), np.asarray([True]), np.zeros(2), np.zeros(3))
+
+
+# -- LiveTable: the flat table of live rows ---------------------------------------------------
+
+_TABLE_DTYPES = [np.int64, np.float64, np.int32, np.bool_, np.int16]
+
+
+@st.composite
+def _table_ops(draw):
+    """Column dtypes and steps of ``(sorted distinct keys, rm, add, versions, cols, valids)``
+    over a small key range (so keys come back after deletion and probe runs collide), with
+    enough keys to grow the table past its first size."""
+    dts = draw(st.lists(st.sampled_from(_TABLE_DTYPES), min_size=0, max_size=3))
+    span = draw(st.sampled_from([20, 3000]))
+    hi_bits = draw(st.sampled_from([0, 1 << 63, 1 << 40]))  # codes of signed ints are high
+    steps = []
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(0, 1500 if span > 20 else 20))
+        rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+        keys = np.unique(rng.integers(0, span, n)).astype(np.uint64) + np.uint64(hi_bits)
+        G = len(keys)
+        cols = [(rng.integers(-99, 99, G)).astype(dt) for dt in dts]
+        valids = [None if rng.random() < 0.3 else rng.random(G) < 0.8 for _ in dts]
+        steps.append((keys, rng.random(G) < 0.4, rng.random(G) < 0.6,
+                      rng.integers(0, 2 ** 62, G).astype(np.uint64), cols, valids))
+    return dts, steps
+
+
+def _read(t, keys, dts):
+    G = len(keys)
+    has, ver = np.zeros(G, bool), np.zeros(G, np.uint64)
+    cols, oks = [np.zeros(G, dt) for dt in dts], [np.zeros(G, bool) for _ in dts]
+    n = t.get(keys, has, ver, cols, oks)
+    return n, has, ver, cols, oks
+
+
+@settings(max_examples=60, deadline=None)
+@given(_table_ops())
+def test_live_table_matches_ref_and_a_dict(case):
+    """Native table, reference table and a plain dict agree after every step of upserts and
+    deletes (reads of present and absent keys, nulls read back as 0 and invalid)."""
+    dts, steps = case
+    nat, rf = native.LiveTable([np.dtype(d).itemsize for d in dts]), \
+        ref.LiveTable([np.dtype(d).itemsize for d in dts])
+    model: dict = {}
+    for keys, rm, add, ver, cols, valids in steps:
+        for t in (nat, rf):
+            t.put(keys, rm, add, ver, cols, valids)
+        for i, k in enumerate(keys.tolist()):
+            if add[i]:
+                model[k] = (int(ver[i]), [
+                    (c[i].item(), True) if v is None or v[i] else (0, False)
+                    for c, v in zip(cols, valids)])
+            elif rm[i]:
+                model.pop(k, None)
+        assert len(nat) == len(rf) == len(model)
+        probe = np.unique(np.concatenate([keys, np.asarray(list(model), np.uint64),
+                                          keys + np.uint64(1)]))
+        got, want = _read(nat, probe, dts), _read(rf, probe, dts)
+        assert got[0] == want[0] == sum(int(k) in model for k in probe.tolist())
+        for x, y in zip(got[1:3], want[1:3]):
+            np.testing.assert_array_equal(x, y)
+        for x, y in zip(got[3] + got[4], want[3] + want[4]):
+            np.testing.assert_array_equal(x, y)
+        for i, k in enumerate(probe.tolist()):
+            m = model.get(k)
+            assert bool(got[1][i]) == (m is not None)
+            if m is not None:
+                assert int(got[2][i]) == m[0]
+                assert [(c[i].item(), bool(o[i])) for c, o in zip(got[3], got[4])] == m[1]
+
+
+def test_live_table_refuses_bad_arrays():
+    t = native.LiveTable([8])
+    k = np.arange(3, dtype=np.uint64)
+    with pytest.raises(ValueError, match="column 0 must be"):
+        t.put(k, np.zeros(3, bool), np.ones(3, bool), k, [np.zeros(3, np.int32)], [None])
+    with pytest.raises(ValueError, match="1 columns and 0 validity"):
+        t.put(k, np.zeros(3, bool), np.ones(3, bool), k, [np.zeros(3, np.int64)], [])
+    with pytest.raises(ValueError, match="has must be"):
+        t.get(k, np.zeros(2, bool), np.zeros(3, np.uint64), [np.zeros(3, np.int64)],
+              [np.zeros(3, bool)])
+    with pytest.raises(ValueError, match="items of 3 bytes"):
+        native.LiveTable([3])

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import dbsp
+from dbsp import StreamContext, count, max_
+from dbsp.algebra.codes import KeyCodec
+from dbsp.operators.aggregate import VersionedRows
 from dbsp.testing import reference as ref
 from dbsp.testing.harness import check_steps
 from dbsp.trace.batch import OrdIndexedZSet
+from dbsp.trace.journal import StepJournal, use_journal
 from dbsp.trace.probe import first_positive, pair_weights
 
 S = pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.int64()), pa.field("s", pa.string())])
@@ -204,3 +209,121 @@ def test_general_aggregate_state_does_not_hold_groups():
         op.values["x"].trace.compact()
         assert len(op.state.trace) == 10
         assert len(op.values["x"].trace) == 500
+
+
+# -- the flat table of live rows (VersionedRows(flat=True)) -----------------------------------
+
+_VS = pa.schema([pa.field("n", pa.int64()), pa.field("x", pa.int64())])
+_VK = pa.schema([pa.field("k", pa.int64(), False)])
+
+
+@st.composite
+def _versioned_steps(draw):
+    """Steps of ``{key: None (delete) | (n, x or None)}`` and what happens after each: kept,
+    rolled back (the step journal), restored from a checkpoint image into a fresh state, or
+    the state cleared."""
+    out = []
+    for _ in range(draw(st.integers(1, 8))):
+        ch = draw(st.dictionaries(st.integers(-5, 30), st.none() | st.tuples(
+            st.integers(-3, 3), st.none() | st.integers(-9, 9)), max_size=25))
+        out.append((ch, draw(st.sampled_from(["keep", "keep", "rollback", "restore", "clear"]))))
+    return out
+
+
+def _versioned_get(vr, keys):
+    kc = KeyCodec(list(_VK))
+    kcodes = kc.encode([pa.array(keys, pa.int64())], len(keys))
+    return kcodes, vr.get_numpy(kcodes, len(keys), [np.dtype(np.int64)] * 2, valid=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_versioned_steps())
+# a rolled-back replace re-inserts version 0 after retracting version 1: the live row is 0
+@example(steps=[({0: (0, None)}, "keep"), ({0: (1, None)}, "rollback")])
+def test_flat_versioned_rows_match_a_dict_through_rollback_and_restore(steps):
+    """``VersionedRows(flat=True)`` reads (through its table) what a dict model and the spine
+    itself (``flat=False`` over the same spine) hold, after puts, rolled-back puts, checkpoint
+    restores into a fresh state, and clears; the table is used whenever it may be."""
+    vr = VersionedRows("t", _VS, flat=True)
+    model: dict = {}
+    for ch, then in steps:
+        keys = sorted(ch)
+        G = len(keys)
+        kcodes, (has, cols, ver, oks) = _versioned_get(vr, keys)
+        assert [bool(h) for h in has] == [k in model for k in keys]
+        newn = np.asarray([ch[k][0] if ch[k] else 0 for k in keys], np.int64)
+        newx = np.asarray([(ch[k][1] or 0) if ch[k] else 0 for k in keys], np.int64)
+        newok = np.asarray([bool(ch[k]) and ch[k][1] is not None for k in keys], bool)
+        keep = np.asarray([ch[k] is not None for k in keys], bool)
+        changed = np.ones(G, bool)
+        journal = StepJournal()
+        with use_journal(journal):
+            vr.put(pa.record_batch([pa.array(keys, pa.int64())], schema=_VK), kcodes,
+                   KeyCodec(list(_VK)), has, cols, ver, keep, [newn, newx], changed,
+                   [None, oks[1]], [None, newok])
+        if then == "rollback":
+            journal.rollback()
+        else:
+            journal.commit()
+            for k in keys:
+                if ch[k] is None:
+                    model.pop(k, None)
+                else:
+                    model[k] = (ch[k][0], ch[k][1])
+        if then == "restore":
+            saved = vr.checkpoint_state()
+            vr = VersionedRows("t", _VS, flat=True)
+            vr.restore_state(saved)
+        elif then == "clear":
+            vr.clear()
+            model.clear()
+        probe = sorted(set(model) | set(keys) | {31})
+        _, (has, cols, ver, oks) = _versioned_get(vr, probe)
+        assert vr._table is not None  # read through the table
+        spine_only = VersionedRows("t", _VS)
+        spine_only.trace = vr.trace
+        _, (has2, cols2, ver2, oks2) = _versioned_get(spine_only, probe)
+        np.testing.assert_array_equal(has, has2)
+        np.testing.assert_array_equal(ver, ver2)
+        for a, b in zip(cols + oks, cols2 + oks2):
+            np.testing.assert_array_equal(a, b)
+        got = {k: (int(cols[0][i]), int(cols[1][i]) if oks[1][i] else None)
+               for i, k in enumerate(probe) if has[i]}
+        assert got == model
+
+
+def test_a_rolled_back_step_leaves_the_flat_table_right(workers):
+    """count + max per key (the numeric state read through the flat table); a step that fails
+    after the aggregate ran (an output view's weight out of int64) is rolled back, and the next
+    steps' outputs are the reference's."""
+    ctx = StreamContext(workers=workers)
+    s = ctx.stream({"k": pa.int64(), "x": pa.int64()}, name="s")
+    agg = s.group_by("k").agg(n=count(), hi=max_("x")).collect()
+    raw = s.collect()
+    seen: dict = {}
+
+    def step(rows, weights=None, fails=False):
+        s.push(rows, weights=weights)
+        if fails:
+            with pytest.raises(OverflowError):
+                ctx.step()
+            return
+        ctx.step()
+        for r, w in zip(rows, weights or [1] * len(rows)):
+            seen[r] = seen.get(r, 0) + w
+        want: dict = {}
+        for (k, x), w in seen.items():
+            n, hi = want.get(k, (0, None))
+            want[k] = (n + w, x if w > 0 and (hi is None or x > hi) else hi)
+        assert agg.view_dict() == {(k, n, hi): 1 for k, (n, hi) in want.items() if n}
+
+    step([(1, 5), (2, 7), (9, 0)], [1, 1, 2 ** 62])
+    step([(9, 1), (2, 3)], [-(2 ** 61), 1])
+    # the aggregate puts new rows for keys 1, 3 and 9 (count of 9: 2**61 + 2**62), then the
+    # view of the raw rows finds (9, 0) at 2**63: the step is rolled back
+    step([(1, 9), (3, 1), (9, 0)], [1, 1, 2 ** 62], fails=True)
+    step([(1, 6), (3, 2)])
+    step([(1, 5), (2, 8), (9, 0), (9, 1)], [-1, 1, -(2 ** 62), 2 ** 61])
+    step([(1, 9), (3, 1), (9, 4)])
+    ctx.close()
+    assert raw is not None

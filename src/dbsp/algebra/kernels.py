@@ -44,6 +44,7 @@ _NATIVE = {
     "gather_rows": "state",
     "versioned_pairs": "state",
     "pick_rows": "state",
+    "LiveTable": "state",
     "combine_partials": "linear",
     "delta_partials": "linear",
     "take_batch": "arrow_c",
@@ -139,6 +140,7 @@ mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")
 live_versions = _resolve("live_versions")
 gather_rows = _resolve("gather_rows")
+LiveTable = _resolve("LiveTable")
 versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")

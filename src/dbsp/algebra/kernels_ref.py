@@ -296,13 +296,17 @@ def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, prob
     largest version of positive weight).
 
     ``kcodes[b]`` (sorted distinct keys), ``offsets[b]``, ``vcodes[b]`` (versions) and
-    ``weights[b]`` describe batch ``b``. ``None`` when some weight is not ±1 or some key's weights
-    do not sum to 0 or 1; else ``(pos, version, batch, row, hits)``: per probe with a live row
+    ``weights[b]`` describe batch ``b``. ``None`` when some weight is not ±1, some key's weights
+    do not sum to 0 or 1, or a live key has a retraction of a version at least as large as its
+    largest added one (a rolled-back put re-inserts an older version after a newer one: the
+    largest version of positive weight is then not known to be the live one; the caller
+    consolidates); else ``(pos, version, batch, row, hits)``: per probe with a live row
     (ascending ``pos``) its version and the batch and value row holding it, and per batch the
     number of probes it matched.
     """
     q = [int(x) for x in np.asarray(probes, dtype=np.uint64)]
     best: dict = {}
+    neg: dict = {}  # probe -> its largest retracted version
     tot = [0] * len(q)
     hits = np.zeros(len(kcodes), dtype=np.int64)
     for b, (k, off, v, w) in enumerate(zip(kcodes, offsets, vcodes, weights)):
@@ -319,7 +323,12 @@ def live_versions(kcodes: list, offsets: list, vcodes: list, weights: list, prob
                 tot[i] += wr
                 if wr == 1 and (i not in best or vr > best[i][0]):
                     best[i] = (vr, b, r)
+                if wr == -1:
+                    neg[i] = max(neg.get(i, vr), vr)
     if any(t not in (0, 1) for t in tot):
+        return None
+    if any(tot[i] == 1 and i in best and i in neg and neg[i] >= best[i][0]
+           for i in range(len(q))):
         return None
     pos = [i for i in range(len(q)) if tot[i] == 1 and i in best]
     return (np.asarray(pos, dtype=np.int64),
@@ -449,6 +458,69 @@ def pick_rows(g, is_old, old: np.ndarray, new: np.ndarray) -> np.ndarray:
     out[is_old] = np.asarray(old).view(new.dtype)[g[is_old]]
     out[~is_old] = new[g[~is_old]]
     return out
+
+
+class LiveTable:
+    """Key code -> ``(version, one fixed-width value and one validity flag per column)``, a dict
+    (see ``dbsp._native.state.LiveTable``: the same reads and writes over a flat hash table)."""
+
+    def __init__(self, itemsizes):
+        self.itemsizes = tuple(int(x) for x in itemsizes)
+        for j, s in enumerate(self.itemsizes):
+            if s not in (1, 2, 4, 8):
+                raise ValueError(f"LiveTable: column {j} has items of {s} bytes "
+                                 f"(1, 2, 4 or 8 expected)")
+        self.rows: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.rows) * (16 + sum(self.itemsizes) + len(self.itemsizes))
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+    def _check(self, cols: list, valids: list, G: int, what: str) -> None:
+        if len(cols) != len(self.itemsizes) or len(valids) != len(self.itemsizes):
+            raise ValueError(f"LiveTable.{what}: {len(cols)} columns and {len(valids)} "
+                             f"validity arrays for a table of {len(self.itemsizes)} columns")
+        for j, (c, s) in enumerate(zip(cols, self.itemsizes)):
+            if c.ndim != 1 or len(c) != G or c.itemsize != s:
+                raise ValueError(f"LiveTable.{what}: column {j} must be a contiguous 1-d array "
+                                 f"of {G} items of {s} bytes")
+
+    def get(self, kcodes, has: np.ndarray, ver: np.ndarray, cols: list, valids: list) -> int:
+        """Fill ``has``, ``ver``, ``cols`` and ``valids`` in place for the keys with a row."""
+        self._check(cols, valids, len(kcodes), "get")
+        found = 0
+        for i, k in enumerate(np.asarray(kcodes, dtype=np.uint64).tolist()):
+            row = self.rows.get(k)
+            if row is None:
+                continue
+            found += 1
+            has[i] = True
+            ver[i] = row[0]
+            for j, (x, ok) in enumerate(row[1]):
+                cols[j][i:i + 1] = np.frombuffer(x, dtype=cols[j].dtype)
+                valids[j][i] = ok
+        return found
+
+    def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:
+        """Where ``add[i]``: key ``kcodes[i]``'s row becomes the row ``i`` of the arrays (a None
+        validity array: all valid; a null value is stored as 0); else where ``rm[i]``: its row is deleted."""
+        self._check(cols, valids, len(kcodes), "put")
+        for i, k in enumerate(np.asarray(kcodes, dtype=np.uint64).tolist()):
+            if add[i]:
+                row = []
+                for j in range(len(cols)):
+                    ok = True if valids[j] is None else bool(valids[j][i])
+                    x = cols[j][i:i + 1] if ok else np.zeros(1, dtype=cols[j].dtype)
+                    row.append((x.tobytes(), ok))  # a null is stored as 0
+                self.rows[k] = (int(versions[i]), row)
+            elif rm[i]:
+                self.rows.pop(k, None)
 
 
 def _fixed_width(t: pa.DataType) -> bool:

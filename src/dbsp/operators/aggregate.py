@@ -36,7 +36,10 @@ Both emit ``-old +new`` for the keys whose result changed. The state rows (parti
 outputs) are stored one per key in a spine whose value codes are *version numbers* drawn from a
 per-operator counter (never reused, so a version names one content for the spine's lifetime):
 replacing a row inserts ``(old, v, -1)`` and ``(new, v', +1)`` with ``v' > v``, which the spine's
-merges cancel without encoding any value.
+merges cancel without encoding any value. The general aggregate's numeric state is read through a
+flat hash table of its live rows kept beside that spine (:class:`VersionedRows` ``flat``): one
+cache miss a touched key, where a probe of the spine searches every batch, and costs more as
+the history adds batches and pushes the largest out of cache.
 
 SQL semantics: ``count(None)`` is the weighted row count; ``count(col)`` counts non-null values;
 ``sum`` / ``avg`` / ``min`` / ``max`` ignore nulls and are null when a group has no non-null value;
@@ -507,15 +510,69 @@ class VersionedRows(Stateful):
     come from a counter that only grows (a version, once used, names one content for the life of
     the spine: reusing one after a deletion would let a merge pair a retraction with the wrong
     row); after a restore the counter restarts above the largest version stored.
+
+    With ``flat``, :meth:`get_numpy` reads the live rows from a flat hash table over the key codes
+    (:class:`~dbsp.algebra.kernels.LiveTable`: one cache miss a key however long the history,
+    where a probe of the spine's sorted batches costs a search in every batch and grows with their
+    number and size) that :meth:`put` keeps up to date in place. The spine stays the state (it is
+    what checkpoints save, steps roll back and storage spills); the table is a copy of its live
+    rows, used while it is provably current: u64 key codes, every batch in memory, a spine without
+    storage (the table is memory the accountant does not see), and no change to the spine since
+    the table's last write (``Spine.generation``: a rollback, restore or clear moves it). Otherwise
+    the table is dropped and the spine probed as without ``flat``; the table is rebuilt from the
+    spine's live rows at the next read that may use it.
     """
 
     state_attrs = ('trace', '_next')
 
-    def __init__(self, name: str, val_schema: pa.Schema):
+    def __init__(self, name: str, val_schema: pa.Schema, flat: bool = False):
         self.trace = Spine(name=name)
         self.val_schema = val_schema
         self.vcodec = KeyCodec([])  # carried along, never used to encode
         self._next: Optional[int] = None
+        self.flat = flat
+        self._table: Any = None  # K.LiveTable of the live rows, current at self._gen
+        self._gen = -1
+        self._dtypes: Any = None  # the dtypes list the table was last read with
+        self._spine: Any = None  # the spine the table copies (restore_state may swap it)
+
+    def table_bytes(self) -> int:
+        """Bytes of the flat table of live rows (0 without one)."""
+        return 0 if self._table is None else int(self._table.nbytes)
+
+    def _flat_table(self, kcodes, dtypes: list):
+        """The flat table of live rows, current (rebuilt from the spine if it is stale), or
+        None when it may not be used now (see the class doc)."""
+        if not self.flat:
+            return None
+        sp = self.trace
+        t = self._table
+        if t is not None and self._gen == sp.generation and dtypes is self._dtypes \
+                and sp is self._spine and type(kcodes) is np.ndarray:
+            return t  # current (a new key bound or row filter would have moved the generation)
+        if not isinstance(kcodes, np.ndarray) or sp.storage is not None \
+                or sp.key_bound is not None or sp._retain is not None:
+            self._table = None
+            return None
+        sizes = tuple(np.dtype(d).itemsize for d in dtypes)
+        if t is not None and self._gen == sp.generation and t.itemsizes == sizes \
+                and sp is self._spine:
+            self._dtypes = dtypes
+            return t
+        # stale or missing: rebuild from the spine's live rows (after a restore, a rollback or
+        # at the first step; O(state) once)
+        self._table = None
+        gen = sp.generation
+        batches = sp.batches()
+        if any(b.is_file or not isinstance(b.kcodes, np.ndarray) for b in batches):
+            return None
+        t = K.LiveTable(sizes)
+        if batches:
+            keys = np.unique(np.concatenate([b.kcodes for b in batches]))
+            has, cols, ver, oks = self._get_numpy_spine(keys, len(keys), dtypes, True)
+            t.put(keys, np.zeros(len(keys), dtype=bool), has, ver, cols, oks)
+        self._table, self._gen, self._dtypes, self._spine = t, gen, dtypes, sp
+        return t
 
     def _versions(self, n: int) -> np.ndarray:
         if self._next is None:
@@ -554,7 +611,20 @@ class VersionedRows(Stateful):
         dtypes[j] per column j, 0 where a key has no row or a null], version)``; with ``valid``
         also ``[one bool array per column: false where a key has no row or a null]`` (temporal
         columns are read as their integer storage, see :func:`np_values`). No Arrow call per
-        step beyond a zero-copy view of each matched batch's columns."""
+        step beyond a zero-copy view of each matched batch's columns; with ``flat``, one pass
+        over the flat table (see the class doc)."""
+        t = self._flat_table(kcodes, dtypes) if G else None
+        if t is not None:
+            has = np.zeros(G, dtype=bool)
+            ver = np.zeros(G, dtype=np.uint64)
+            cols = [np.zeros(G, dtype=dt) for dt in dtypes]
+            oks = [np.zeros(G, dtype=bool) for _ in dtypes]
+            t.get(kcodes, has, ver, cols, oks)
+            return (has, cols, ver, oks) if valid else (has, cols, ver)
+        return self._get_numpy_spine(kcodes, G, dtypes, valid)
+
+    def _get_numpy_spine(self, kcodes, G: int, dtypes: list, valid: bool = False):
+        """:meth:`get_numpy` from the spine's batches."""
         has = np.zeros(G, dtype=bool)
         ver = np.zeros(G, dtype=np.uint64)
         cols = [np.zeros(G, dtype=dt) for dt in dtypes]
@@ -615,11 +685,19 @@ class VersionedRows(Stateful):
             # Versions only grow and each put retracts the live version of a key as it adds
             # the next: a key's weights over all batches sum to 1 when it has a live row, and
             # that row is its largest version of positive weight (no sort needed).
+            # A rolled-back put breaks the last point: it re-inserts a key's older version
+            # after retracting the newer one, so a live key with a retraction of a version at
+            # least its largest added one is consolidated instead.
             add = w > 0
             if bool((w[add] == 1).all()) and bool((w[~add] == -1).all()):
                 alive = np.bincount(p, weights=w, minlength=G) > 0
                 top = np.zeros(G, dtype=np.uint64)
                 np.maximum.at(top, p[add], v[add])
+                neg = p[~add]
+                rolled = bool((alive[neg] & (v[~add] >= top[neg])).any())
+            else:
+                rolled = True
+            if not rolled:
                 live = np.flatnonzero(add & alive[p] & (v == top[p]))
                 if len(live) == 0:
                     return None
@@ -650,6 +728,7 @@ class VersionedRows(Stateful):
         # per changed key: the old row (its version is the smaller) before the new one
         self._versions(0)  # (finds the counter after a restore)
         start = self._next
+        table, self._table = self._table, None  # current again only once both are written
         kk, offsets, g, is_old, vcodes, w = K.versioned_pairs(rm, add, old_ver, start)
         self._next = start + int(add.sum())
         if isinstance(old_vals, list):  # numpy columns: pick old / new rows, one Arrow batch
@@ -671,12 +750,23 @@ class VersionedRows(Stateful):
                                       pa.RecordBatch.from_arrays(new_vals.columns,
                                                                  schema=self.val_schema)])
             vals = take(both, np.where(is_old, g, g + G))  # old rows from the first half
+        gen = self.trace.generation
         self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
                                          vcodes, w, kcodec, self.vcodec))
+        if table is not None and isinstance(old_vals, list) and self._gen == gen \
+                and self.trace is self._spine and self.trace.generation == gen + 1:
+            # the table was current before this insert: apply the same change in place (new
+            # versions are start, start + 1, ... in key order, as versioned_pairs drew them)
+            ver = (start + np.cumsum(add, dtype=np.uint64) - np.uint64(1)).astype(np.uint64)
+            table.put(kcodes, rm, add, ver,
+                      [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
+                      new_valid if new_valid is not None else [None] * len(new_vals))
+            self._table, self._gen = table, self.trace.generation
 
     def clear(self) -> None:
         self.trace.clear()
         self._next = 0
+        self._table = None
 
     def __len__(self) -> int:
         return len(self.trace)
@@ -1398,7 +1488,6 @@ class GeneralAggregateOperator(Operator):
         for i, s in enumerate(self.others):
             fields.append(pa.field(f"x{i}", s.out_type))
         self.state_schema = pa.schema(fields)
-        self.state = VersionedRows("aggregate.state", self.state_schema)
         self.values: dict[str, _ValueCounts] = {}
         for s in self.others:
             if s.column not in self.values:
@@ -1409,6 +1498,9 @@ class GeneralAggregateOperator(Operator):
               for s in self.others]
         self.np_dtypes = None if self.partials.dtypes is None or any(t is None for t in xt) \
             else [np.dtype(t) for t in self.partials.dtypes] + xt
+        # numeric state: its live rows are read through a flat table (VersionedRows' flat)
+        self.state = VersionedRows("aggregate.state", self.state_schema,
+                                   flat=self.np_dtypes is not None)
 
     def eval(self, d: OrdIndexedZSet) -> ZSet:
         if len(d) == 0:
@@ -1577,6 +1669,11 @@ class GeneralAggregateOperator(Operator):
                 new[k] = np_values(b.vals.column(0).slice(r, 1), ov.dtype)[0][0]
             valid[fk] = True
         return new, valid
+
+    def state_memory(self) -> dict:
+        m = super().state_memory()
+        m["memory_bytes"] += self.state.table_bytes()  # the flat table of live rows
+        return m
 
     def savepoint(self):
         return [vc._monotone for vc in self.values.values()]

@@ -85,6 +85,10 @@ Invariants
   next ``insert``/``flush``/``wait_merges`` and the spine stops merging in the background.
 * Inside a step, ``insert`` and ``clear`` are recorded in the thread's
   :class:`~dbsp.trace.journal.StepJournal`, so that a failed step can be undone exactly.
+* ``generation`` counts the changes of the state (a non-empty ``insert``, ``clear``,
+  ``restore``, a key bound raised or put back; merges do not count): a reader that keeps a copy
+  of the state (the aggregate's flat table of live rows) knows it is stale when the count moved
+  past the one it saw after its own last insert.
 """
 from __future__ import annotations
 
@@ -457,6 +461,7 @@ class Spine:
         self._snapshot: Optional[tuple[Batch, ...]] = None
         self._consolidated: Optional[tuple[tuple, Optional[Batch]]] = None
         self._epoch = 0
+        self.generation = 0  # changes of the state (see the module doc's invariants)
         self._key_bound: Optional[KeyBound] = None   # readers cut below it at once
         self._gc_bound: Optional[KeyBound] = None    # merges free rows below it (committed)
         self._retain: Optional[RowFilter] = None
@@ -500,6 +505,7 @@ class Spine:
         if journal is not None:  # a step that may be rolled back (dbsp.trace.journal)
             journal.inserted(self, batch)
         with self._cv:
+            self.generation += 1
             self._levels.setdefault(self.level_of(n), []).append(batch)
             self._merge_blocked = False
             self._changed()
@@ -534,6 +540,7 @@ class Spine:
             self._levels.clear()
             self._inflight.clear()
             self._epoch += 1
+            self.generation += 1
             self._merge_blocked = False
             self._changed()
             self._cv.notify_all()
@@ -557,6 +564,7 @@ class Spine:
             self._levels.clear()
             self._inflight.clear()
             self._epoch += 1
+            self.generation += 1
             self._merge_blocked = False
             for b in image.batches:
                 if len(b):
@@ -620,6 +628,7 @@ class Spine:
                     self._gc_bound = bound
                     dropped = self._drop_cut_locked()
                 self._key_bound = bound
+                self.generation += 1
                 self._changed()
             else:
                 return
@@ -661,6 +670,7 @@ class Spine:
         never freed: merges cut at the committed bound only), so readers see them again."""
         with self._cv:
             self._key_bound = bound
+            self.generation += 1
             self._changed()
 
     @property
@@ -673,6 +683,7 @@ class Spine:
         batch is next merged (lazily: readers may see them until then). ``None`` removes it."""
         with self._cv:
             self._retain = keep
+            self.generation += 1
 
     # -- merging --------------------------------------------------------------------------
     def _get_merger(self) -> Merger:
