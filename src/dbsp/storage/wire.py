@@ -91,17 +91,23 @@ def _record_batch_from_ipc(buf) -> "pa.RecordBatch":
     return pa.ipc.open_stream(pa.py_buffer(buf)).read_next_batch()
 
 
-_SCHEMA_OUT: dict = {}   # pa.Schema -> its IPC message (bytes)
 _SCHEMA_IN: dict = {}    # IPC message -> pa.Schema
-_SCHEMA_CACHE = 256      # schemas kept on each side (a pipeline has a few dozen)
+_SCHEMA_CACHE = 256      # schemas kept by the receiving side (a pipeline has a few dozen)
+_LAST_OUT: tuple = (None, b"")   # the last schema sent and its IPC message
 
 
 def _schema_bytes(schema: pa.Schema) -> bytes:
-    b = _SCHEMA_OUT.get(schema)
-    if b is None:
-        if len(_SCHEMA_OUT) >= _SCHEMA_CACHE:
-            _SCHEMA_OUT.clear()
-        b = _SCHEMA_OUT[schema] = schema.serialize().to_pybytes()
+    """``schema`` as an Arrow IPC schema message. Serialised every time but for the schema
+    object sent last: a lookup by schema costs more than that (hashing a ``pa.Schema`` wraps
+    every field and type in Python, ~20 us for three columns, and a step's batches come out of
+    kernels with schema objects of their own, so the hash is never reused); the receiving
+    side keys its cache by these bytes."""
+    global _LAST_OUT
+    last = _LAST_OUT
+    if last[0] is schema:
+        return last[1]
+    b = schema.serialize().to_pybytes()
+    _LAST_OUT = (schema, b)
     return b
 
 
