@@ -1,3 +1,5 @@
+# Compare two trees: PYTHONPATH=/path/to/old/src python bench/workloads/efficiency_components.py
+#   --runtime processes --workload join_avg, then the same with this tree's src (alternate them)
 """What a second worker costs per step, by component (issues 13 and 14).
 
     python bench/workloads/efficiency_components.py [--runtime launcher] [--workload keyed_count]
