@@ -6,7 +6,8 @@ each run in a fresh process whose ``PYTHONPATH`` is that tree's ``src``; medians
         [--configs launcher:keyed_count:10000,processes:join_avg:100000,...]
 
 Each line printed is one run (runtime, workload, events, side, cpu_ratio, floor, CPU ms a step
-of W = 1 and W = 2, the 1-minute load average); then per configuration the medians of each side.
+of W = 1 and W = 2, the wall-clock speed-up of W = 2 and its ceiling, the 1-minute load
+average); then per configuration the medians of each side.
 Both trees must be built (their native modules in place).
 """
 from __future__ import annotations
@@ -53,13 +54,16 @@ def main(argv=None) -> None:
                 r = run(src, rt, wl, ev)
                 got[side].append(r)
                 print(rt, wl, ev, side, f"{r['cpu_ratio']:.3f} {r['floor']:.3f} "
-                      f"{r['cpu_ms_per_step_w1']:.2f} {r['cpu_ms_per_step_w2']:.2f}",
+                      f"{r['cpu_ms_per_step_w1']:.2f} {r['cpu_ms_per_step_w2']:.2f} "
+                      f"{r['speedup']:.2f} {r['ceiling']:.2f}",
                       os.getloadavg()[0], flush=True)
         for side, rs in got.items():
             ratios = [r["cpu_ratio"] for r in rs]
             print(f"MEDIAN {rt} {wl} {ev} {side}: cpu_ratio {med(ratios):.2f} (floor "
                   f"{med(r['floor'] for r in rs):.2f}); rounds "
-                  f"{', '.join(f'{x:.2f}' for x in ratios)}", flush=True)
+                  f"{', '.join(f'{x:.2f}' for x in ratios)}; wall speed-up "
+                  f"{med(r['speedup'] for r in rs):.2f} (ceiling "
+                  f"{med(r['ceiling'] for r in rs):.2f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import pyarrow as pa
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, codec_for
 
-__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "ShardMap", "DEFAULT_K",
+__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "deal_order", "ShardMap", "DEFAULT_K",
            "as_shard_map"]
 
 #: the dynamic algorithm's load tolerance used unless a circuit is given another layout:
@@ -80,9 +80,18 @@ def shard_rows(codes: CodeArray, shards: "ShardMap | int") -> list[np.ndarray]:
 def deal(data: pa.RecordBatch, key: tuple, shards: "ShardMap | int") -> list[np.ndarray]:
     """Row indices of ``data`` for each worker, by the hash of ``key`` = ``(column names, key
     schema)`` as the exchange after ``index_by(names)`` computes it."""
+    order, bounds = deal_order(data, key, shards)
+    return [order[bounds[w]:bounds[w + 1]] for w in range(len(bounds) - 1)]
+
+
+def deal_order(data: pa.RecordBatch, key: tuple, shards: "ShardMap | int"
+               ) -> tuple[np.ndarray, list[int]]:
+    """:func:`deal` as one permutation: ``(order, bounds)``, worker ``w``'s rows being
+    ``order[bounds[w]:bounds[w + 1]]`` (ascending), so that a caller takes the rows of every
+    worker with one gather and slices it."""
     names, schema = key
-    cols = data.select(list(names)).columns
-    return shard_rows(codec_for(schema).encode(cols, data.num_rows), shards)
+    codes = codec_for(schema).encode_batch(data.select(list(names)))
+    return as_shard_map(shards).order(codes)
 
 
 def _next_pow2(x: float) -> int:
@@ -148,14 +157,19 @@ class ShardMap:
 
     def rows(self, codes: CodeArray) -> list[np.ndarray]:
         """Row indices (ascending) of ``codes`` for each worker, as :func:`shard_rows`."""
+        order, b = self.order(codes)
+        return [order[b[w]:b[w + 1]] for w in range(self.workers)]
+
+    def order(self, codes: CodeArray) -> tuple[np.ndarray, list[int]]:
+        """:meth:`rows` as one permutation of the rows and the workers' bounds in it (a list
+        of ``workers + 1`` ints): worker ``w``'s rows are ``order[b[w]:b[w + 1]]``."""
         if self.workers == 1:
-            return [np.arange(len(codes), dtype=np.int64)]
+            return np.arange(len(codes), dtype=np.int64), [0, len(codes)]
         # one pass hashing each row to its worker, one scatter of the row numbers (no
         # temporaries of the whole length: numpy's hash -> shard -> owner -> W scans made five,
         # each a fresh allocation whose pages fault in)
         order, bounds = K.owner_rows(codes, self.owners, self.bits, self.workers)
-        b = bounds.tolist()
-        return [order[b[w]:b[w + 1]] for w in range(self.workers)]
+        return order, bounds.tolist()
 
     def counts(self) -> np.ndarray:
         return np.bincount(self.owners, minlength=self.workers)

@@ -8,10 +8,17 @@ integrated view (a spine).
 An indexed part (an aggregate's or a join's output) is already sorted and consolidated by
 ``(key code, value code)``; since codes are prefix-free byte strings concatenated column by
 column, that is also the order of the row codes of its flattened rows. So each worker turns its
-part into an :class:`OrdZSet` (encoding the row codes, in parallel, but never sorting), and the
-handle sums W such parts with one k-way merge by code (:meth:`OrdZSet.merge`: linear, and it
-still sums rows that several workers produced) instead of concatenating, re-encoding and fully
-sorting them; one part is the delta as it is.
+part into a :class:`SortedPart`: its flattened rows, marked as in row-code order, whose row
+codes are built only when something reads them (:attr:`SortedPart.codes`: a merge, a view, a
+consumer of codes) - on the driver, from the key and value codes when the indexed batch is at
+hand (threads), else by encoding the rows. A part that crosses a process boundary carries its
+rows only (half the bytes of rows plus codes), and a reader of Arrow never pays for codes.
+
+The handle sums W such parts without sorting: parts whose keys are disjoint (the stream was
+sharded by key, as an aggregate's or a join's output is) are merged by their integer key codes
+alone and concatenated key by key (:func:`_merge_disjoint`); parts that share a key are merged
+by row code (:meth:`OrdZSet.merge`: linear, and it sums rows that several workers produced);
+one part is the delta as it is.
 """
 from __future__ import annotations
 
@@ -20,11 +27,12 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
+from ..algebra import kernels as K
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
 from ..algebra.codes import KeyCodec, VarCodes, codec_for
+from ..algebra.schema import WEIGHT, concat_batches, fixed_columns, from_fixed_columns, take
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
-from ..algebra.schema import WEIGHT
 from ..trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.spine import Spine
 from ._values import add
@@ -45,14 +53,56 @@ class OutputOperator(Operator):
                 codec = self._codec
                 if codec is None or codec.fields != list(flat.schema):
                     codec = self._codec = codec_for(flat.schema, flat.schema.names)
-                # sorted and consolidated already (see the module doc): codes, no sort
-                codes = _row_codes(value, codec)
-                if codes is None:
-                    codes = codec.encode_batch(flat.data)
-                flat = OrdZSet(flat.data, flat.weights, codes, codec)
+                # sorted and consolidated already (see the module doc): codes when read
+                flat = SortedPart(flat.data, flat.weights, codec, value.keys.num_columns, value)
             value = flat
         self.last = value
         return None
+
+
+_CODES = OrdZSet.__dict__["codes"]   # the slot under SortedPart.codes
+
+
+class SortedPart(OrdZSet):
+    """The flattened rows of an indexed batch (consolidated, in row-code order: see the module
+    doc), the first ``nkey`` columns its key, with row codes built at the first read of
+    :attr:`codes`. ``src``: the indexed batch it was flattened from (its key and value codes
+    make the row codes without encoding the rows), kept only within a process: a pickled part
+    is its rows, weights and codec."""
+
+    __slots__ = ("nkey", "_src")
+
+    def __init__(self, data: pa.RecordBatch, weights: np.ndarray, codec: KeyCodec, nkey: int,
+                 src: Optional[OrdIndexedZSet] = None):
+        OrdZSet.__init__(self, data, weights, None, codec)  # type: ignore[arg-type]
+        self.nkey = nkey
+        self._src = src
+
+    @property  # type: ignore[override]
+    def codes(self):
+        c = _CODES.__get__(self)
+        if c is None:
+            src = self._src
+            c = _row_codes(src, self.codec) if src is not None else None
+            if c is None:
+                c = self.codec.encode_batch(self.data)
+            _CODES.__set__(self, c)
+            self._src = None
+        return c
+
+    @codes.setter
+    def codes(self, value) -> None:
+        _CODES.__set__(self, value)
+
+    def key_codes(self, kcodec: KeyCodec):
+        """The key code of every row (``kcodec``: the codec of the first ``nkey`` columns)."""
+        src = self._src
+        if src is not None and type(src.kcodes) is np.ndarray and kcodec.u64:
+            return np.repeat(src.kcodes, np.diff(src.offsets))
+        return kcodec.encode_batch(self.data.select(list(range(self.nkey))))
+
+    def __reduce__(self):
+        return SortedPart, (self.data, self.weights, self.codec, self.nkey)
 
 
 class OutputHandle(Stateful):
@@ -81,6 +131,7 @@ class OutputHandle(Stateful):
         self.node = node
         self.schema = schema
         self._codec = codec_for(schema, schema.names)  # the delta's row codec
+        self._kcodecs: dict[int, KeyCodec] = {}  # codec of the first n columns (the key), by n
         self.name = name
         self.keep_view = keep_view
         self._parts: list[ZSet] = []
@@ -113,7 +164,7 @@ class OutputHandle(Stateful):
             self._bound += m
             return
         self._fold_view()
-        d = _consolidate_parts(self.schema, self._codec, parts)   # raises itself if the step's sum wraps
+        d = _consolidate_parts(self.schema, self._codec, parts, self._kcodecs)  # raises if the sum wraps
         adds = self._view.weight_parts(d.codes) + [d.weights]  # type: ignore[union-attr]
         shadow = np.zeros(len(d), np.float64)
         for a in adds:
@@ -160,7 +211,8 @@ class OutputHandle(Stateful):
     def delta(self) -> OrdZSet:
         """The consolidated change of the last step."""
         if self._delta is None:
-            self._delta = _consolidate_parts(self.schema, self._codec, self._parts)
+            self._delta = _consolidate_parts(self.schema, self._codec, self._parts,
+                                             self._kcodecs)
         return self._delta
 
     def delta_loose(self) -> ZSet:
@@ -197,7 +249,9 @@ class OutputHandle(Stateful):
     def _fold_view(self) -> None:
         """Add the steps' deltas not yet in the view's spine to it."""
         if self._view is not None and self._view_pending:
-            b = _consolidate_parts(self.schema, self._codec, self._view_pending)
+            b = _consolidate_parts(self.schema, self._codec, self._view_pending, self._kcodecs)
+            if type(b) is SortedPart:   # the spine keeps plain batches (codes built now)
+                b = OrdZSet(b.data, b.weights, b.codes, b.codec)
             self._view_pending = []
             self._pending_steps = self._pending_rows = 0
             if len(b):
@@ -227,15 +281,53 @@ class OutputHandle(Stateful):
         return self.view().to_dict()
 
 
-def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list) -> OrdZSet:
+def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list,
+                       kcodecs: Optional[dict] = None) -> OrdZSet:
     """The parts summed and consolidated; ``codec``: the schema's row codec (the handle's,
-    found once, not looked up by hashing the schema every step)."""
+    found once, not looked up by hashing the schema every step); ``kcodecs``: the handle's key
+    codecs by key width (filled here)."""
     if not parts:
         return OrdZSet.empty(schema)
     if len(parts) > 1 and all(_sorted_by(p, codec) for p in parts):
+        if all(type(p) is SortedPart for p in parts):
+            got = _merge_disjoint(parts, codec, {} if kcodecs is None else kcodecs)
+            if got is not None:
+                return got
         return OrdZSet.merge(parts)   # sorted runs of the same codes: a k-way merge, no sort
     z = add(ZSetType(schema), parts)
     return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
+
+
+def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[SortedPart]:
+    """The sum of sorted parts (:class:`SortedPart`) whose keys are disjoint, by a merge of their
+    integer key codes alone (a stable merge of W sorted runs: every key's rows stay together,
+    in their part's order, which is row-code order), or None when the key codes are not
+    integers or some key is in two parts (then the rows must be merged by row code and
+    summed). The parts' rows are distinct from each other then, so the merge sums nothing."""
+    nkey = parts[0].nkey
+    if any(p.nkey != nkey for p in parts) or not 0 < nkey < len(codec.fields):
+        return None
+    kc = kcodecs.get(nkey)
+    if kc is None:
+        kc = kcodecs[nkey] = KeyCodec(codec.fields[:nkey])
+    if not kc.u64:
+        return None
+    keys = np.concatenate([p.key_codes(kc) for p in parts])
+    gidx = np.argsort(keys, kind="stable")   # timsort: W sorted runs merged in linear time
+    sk = keys[gidx]
+    lens = [len(p) for p in parts]
+    run = np.repeat(np.arange(len(parts), dtype=np.int32), lens)[gidx]
+    if ((sk[1:] == sk[:-1]) & (run[1:] != run[:-1])).any():
+        return None   # a key on two workers (a stream not sharded by this key)
+    w = np.concatenate([p.weights for p in parts])[gidx]
+    b0 = parts[0]
+    cols = [fixed_columns(p.data) for p in parts] if b0.data.num_columns else [None]
+    if all(c is not None for c in cols):
+        data = from_fixed_columns(b0.schema, [K.take_runs([c[j] for c in cols], gidx)
+                                              for j in range(b0.data.num_columns)])
+    else:
+        data = take(concat_batches(b0.schema, [p.data for p in parts]), gidx)
+    return SortedPart(data, w, codec, nkey)
 
 
 def _row_codes(b: OrdIndexedZSet, codec: KeyCodec):
@@ -265,7 +357,8 @@ def _fixed_bytes(codes, w: int) -> np.ndarray:
 def _sorted_by(part, codec: KeyCodec) -> bool:
     """Whether ``part`` is an in-memory :class:`OrdZSet` whose codes are ``codec``'s (a part
     that came from another process carries an equal codec, not the same object)."""
-    return type(part) is OrdZSet and (part.codec is codec or part.codec.fields == codec.fields)
+    return (type(part) is OrdZSet or type(part) is SortedPart) and \
+        (part.codec is codec or part.codec.fields == codec.fields)
 
 
 def output(stream, name: Optional[str], view: bool) -> OutputHandle:
@@ -278,4 +371,4 @@ def output(stream, name: Optional[str], view: bool) -> OutputHandle:
     return h
 
 
-__all__ = ["OutputHandle", "OutputOperator", "output"]
+__all__ = ["OutputHandle", "OutputOperator", "SortedPart", "output"]

@@ -1,7 +1,10 @@
 """Worker replicas as threads of one process, and the transport between them.
 
-``runtime="threads"``: one worker steps inline in the driver's thread; W > 1 workers are one
-persistent thread each, stepping in lockstep with the driver through two barriers. Native
+``runtime="threads"``: worker 0 steps inline in the driver's thread; with W > 1 the workers
+``1..W-1`` are one persistent thread each, stepping in lockstep with the driver: each waits on
+a lock of its own that the driver releases to start a step, and releases another when done (a
+handoff of two C-level locks a worker and step, where a barrier of W + 1 parties is a Python
+condition variable that every party, the driver idling in it too, enters twice a step). Native
 kernels run in parallel; the Python glue between them shares the GIL. Exchanges meet in an
 :class:`InProcTransport`: parts are passed by reference (zero copy).
 """
@@ -17,13 +20,18 @@ __all__ = ["ThreadPool", "InProcTransport"]
 
 
 class InProcTransport:
-    """Exchange between threads of one process, through a shared mailbox and a barrier
-    (implements :class:`dbsp.circuit.exchange.Transport`)."""
+    """Exchange between threads of one process, through shared mailboxes and a barrier
+    (implements :class:`dbsp.circuit.exchange.Transport`).
+
+    Two mailboxes, used by turns (each worker counts its exchanges; all count alike): a worker
+    posts its parts in the mailbox of this turn, waits once at the barrier, and reads what the
+    others posted. It posts in the same mailbox again only two exchanges later, after passing
+    the barrier of the exchange in between, which every other worker reached only once done
+    reading this one: so one barrier an exchange, not two (one to post, one to free the box)."""
 
     def __init__(self, workers: int):
         self.workers = workers
-        self._box: list[list[Any]] = [[None] * workers for _ in range(workers)]
-        self._barrier = threading.Barrier(workers)
+        self.reset()
 
     def _wait(self) -> None:
         try:
@@ -36,11 +44,12 @@ class InProcTransport:
             return [parts[0]]
         if len(parts) != self.workers:
             raise ValueError(f"{len(parts)} parts for {self.workers} workers")
-        self._box[worker] = list(parts)
+        turn = self._turns[worker]
+        self._turns[worker] = turn + 1
+        box = self._boxes[turn & 1]
+        box[worker] = parts
         self._wait()
-        got = [self._box[src][worker] for src in range(self.workers)]
-        self._wait()  # everyone has read before the mailbox is reused
-        return got
+        return [box[src][worker] for src in range(self.workers)]
 
     def all_gather(self, worker: int, value: Any) -> list[Any]:
         return self.exchange(worker, [value] * self.workers)
@@ -49,14 +58,16 @@ class InProcTransport:
         self._barrier.abort()
 
     def reset(self) -> None:
-        """After an aborted step (every worker has left it): a fresh barrier and mailbox."""
+        """A fresh barrier and mailboxes (at the start, and after an aborted step, when every
+        worker has left it)."""
         self._barrier = threading.Barrier(self.workers)
-        self._box = [[None] * self.workers for _ in range(self.workers)]
+        self._boxes: list[list[Any]] = [[None] * self.workers for _ in range(2)]
+        self._turns = [0] * self.workers
 
 
 class ThreadPool:
-    """W replicas in one process: inline for one worker, else one persistent thread each,
-    stepping in lockstep with the driver."""
+    """W replicas in one process: worker 0 inline in the caller's thread, the others one
+    persistent thread each, stepping in lockstep with it (see the module doc)."""
 
     def __init__(self, replicas: list[Scheduler], transport: Any):
         self.replicas = replicas
@@ -66,34 +77,37 @@ class ThreadPool:
         self._stop = False
         self.broken: Optional[BaseException] = None  # a rollback that failed
         self._threads: list[threading.Thread] = []
-        if n > 1:
-            self._go = threading.Barrier(n + 1)
-            self._done = threading.Barrier(n + 1)
-            self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
-                                              name=f"dbsp-worker-{i}") for i in range(n)]
-            for t in self._threads:
-                t.start()
+        # worker i >= 1 steps once each time the driver releases _go[i] and releases _done[i]
+        # when it has; between steps the driver holds both
+        self._go = [threading.Lock() for _ in range(n)]
+        self._done = [threading.Lock() for _ in range(n)]
+        for i in range(1, n):
+            self._go[i].acquire()
+            self._done[i].acquire()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
+                                          name=f"dbsp-worker-{i}") for i in range(1, n)]
+        for t in self._threads:
+            t.start()
 
     def _run(self, i: int) -> None:
+        go, done = self._go[i], self._done[i]
         while True:
-            try:
-                self._go.wait()
-            except threading.BrokenBarrierError:
-                return
+            go.acquire()
             if self._stop:
+                done.release()
                 return
+            self._step_one(i)
+            done.release()
+
+    def _step_one(self, i: int) -> None:
+        try:
+            self.replicas[i].step()
+        except BaseException as e:  # reported by the driver
+            self._errors[i] = e
             try:
-                self.replicas[i].step()
-            except BaseException as e:  # reported by the driver
-                self._errors[i] = e
-                try:
-                    self.transport.abort()
-                except Exception:
-                    pass
-            try:
-                self._done.wait()
-            except threading.BrokenBarrierError:
-                return
+                self.transport.abort()  # wake the workers waiting in an exchange
+            except Exception:
+                pass
 
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
@@ -108,8 +122,11 @@ class ThreadPool:
                 raise
         else:
             self._errors = [None] * len(self.replicas)
-            self._go.wait()
-            self._done.wait()
+            for go in self._go[1:]:
+                go.release()
+            self._step_one(0)
+            for done in self._done[1:]:
+                done.acquire()
             errs = [e for e in self._errors if e is not None]
             if errs:
                 self.rollback()
@@ -150,10 +167,8 @@ class ThreadPool:
         if not self._threads:
             return
         self._stop = True
-        try:
-            self._go.wait(timeout=5)
-        except threading.BrokenBarrierError:
-            pass
+        for go in self._go[1:]:
+            go.release()
         for t in self._threads:
             t.join(timeout=5)
         self._threads = []

@@ -55,9 +55,10 @@ class _Pickler(pickle.Pickler):
     2,500 rows) and the IPC stream writer copies every buffer (about 20 us for the same
     batch, 100 us and more for a few hundred KB).
 
-    Anything else (nested, dictionary or extension columns, a bit-packed column sliced off a
-    byte boundary, a string column that is a slice) goes as one Arrow IPC stream message, which
-    writes just the rows of a slice, read back without a copy.
+    A string or binary column that is a slice sends its rows' characters and its offsets
+    rebased to 0 (a copy of ``n + 1`` integers). Anything else (nested, dictionary or extension
+    columns, a column with nulls sliced off a byte boundary) goes as one Arrow IPC stream
+    message, which writes just the rows of a slice, read back without a copy.
     """
 
     def reducer_override(self, obj):
@@ -90,17 +91,23 @@ def _record_batch_from_ipc(buf) -> "pa.RecordBatch":
     return pa.ipc.open_stream(pa.py_buffer(buf)).read_next_batch()
 
 
-_SCHEMA_OUT: dict = {}   # pa.Schema -> its IPC message (bytes)
 _SCHEMA_IN: dict = {}    # IPC message -> pa.Schema
-_SCHEMA_CACHE = 256      # schemas kept on each side (a pipeline has a few dozen)
+_SCHEMA_CACHE = 256      # schemas kept by the receiving side (a pipeline has a few dozen)
+_LAST_OUT: tuple = (None, b"")   # the last schema sent and its IPC message
 
 
 def _schema_bytes(schema: pa.Schema) -> bytes:
-    b = _SCHEMA_OUT.get(schema)
-    if b is None:
-        if len(_SCHEMA_OUT) >= _SCHEMA_CACHE:
-            _SCHEMA_OUT.clear()
-        b = _SCHEMA_OUT[schema] = schema.serialize().to_pybytes()
+    """``schema`` as an Arrow IPC schema message. Serialised every time but for the schema
+    object sent last: a lookup by schema costs more than that (hashing a ``pa.Schema`` wraps
+    every field and type in Python, ~20 us for three columns, and a step's batches come out of
+    kernels with schema objects of their own, so the hash is never reused); the receiving
+    side keys its cache by these bytes."""
+    global _LAST_OUT
+    last = _LAST_OUT
+    if last[0] is schema:
+        return last[1]
+    b = schema.serialize().to_pybytes()
+    _LAST_OUT = (schema, b)
     return b
 
 
@@ -138,13 +145,18 @@ def _flat_columns(batch: pa.RecordBatch) -> Optional[list]:
                                                                             (n + 7) >> 3),
                      bufs[1].slice(off * w, n * w)]
         elif t in _VAR:
-            if off or len(bufs) != 3:
+            if len(bufs) != 3 or (nulls and off & 7):
                 return None
             ow = _VAR[t]
-            # the rows' characters only: offsets start at 0 when the array is not a slice
-            end = int.from_bytes(bufs[1].slice(n * ow, ow).to_pybytes(), "little")
-            parts = [None if nulls == 0 or bufs[0] is None else bufs[0].slice(0, (n + 7) >> 3),
-                     bufs[1].slice(0, (n + 1) * ow), bufs[2].slice(0, end)]
+            valid = None if nulls == 0 or bufs[0] is None else bufs[0].slice(off >> 3,
+                                                                             (n + 7) >> 3)
+            if off == 0:  # the rows' characters only: offsets start at 0 (not a slice)
+                end = int.from_bytes(bufs[1].slice(n * ow, ow).to_pybytes(), "little")
+                parts = [valid, bufs[1].slice(0, (n + 1) * ow), bufs[2].slice(0, end)]
+            else:  # a slice (a worker's rows of a step dealt by key): its offsets rebased
+                offs = np.frombuffer(bufs[1], _VAR_DT[ow], n + 1, off * ow)
+                start, end = int(offs[0]), int(offs[n])
+                parts = [valid, offs - offs[0], bufs[2].slice(start, end - start)]
         else:
             return None
         out.append((nulls, [None if b is None else pickle.PickleBuffer(b) for b in parts]))
@@ -152,6 +164,7 @@ def _flat_columns(batch: pa.RecordBatch) -> Optional[list]:
 
 
 _VAR = {pa.string(): 4, pa.binary(): 4, pa.large_string(): 8, pa.large_binary(): 8}
+_VAR_DT = {4: np.dtype("<i4"), 8: np.dtype("<i8")}
 
 
 def _record_batch_from_buffers(schema: bytes, n: int, cols: list) -> "pa.RecordBatch":

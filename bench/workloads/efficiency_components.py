@@ -1,0 +1,190 @@
+# Compare two trees: PYTHONPATH=/path/to/old/src python bench/workloads/efficiency_components.py
+#   --runtime processes --workload join_avg, then the same with this tree's src (alternate them)
+"""What a second worker costs per step, by component (issues 13 and 14).
+
+    python bench/workloads/efficiency_components.py [--runtime launcher] [--workload keyed_count]
+        [--events 10000] [--steps 40] [--rounds 3]
+
+For one runtime and workload, W = 1 and W = 2 run interleaved ``rounds`` times on the same
+steps (each step's change read with ``delta()``, as :mod:`_efficiency` does). CPU microseconds
+a step are split into:
+
+* ``split``: the driver dealing each input's rows to the workers (``InputStream._split``);
+* ``step``: the driver inside the executor's step (sending inputs, waiting, reading replies;
+  in the ``processes`` runtime that includes worker 0's own step; in ``threads`` every
+  worker's step, as the process's CPU);
+* ``gather``: the output handles taking the workers' parts (``OutputHandle._gather``);
+* ``read``: ``delta()`` of every output (the driver's consolidation of the parts);
+* ``workers``: CPU of the worker processes other than the driver (``launcher``, ``processes``);
+* ``ops``: per operator kind, the CPU seconds the workers spent in it, summed over workers
+  (the scheduler's per-operator clock is switched to the thread's CPU clock for the
+  measurement; worker processes forked by the ``processes`` runtime inherit the switch, the
+  ``launcher``'s spawned ones do not: there the figures are wall seconds, an exchange's
+  including its wait for the slowest peer).
+
+Driver phases are CPU of the whole process (``time.process_time``), so in ``threads`` a phase
+includes what the worker threads ran meanwhile. Medians over rounds; the absolute figures
+swing with the machine's load, the W = 2 - W = 1 differences within a round less so.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+import os
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import dbsp  # noqa: E402
+from dbsp.operators.input import InputStream  # noqa: E402
+from dbsp.operators.output import OutputHandle  # noqa: E402
+from dbsp.runtime.launcher import launch  # noqa: E402
+from dbsp.testing import pipelines as P  # noqa: E402
+
+import _efficiency as E  # noqa: E402
+from dbsp.circuit import scheduler as _sched  # noqa: E402
+
+
+class _ThreadClock:
+    """The scheduler's ``time`` with ``perf_counter`` reading the thread's CPU clock."""
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    perf_counter = staticmethod(time.thread_time)
+
+
+_sched.time = _ThreadClock()
+
+PHASES = ("split", "step", "gather", "read")
+
+
+class _Clock:
+    """Process CPU seconds spent inside some methods (patched for the measurement only)."""
+
+    def __init__(self):
+        self.acc: dict = defaultdict(float)
+        self.on = False
+
+    def wrap(self, owner, attr: str, phase: str):
+        orig = getattr(owner, attr)
+        clock = self
+
+        def timed(*a, **kw):
+            if not clock.on:
+                return orig(*a, **kw)
+            t0 = time.process_time()
+            try:
+                return orig(*a, **kw)
+            finally:
+                clock.acc[phase] += time.process_time() - t0
+        setattr(owner, attr, timed)
+        return orig
+
+
+def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, clock: _Clock):
+    build = getattr(P, workload)
+    if runtime == "launcher":
+        job = launch(build, workers=workers)
+        circuit, outs = job.circuit, job.outputs
+    else:
+        job = None
+        circuit = dbsp.Circuit(workers=workers, runtime=runtime)
+        outs = E.build_outputs(circuit, build)
+    orig_step = None
+    try:
+        inputs = circuit.inputs
+
+        def one(st):
+            for name, batch in st.items():
+                inputs[name].push(batch)
+            circuit.step()
+            for o in outs.values():
+                o.delta()
+
+        for st in data[:warm]:
+            one(st)
+        ex = circuit._executor
+        orig_step = ex.step
+        t_in = [0.0]
+
+        def timed_step(*a, **kw):
+            t0 = time.process_time()
+            try:
+                return orig_step(*a, **kw)
+            finally:
+                t_in[0] += time.process_time() - t0
+        ex.step = timed_step
+        prof0 = _profile(circuit)
+        c0 = E._cpu(circuit, runtime)
+        d0 = time.process_time()
+        clock.acc.clear()
+        clock.on = True
+        for st in data[warm:]:
+            one(st)
+        clock.on = False
+        driver = time.process_time() - d0
+        total = E._cpu(circuit, runtime) - c0
+        prof = _profile(circuit)
+        ops: dict = defaultdict(float)
+        for name, s in prof.items():
+            ops[name] += s - prof0.get(name, 0.0)
+        n = len(data) - warm
+        out = {k: clock.acc[k] / n * 1e6 for k in ("split", "gather", "read")}
+        out["step"] = t_in[0] / n * 1e6
+        out["driver"] = driver / n * 1e6
+        out["workers"] = (total - driver) / n * 1e6 if runtime != "threads" else 0.0
+        out["total"] = total / n * 1e6
+        out["ops"] = {k: v / n * 1e6 for k, v in ops.items()}
+        return out
+    finally:
+        (job or circuit).close()
+
+
+def _profile(circuit) -> dict:
+    acc: dict = defaultdict(float)
+    for row in circuit.profile():
+        acc[row["name"].split(":")[0]] += row["seconds"]
+    return acc
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runtime", default="launcher")
+    ap.add_argument("--workload", default="keyed_count")
+    ap.add_argument("--events", type=int, default=10_000)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warm", type=int, default=3)
+    a = ap.parse_args(argv)
+    steps = a.steps or max(10, min(40, 400_000 // a.events))
+    clock = _Clock()
+    clock.wrap(InputStream, "_split", "split")
+    clock.wrap(OutputHandle, "_gather", "gather")
+    clock.wrap(OutputHandle, "delta", "read")
+    data = E.steps_of(a.workload, a.events, a.warm + steps)
+    runs: dict = {1: [], 2: []}
+    for _ in range(a.rounds):
+        for w in (1, 2):
+            runs[w].append(one_run(a.runtime, a.workload, w, data, a.warm, clock))
+    med = statistics.median
+    print(f"{a.runtime} {a.workload} {a.events} ev/step x{steps}, {a.rounds} rounds, load "
+          f"{os.getloadavg()[0]:.1f}: CPU us a step (median)")
+    keys = ["split", "step", "gather", "read", "driver", "workers", "total"]
+    print(f"{'':10s} {'W=1':>9s} {'W=2':>9s} {'W2-W1':>9s}")
+    for k in keys:
+        m1, m2 = med(r[k] for r in runs[1]), med(r[k] for r in runs[2])
+        print(f"{k:10s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
+    names = sorted(set().union(*(r["ops"] for rs in runs.values() for r in rs)))
+    print("operators (CPU us a step, summed over workers; wall in the launcher):")
+    for k in names:
+        m1 = med(r["ops"].get(k, 0.0) for r in runs[1])
+        m2 = med(r["ops"].get(k, 0.0) for r in runs[2])
+        print(f"  {k:18s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Threads runtime (src/dbsp/runtime/threads.py): the in-process transport's mailboxes taken by
+turns (one barrier an exchange) hand every worker exactly what each other worker sent it in that
+exchange, however the threads race; the thread pool steps worker 0 inline and the others on
+their threads, and reports a worker's error."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dbsp.circuit.exchange import TransportAborted
+from dbsp.runtime.threads import InProcTransport, ThreadPool
+
+
+def _race(workers: int, rounds: int, seed: int, gather_every: int = 0) -> list:
+    """Every worker exchanges ``rounds`` times, sleeping at random between exchanges; returns
+    per worker what it received each round."""
+    t = InProcTransport(workers)
+    got: list = [[] for _ in range(workers)]
+    errors: list = []
+
+    def run(w: int) -> None:
+        rng = random.Random(seed * 31 + w)
+        try:
+            for r in range(rounds):
+                if rng.random() < 0.3:
+                    time.sleep(rng.random() * 2e-4)
+                if gather_every and r % gather_every == 0:
+                    got[w].append(t.all_gather(w, (r, w)))
+                else:
+                    got[w].append(t.exchange(w, [(r, w, dst) for dst in range(workers)]))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not errors, errors
+    return got
+
+
+def _expected(workers: int, rounds: int, gather_every: int = 0) -> list:
+    """What a worker receives, computed without threads (the reference)."""
+    out = []
+    for w in range(workers):
+        mine = []
+        for r in range(rounds):
+            if gather_every and r % gather_every == 0:
+                mine.append([(r, src) for src in range(workers)])
+            else:
+                mine.append([(r, src, w) for src in range(workers)])
+        out.append(mine)
+    return out
+
+
+@settings(max_examples=20, deadline=None)
+@given(workers=st.integers(2, 4), rounds=st.integers(1, 60), seed=st.integers(0, 10**6),
+       gather_every=st.sampled_from([0, 3]))
+def test_exchanges_deliver_each_round_parts_whatever_the_race(workers, rounds, seed,
+                                                              gather_every):
+    assert _race(workers, rounds, seed, gather_every) == _expected(workers, rounds,
+                                                                   gather_every)
+
+
+def test_an_aborted_exchange_wakes_the_others_and_reset_makes_it_usable():
+    t = InProcTransport(3)
+    seen: list = []
+
+    def wait(w: int) -> None:
+        try:
+            t.exchange(w, [w] * 3)
+        except TransportAborted:
+            seen.append(w)
+
+    ths = [threading.Thread(target=wait, args=(w,)) for w in (1, 2)]
+    for th in ths:
+        th.start()
+    time.sleep(0.05)
+    t.abort()
+    for th in ths:
+        th.join(5)
+    assert sorted(seen) == [1, 2]
+    t.reset()
+    assert _race(3, 5, 1) == _expected(3, 5)
+
+
+class _Replica:
+    """A stand-in for a scheduler: records the threads it stepped on; fails when told."""
+
+    def __init__(self, fail: bool = False):
+        self.threads: list = []
+        self.fail = fail
+        self.fed = None
+        self.rolled_back = 0
+
+    def feed(self, inp) -> None:
+        self.fed = inp
+
+    def step(self) -> None:
+        self.threads.append(threading.current_thread().name)
+        if self.fail:
+            raise ValueError("worker failed")
+
+    def take_outputs(self) -> dict:
+        return {"fed": self.fed}
+
+    def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        self.rolled_back += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_pool_steps_worker_zero_inline_and_the_others_on_their_threads():
+    reps = [_Replica() for _ in range(3)]
+    pool = ThreadPool(reps, InProcTransport(3))
+    try:
+        for s in range(5):
+            outs = pool.step([s, s + 10, s + 20])
+            assert outs == [{"fed": s}, {"fed": s + 10}, {"fed": s + 20}]
+    finally:
+        pool.close()
+    me = threading.current_thread().name
+    assert reps[0].threads == [me] * 5
+    assert reps[1].threads == ["dbsp-worker-1"] * 5 and reps[2].threads == ["dbsp-worker-2"] * 5
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+def test_pool_reports_a_worker_error_and_rolls_every_worker_back(bad):
+    reps = [_Replica(fail=(i == bad)) for i in range(2)]
+    pool = ThreadPool(reps, InProcTransport(2))
+    try:
+        with pytest.raises(ValueError, match="worker failed"):
+            pool.step([1, 2])
+        assert [r.rolled_back for r in reps] == [1, 1]
+        reps[bad].fail = False
+        assert pool.step([3, 4]) == [{"fed": 3}, {"fed": 4}]
+    finally:
+        pool.close()
