@@ -112,3 +112,27 @@ def test_take_batches_out_of_range_is_an_error():
     for bad in ([4], [-1]):
         with pytest.raises(IndexError):
             S.take_batches(a.schema, [a, a], np.asarray(bad))
+
+
+@given(st.lists(st.sampled_from(FIXED + VAR), min_size=1, max_size=4), st.integers(1, 30),
+       st.integers(0, 3), st.data())
+def test_large_take_with_strings_equals_arrow(types, n, skip, data):
+    """Large takes of string/binary and fixed-width columns are gathered natively (one batch
+    through :func:`take_batches`' column gather); other types (booleans, decimals) stay Arrow's."""
+    rng = np.random.default_rng(n * 10 + skip)
+    b = pa.RecordBatch.from_arrays([_any_column(t, n + skip, rng) for t in types],
+                                   names=[f"c{i}" for i in range(len(types))]).slice(skip)
+    idx = np.asarray(data.draw(st.lists(st.integers(0, n - 1), max_size=40)), dtype=np.int64)
+    old = S.SMALL_TAKE
+    S.SMALL_TAKE = 0  # every take is "large" here
+    try:
+        got = S.take(b, idx)
+        with pytest.raises(IndexError):
+            S.take(b, np.array([n], np.int64))
+        if any(t in VAR[:4] for t in types) and all(t not in VAR[4:] for t in types):
+            with pytest.raises(TypeError):  # (the native gather's path)
+                S.take(b, np.zeros(2, np.float64))
+    finally:
+        S.SMALL_TAKE = old
+    assert got.schema == b.schema
+    assert got.equals(b.take(pa.array(idx, pa.int64())))

@@ -427,6 +427,14 @@ def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
         out = K.take_batch(batch, idx)
         if out is not None:
             return out
+    types = batch.schema.types
+    if m > SMALL_TAKE and any(t.id in _VAR_OFFSETS for t in types) \
+            and all(_gathered(t) for t in types):
+        # strings: sized once and copied row by row, where Arrow's take grows its buffers
+        idx = np.asarray(idx)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"take: row indices must be integers, got {idx.dtype}")
+        return _gather(batch.schema, [batch], idx.astype(np.int64, copy=False))
     return batch.take(pa.array(idx, type=pa.int64()))
 
 
@@ -478,6 +486,17 @@ def take_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch],
         return empty_batch(schema)
     if len(parts) == 1 or not len(schema):  # (no columns: only the row count to take)
         return take(concat_batches(schema, parts), idx)
+    return _gather(schema, parts, idx)
+
+
+def _gathered(t: pa.DataType) -> bool:
+    """Whether :func:`_gather` gathers columns of type ``t`` natively."""
+    return t.id in _FIXED_IDS or t.id in _VAR_OFFSETS
+
+
+def _gather(schema: pa.Schema, parts: Sequence[pa.RecordBatch], idx: np.ndarray
+            ) -> pa.RecordBatch:
+    """Rows ``idx`` of the concatenation of the non-empty ``parts`` (see :func:`take_batches`)."""
     m = len(idx)
     cols = []
     for j, f in enumerate(schema):
