@@ -442,10 +442,10 @@ class OrdIndexedZSet:
                     [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])
             except WeightOverflowError as e:
                 raise _named(e, [b.flatten().data for b in batches]) from None
-            keys = concat_batches(b0.key_schema, [b.keys for b in batches])
-            vals = concat_batches(b0.val_schema, [b.vals for b in batches])
-            return OrdIndexedZSet(take(keys, ksrc), kc, bounds, take(vals, gidx), vc, w,
-                                  b0.kcodec, b0.vcodec)
+            return OrdIndexedZSet(take_batches(b0.key_schema, [b.keys for b in batches], ksrc),
+                                  kc, bounds,
+                                  take_batches(b0.val_schema, [b.vals for b in batches], gidx),
+                                  vc, w, b0.kcodec, b0.vcodec)
         kis = [b.key_index() for b in batches]
         rows = [K.take(b.kcodes, ki) for b, ki in zip(batches, kis)]
         try:
