@@ -25,6 +25,9 @@ batches of 2.5M rows, 1M u64 keys, one int64 value column): ``merge_pairs.merge_
 (the value column gathered in the kernel) against ``merge_indexed`` + concatenating the value
 columns + a take at the row index (what ``OrdIndexedZSet.merge`` did before), interleaved, with
 the peak memory of each beyond its inputs (``peak_alloc_MB`` / ``index_path_peak_alloc_MB``).
+
+``merge-indexed-strings``: the same top-level merge with string values (var value codes):
+``OrdIndexedZSet.merge`` gathering from its inputs against concatenating them and taking.
 """
 from __future__ import annotations
 
@@ -118,4 +121,61 @@ def test_merge_indexed_gather(benchmark):
     benchmark.extra_info.update(
         rows_per_s=rows / tg, index_path_rows_per_s=rows / ti, ratio_to_index_path=ti / tg,
         peak_alloc_MB=peak_mb(gather), index_path_peak_alloc_MB=peak_mb(index_path))
+    print(benchmark.extra_info)
+
+
+def test_merge_indexed_strings(benchmark):
+    """``merge-indexed-strings``: the spine's top-level merge of a trace with string values (q20's
+    bid trace, q19's top-k state: 4 indexed batches of 250K rows, 20K int64 keys, an int64 and
+    two string value columns of ~50 and ~70 bytes, so var value codes): ``OrdIndexedZSet.merge``,
+    which gathers the columns and codes straight from its inputs (``take_batches``,
+    ``take_var_runs``), against the concatenate-then-take path it replaced, interleaved (the
+    memory saved, a concatenated copy of the inputs, is in Arrow's pool, which tracemalloc does
+    not see: the Nexmark runs' peak RSS shows it)."""
+    import pyarrow as pa
+    from dbsp.algebra import kernels as K
+    from dbsp.algebra.schema import concat_batches, take
+    from dbsp.trace.batch import OrdIndexedZSet
+
+    benchmark.group = "merge-indexed-strings"
+    rng = np.random.default_rng(12)
+    n = 250_000
+    batches = []
+    for _ in range(4):
+        ids = rng.integers(0, 10**9, n)
+        keys = pa.record_batch({"auction": pa.array(rng.integers(0, 20_000, n))})
+        vals = pa.record_batch({
+            "price": pa.array(rng.integers(0, 10**6, n)),
+            "url": pa.array([f"https://www.nexmark.com/item.htm?query=1&channel_id={i}" for i in ids]),
+            "extra": pa.array([f"{i:x}" * 8 for i in ids])})
+        batches.append(OrdIndexedZSet.from_parts(keys, vals, np.ones(n, np.int64)))
+    rows = sum(len(b) for b in batches)
+
+    def gather():
+        return OrdIndexedZSet.merge(batches)
+
+    def concat_path():  # OrdIndexedZSet.merge's var path before take_batches
+        b0 = batches[0]
+        kis = [b.key_index() for b in batches]
+        krows = [K.take(b.kcodes, ki) for b, ki in zip(batches, kis)]
+        gidx, w = K.merge_consolidate([(rk, b.vcodes, b.weights) for rk, b in zip(krows, batches)])
+        kc, vc = K.concat(krows), K.concat([b.vcodes for b in batches])
+        koff = np.cumsum([0] + [b.num_keys for b in batches[:-1]])
+        kidx = np.concatenate([ki + o for ki, o in zip(kis, koff.tolist())])
+        keys = concat_batches(b0.key_schema, [b.keys for b in batches])
+        vals = concat_batches(b0.val_schema, [b.vals for b in batches])
+        ks = K.take(kc, gidx)
+        bounds = K.group_bounds(ks)
+        first = bounds[:-1]
+        return OrdIndexedZSet(take(keys, kidx[gidx[first]]), K.take(ks, first), bounds,
+                              take(vals, gidx), K.take(vc, gidx), w, b0.kcodec, b0.vcodec)
+
+    got, want = gather(), concat_path()
+    assert got.vals.equals(want.vals) and got.keys.equals(want.keys)
+    assert np.array_equal(got.weights, want.weights) and np.array_equal(got.offsets, want.offsets)
+    del got, want
+    benchmark.pedantic(gather, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    tg, tc = interleaved(gather, concat_path, ROUNDS)
+    benchmark.extra_info.update(
+        rows_per_s=rows / tg, concat_path_rows_per_s=rows / tc, ratio_to_concat_path=tc / tg)
     print(benchmark.extra_info)

@@ -2,14 +2,15 @@
 
 See :mod:`dbsp.algebra.codes` for the encoding. This module reads the Arrow buffers of the key
 columns directly (validity bitmaps, int32/int64 offsets and data of string/binary columns,
-fixed-width values, bool bitmaps, decimal128) and builds the :class:`VarCodes` in two passes,
-column by column: the byte size of every row, then the bytes. ``KeyCodec.encode`` calls it for
+fixed-width values, bool bitmaps, decimal128) and builds the :class:`VarCodes` in two passes:
+the byte size of every row (column by column), then the bytes (row by row, so that the output is
+written in order, once). ``KeyCodec.encode`` calls it for
 every key that does not fit one u64.
 
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memchr, memcpy, memset
 
 from _native.codes_cmp cimport dbsp_bswap64
@@ -61,9 +62,16 @@ cdef inline void var_span(const col_t* c, int64_t i, int64_t* start,
 
 
 cdef inline int64_t count_zeros(const uint8_t* p, int64_t n) noexcept nogil:
-    cdef int64_t i, z = 0
-    for i in range(n):
-        z += p[i] == 0
+    """Zero bytes in p[0:n], found with ``memchr`` (they are rare in text)."""
+    cdef int64_t z = 0
+    cdef const uint8_t* q
+    while n > 0:
+        q = <const uint8_t*>memchr(p, 0, <size_t>n)
+        if q == NULL:
+            break
+        z += 1
+        n -= q - p + 1
+        p = q + 1
     return z
 
 
@@ -86,7 +94,17 @@ cdef inline uint64_t fixed_value(const col_t* c, int64_t i) noexcept nogil:
             return ~u
         return u | (<uint64_t>1 << 63)
     u = 0
-    memcpy(&u, c.values + c.width * j, c.width)   # little-endian hosts (checked at import)
+    # little-endian hosts (checked at import); constant-size loads for the usual widths
+    if c.width == 8:
+        memcpy(&u, c.values + 8 * j, 8)
+    elif c.width == 4:
+        u = (<const uint32_t*>c.values)[j]
+    elif c.width == 2:
+        u = (<const uint16_t*>c.values)[j]
+    elif c.width == 1:
+        u = c.values[j]
+    else:
+        memcpy(&u, c.values + c.width * j, c.width)
     if c.kind == K_INT:
         bias = <uint64_t>1 << (8 * c.width - 1)
         return u ^ bias
@@ -111,54 +129,57 @@ cdef void sizes(const col_t* c, int64_t n, int64_t* size, bint* bad) noexcept no
             size[i] += extra + 2
 
 
-cdef void fill(const col_t* c, int64_t n, uint8_t* out, int64_t* cur) noexcept nogil:
-    """Write column c's bytes of every row i at out + cur[i], advancing cur[i]."""
-    cdef int64_t i, s = 0, ln = 0, k, w = c.width
-    cdef uint8_t* p
+cdef inline uint8_t* fill_cell(const col_t* c, int64_t i, uint8_t* p) noexcept nogil:
+    """Write column c's bytes of row i at p; the end of them."""
+    cdef int64_t s = 0, ln = 0, k, w = c.width
     cdef const uint8_t* src
     cdef const uint8_t* z
     cdef uint64_t u
-    cdef bint ok
-    for i in range(n):
-        p = out + cur[i]
-        ok = is_valid(c, i)
-        if c.nullable:
-            p[0] = 1 if ok else 0
-            p += 1
-        if c.kind == K_VAR32 or c.kind == K_VAR64:
-            if ok:
-                var_span(c, i, &s, &ln)
-                src = c.values + s
-                while ln > 0:             # copy up to and including each 00, then escape it
-                    z = <const uint8_t*>memchr(src, 0, <size_t>ln)
-                    if z == NULL:
-                        memcpy(p, src, <size_t>ln)
-                        p += ln
-                        break
-                    k = z - src + 1
-                    memcpy(p, src, <size_t>k)
-                    p[k] = 0xFF
-                    p += k + 1
-                    src += k
-                    ln -= k
-            p[0] = 0
-            p[1] = 0
-            p += 2
-        elif c.kind == K_DEC:
-            if ok:
-                src = c.values + 16 * (c.offset + i)
-                for k in range(16):
-                    p[k] = src[15 - k]
-                p[0] ^= 0x80
-            else:
-                memset(p, 0, 16)
-            p += 16
+    cdef bint ok = is_valid(c, i)
+    if c.nullable:
+        p[0] = 1 if ok else 0
+        p += 1
+    if c.kind == K_VAR32 or c.kind == K_VAR64:
+        if ok:
+            var_span(c, i, &s, &ln)
+            src = c.values + s
+            while ln > 0:             # copy up to and including each 00, then escape it
+                z = <const uint8_t*>memchr(src, 0, <size_t>ln)
+                if z == NULL:
+                    memcpy(p, src, <size_t>ln)
+                    p += ln
+                    break
+                k = z - src + 1
+                memcpy(p, src, <size_t>k)
+                p[k] = 0xFF
+                p += k + 1
+                src += k
+                ln -= k
+        p[0] = 0
+        p[1] = 0
+        return p + 2
+    if c.kind == K_DEC:
+        if ok:
+            src = c.values + 16 * (c.offset + i)
+            for k in range(16):
+                p[k] = src[15 - k]
+            p[0] ^= 0x80
         else:
-            u = fixed_value(c, i) if ok else 0
-            u = dbsp_bswap64(u << (8 * (8 - w))) if w < 8 else dbsp_bswap64(u)
-            memcpy(p, &u, w)
-            p += w
-        cur[i] = p - out
+            memset(p, 0, 16)
+        return p + 16
+    u = fixed_value(c, i) if ok else 0
+    u = dbsp_bswap64(u << (8 * (8 - w))) if w < 8 else dbsp_bswap64(u)
+    if w == 8:
+        memcpy(p, &u, 8)
+    elif w == 4:
+        memcpy(p, &u, 4)
+    elif w == 2:
+        memcpy(p, &u, 2)
+    elif w == 1:
+        p[0] = <uint8_t>u
+    else:
+        memcpy(p, &u, <size_t>w)
+    return p + w
 
 
 # --- column description (Python side) -----------------------------------------------------------
@@ -274,12 +295,13 @@ def encode_var(columns, nullable):
         raise ValueError("Arrow offsets decrease")
     data = np.empty(total, dtype=np.uint8)
     d = <uint8_t*>cnp.PyArray_DATA(data)
-    # pass 2: the bytes, column by column; a cursor per row (starts at the row's offset)
-    cdef cnp.ndarray cursor = offs[:n].copy()
-    cdef int64_t* cur = <int64_t*>cnp.PyArray_DATA(cursor)
+    # pass 2: the bytes, row by row (the output is written in order, once)
+    cdef uint8_t* q
     with nogil:
-        for j in range(m):
-            fill(&cs[j], n, d, cur)
+        for i in range(n):
+            q = d + o[i]
+            for j in range(m):
+                q = fill_cell(&cs[j], i, q)
     return VarCodes(offs, data)
 
 

@@ -17,7 +17,7 @@ Design
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from _native.types cimport var_t, codes_t
@@ -547,10 +547,18 @@ def take_runs(parts, idx):
     """``np.concatenate(parts)[idx]`` without the concatenation: ``parts`` are 1-d numpy arrays
     of one fixed-width dtype (a merge's runs: their codes, or a fixed-width column of each), ``idx``
     int64 positions in their concatenation (a merge's row index, in any order). A merge gathers
-    its output this way from its inputs, without a concatenated copy of them beside the output."""
-    parts = [np.ascontiguousarray(q) for q in parts]
+    its output this way from its inputs, without a concatenated copy of them beside the output.
+    ``parts`` may also be :class:`VarCodes` (all of them): rows ``idx`` of their concatenation,
+    gathered by :func:`take_var_runs`."""
+    parts = list(parts)
     if not parts:
         raise ValueError("take_runs of no arrays")
+    if isinstance(parts[0], VarCodes):
+        if not all(isinstance(q, VarCodes) for q in parts):
+            raise TypeError("take_runs of u64 and var code arrays")
+        offs, data = take_var_runs([(q.offsets, q.data) for q in parts], idx)
+        return VarCodes(offs, data)
+    parts = [np.ascontiguousarray(q) for q in parts]
     dt = parts[0].dtype
     cdef cnp.ndarray ix = as_i64(idx)
     if ix.ndim != 1:
@@ -604,6 +612,120 @@ def take_runs(parts, idx):
     if bad:
         raise IndexError(f"take_runs: index out of range for {total} rows")
     return out
+
+
+cdef inline int64_t _off(const void* o, bint wide, int64_t i) noexcept nogil:
+    return (<const int64_t*>o)[i] if wide else <int64_t>(<const int32_t*>o)[i]
+
+
+def take_var_runs(parts, idx):
+    """Rows ``idx`` of the concatenation of variable-length runs, without the concatenation.
+    ``parts``: ``(offsets, data)`` pairs in Arrow binary layout (row ``i`` of a run is
+    ``data[offsets[i]:offsets[i + 1]]``; ``offsets`` int32 or int64, the same for every run, may
+    start above 0 for a slice; ``data`` uint8); ``idx``: int64 positions in the concatenation.
+    Returns ``(offsets, data)`` of the rows taken, offsets from 0 and of the runs' offset dtype
+    (int32 offsets past 2**31 - 1 bytes raise OverflowError). Two passes: the offsets, then one
+    ``memcpy`` per row. A merge gathers its string columns and var codes this way."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("take_var_runs of no runs")
+    cdef cnp.ndarray ix = as_i64(idx)
+    if ix.ndim != 1:
+        raise ValueError("idx must be 1-d")
+    odt = np.asarray(parts[0][0]).dtype
+    if odt != np.int32 and odt != np.int64:
+        raise TypeError(f"take_var_runs: offsets must be int32 or int64, not {odt}")
+    cdef bint wide = odt == np.int64
+    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, lo, hi, mid, total = 0, nbytes = 0, n
+    cdef cnp.ndarray starts_a = np.empty(k + 1, dtype=np.int64)
+    cdef cnp.ndarray offp_a = np.empty(k, dtype=np.uintp)
+    cdef cnp.ndarray datp_a = np.empty(k, dtype=np.uintp)
+    cdef int64_t* starts = <int64_t*>cnp.PyArray_DATA(starts_a)
+    cdef size_t* offp = <size_t*>cnp.PyArray_DATA(offp_a)
+    cdef size_t* datp = <size_t*>cnp.PyArray_DATA(datp_a)
+    cdef cnp.ndarray q_o, q_d
+    keep = []
+    for r in range(k):
+        o, d = parts[r]
+        q_o = np.ascontiguousarray(o)
+        q_d = np.ascontiguousarray(d)
+        if q_o.dtype != odt or q_o.ndim != 1 or q_o.shape[0] < 1:
+            raise TypeError("take_var_runs: every run's offsets of one dtype, 1-d, n + 1 long")
+        if q_d.dtype != np.uint8 or q_d.ndim != 1:
+            raise TypeError("take_var_runs: data must be 1-d uint8")
+        n = q_o.shape[0] - 1
+        if n and (_off(cnp.PyArray_DATA(q_o), wide, 0) < 0
+                  or _off(cnp.PyArray_DATA(q_o), wide, n) > q_d.shape[0]):
+            raise IndexError(f"take_var_runs: run {r}'s offsets point outside its data")
+        keep.append((q_o, q_d))
+        starts[r] = total
+        offp[r] = <size_t>cnp.PyArray_DATA(q_o)
+        datp[r] = <size_t>cnp.PyArray_DATA(q_d)
+        total += n
+    starts[k] = total
+    cdef cnp.ndarray src_a = np.empty(m, dtype=np.int64)  # each row's run, then its row in it
+    cdef cnp.ndarray row_a = np.empty(m, dtype=np.int64)
+    cdef int64_t* src = <int64_t*>cnp.PyArray_DATA(src_a)
+    cdef int64_t* row = <int64_t*>cnp.PyArray_DATA(row_a)
+    cdef cnp.ndarray out_o = np.empty(m + 1, dtype=odt)
+    cdef void* oo = cnp.PyArray_DATA(out_o)
+    cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
+    cdef const void* so
+    cdef int64_t a, b, ln
+    cdef bint bad = False, ovf = False
+    with nogil:
+        r = 0
+        for i in range(m):
+            t = p[i]
+            if t < 0 or t >= total:
+                bad = True
+                break
+            if t < starts[r] or t >= starts[r + 1]:  # another run: search the run starts
+                lo = 0
+                hi = k
+                while hi - lo > 1:
+                    mid = (lo + hi) >> 1
+                    if starts[mid] <= t:
+                        lo = mid
+                    else:
+                        hi = mid
+                r = lo
+                while starts[r + 1] <= t:  # (skips empty runs)
+                    r += 1
+            t -= starts[r]
+            so = <const void*>offp[r]
+            a = _off(so, wide, t)
+            b = _off(so, wide, t + 1)
+            if b < a:
+                bad = True
+                break
+            src[i] = r
+            row[i] = a
+            nbytes += b - a
+            if wide:
+                (<int64_t*>oo)[i + 1] = nbytes
+            elif nbytes > 2147483647:
+                ovf = True
+                break
+            else:
+                (<int32_t*>oo)[i + 1] = <int32_t>nbytes
+        if wide:
+            (<int64_t*>oo)[0] = 0
+        else:
+            (<int32_t*>oo)[0] = 0
+    if bad:
+        raise IndexError(f"take_var_runs: index out of range for {total} rows, or offsets "
+                         f"decrease")
+    if ovf:
+        raise OverflowError("take_var_runs: more than 2**31 - 1 bytes for int32 offsets")
+    cdef cnp.ndarray out_d = np.empty(nbytes, dtype=np.uint8)
+    cdef uint8_t* od = <uint8_t*>cnp.PyArray_DATA(out_d)
+    with nogil:
+        for i in range(m):
+            a = _off(oo, wide, i)
+            ln = _off(oo, wide, i + 1) - a
+            memcpy(od + a, <const uint8_t*>datp[src[i]] + row[i], <size_t>ln)
+    return out_o, out_d
 
 
 def concat(parts):

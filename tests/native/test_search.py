@@ -274,3 +274,57 @@ def test_take_runs_refuses_bad_input():
             ref.take_runs([a, b], np.asarray(bad))
     with pytest.raises(TypeError):
         native.take_runs([a, b.astype(np.int64)], np.asarray([0]))
+
+
+@st.composite
+def _var_runs(draw, wide: bool):
+    """``(offsets, data)`` runs in Arrow layout, some of them slices (offsets from above 0)."""
+    runs = []
+    for rows in draw(st.lists(st.lists(st.binary(max_size=5), max_size=8), min_size=1,
+                              max_size=5)):
+        skip = draw(st.integers(0, min(2, len(rows))))
+        o = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum([len(r) for r in rows], out=o[1:])
+        o = o.astype(np.int64 if wide else np.int32)
+        runs.append((o[skip:], np.frombuffer(b"".join(rows) + b"pad", np.uint8)))
+    return runs
+
+
+@given(st.booleans(), st.data())
+def test_take_var_runs_matches_reference(wide, data):
+    runs = data.draw(_var_runs(wide))
+    total = sum(len(o) - 1 for o, _ in runs)
+    idx = np.asarray(data.draw(st.lists(st.integers(0, max(total - 1, 0)),
+                                        max_size=30 if total else 0)), np.int64)
+    got_o, got_d = native.take_var_runs(runs, idx)
+    want_o, want_d = ref.take_var_runs(runs, idx)
+    assert got_o.dtype == want_o.dtype == runs[0][0].dtype
+    np.testing.assert_array_equal(got_o, want_o)
+    assert got_d.tobytes() == want_d.tobytes()
+
+
+@given(st.lists(var_codes(max_size=8), min_size=1, max_size=5), st.data())
+def test_take_runs_of_var_codes_matches_take_of_concat(parts, data):
+    total = sum(len(p) for p in parts)
+    idx = np.asarray(data.draw(st.lists(st.integers(0, max(total - 1, 0)),
+                                        max_size=30 if total else 0)), np.int64)
+    want = ref.take(ref.concat(parts), idx)
+    same(native.take_runs(parts, idx), want)
+    same(ref.take_runs(parts, idx), want)
+
+
+def test_take_var_runs_refuses_bad_input():
+    o = np.array([0, 1, 3], np.int32)
+    d = np.frombuffer(b"abc", np.uint8)
+    for k in (native, ref):
+        for bad in ([2], [-1]):
+            with pytest.raises(IndexError):
+                k.take_var_runs([(o, d)], np.asarray(bad))
+        with pytest.raises(TypeError):
+            k.take_var_runs([(o, d), (o.astype(np.int64), d)], np.asarray([0]))
+        with pytest.raises(TypeError):
+            k.take_var_runs([(o.astype(np.float64), d)], np.asarray([0]))
+        with pytest.raises(TypeError):
+            k.take_runs([VarCodes(o.astype(np.int64), d), np.zeros(2, np.uint64)], [0])
+    with pytest.raises(IndexError):  # offsets past the data
+        native.take_var_runs([(np.array([0, 9], np.int32), d)], np.asarray([0]))

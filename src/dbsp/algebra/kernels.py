@@ -34,6 +34,7 @@ _NATIVE = {
     "take": "search",
     "concat": "search",
     "take_runs": "search",
+    "take_var_runs": "search",
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
@@ -132,6 +133,7 @@ expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")
 take_runs = _resolve("take_runs")
+take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")

@@ -34,17 +34,49 @@ def take(codes: CodeArray, idx: np.ndarray) -> CodeArray:
     return VarCodes.from_list([rows[i] for i in idx])
 
 
-def take_runs(parts: Sequence[np.ndarray], idx: np.ndarray) -> np.ndarray:
+def take_runs(parts: Sequence[CodeArray], idx: np.ndarray) -> CodeArray:
     """``np.concatenate(parts)[idx]``: rows ``idx`` of the concatenation of 1-d arrays of one
-    fixed-width dtype (positions outside it raise IndexError)."""
-    parts = [np.asarray(q) for q in parts]
+    fixed-width dtype, or of :class:`VarCodes` (positions outside it raise IndexError)."""
     if not parts:
         raise ValueError("take_runs of no arrays")
+    if isinstance(parts[0], VarCodes):
+        if not all(isinstance(q, VarCodes) for q in parts):
+            raise TypeError("take_runs of u64 and var code arrays")
+        o, d = take_var_runs([(q.offsets, q.data) for q in parts], idx)
+        return VarCodes(o, d)
+    parts = [np.asarray(q) for q in parts]
     allp = np.concatenate(parts)
     idx = np.asarray(idx, dtype=np.int64)
     if len(idx) and (idx.min() < 0 or idx.max() >= len(allp)):
         raise IndexError(f"take_runs: index out of range for {len(allp)} rows")
     return allp[idx]
+
+
+def take_var_runs(parts: Sequence[tuple], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``idx`` of the concatenation of ``(offsets, data)`` runs in Arrow binary layout
+    (offsets int32 or int64, one dtype for all): ``(offsets from 0 of that dtype, data)``."""
+    if not parts:
+        raise ValueError("take_var_runs of no runs")
+    odt = np.asarray(parts[0][0]).dtype
+    if odt not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise TypeError(f"take_var_runs: offsets must be int32 or int64, not {odt}")
+    rows: list[bytes] = []
+    for o, d in parts:
+        o = np.asarray(o)
+        if o.dtype != odt:
+            raise TypeError("take_var_runs: every run's offsets of one dtype")
+        b = np.asarray(d, np.uint8).tobytes()
+        rows.extend(b[o[i]:o[i + 1]] for i in range(len(o) - 1))
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(rows)):
+        raise IndexError(f"take_var_runs: index out of range for {len(rows)} rows")
+    got = [rows[i] for i in idx]
+    lens = np.fromiter((len(r) for r in got), dtype=np.int64, count=len(got))
+    offs = np.zeros(len(got) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    if odt == np.int32 and offs[-1] > np.iinfo(np.int32).max:
+        raise OverflowError("take_var_runs: more than 2**31 - 1 bytes for int32 offsets")
+    return offs.astype(odt), np.frombuffer(b"".join(got), dtype=np.uint8)
 
 
 def concat(parts: Sequence[CodeArray]) -> CodeArray:

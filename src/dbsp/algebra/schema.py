@@ -427,6 +427,14 @@ def take(batch: pa.RecordBatch, idx: np.ndarray) -> pa.RecordBatch:
         out = K.take_batch(batch, idx)
         if out is not None:
             return out
+    types = batch.schema.types
+    if m > SMALL_TAKE and any(t.id in _VAR_OFFSETS for t in types) \
+            and all(_gathered(t) for t in types):
+        # strings: sized once and copied row by row, where Arrow's take grows its buffers
+        idx = np.asarray(idx)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"take: row indices must be integers, got {idx.dtype}")
+        return _gather(batch.schema, [batch], idx.astype(np.int64, copy=False))
     return batch.take(pa.array(idx, type=pa.int64()))
 
 
@@ -454,6 +462,75 @@ def from_fixed_columns(schema: pa.Schema, cols: Sequence[np.ndarray]) -> pa.Reco
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+#: Arrow type ids of the variable-length types :func:`take_batches` gathers natively, and the
+#: dtype of their offsets
+_VAR_OFFSETS = {pa.string().id: np.dtype(np.int32), pa.binary().id: np.dtype(np.int32),
+                pa.large_string().id: np.dtype(np.int64), pa.large_binary().id: np.dtype(np.int64)}
+
+
+def take_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch],
+                 idx: np.ndarray) -> pa.RecordBatch:
+    """``take(concat_batches(schema, parts), idx)`` without the concatenated copy: rows ``idx``
+    (int64 positions in the concatenation of ``parts``, in any order) gathered from the parts
+    column by column. Fixed-width columns go through :func:`~dbsp.algebra.kernels.take_runs`,
+    string and binary columns (32- and 64-bit offsets) through
+    :func:`~dbsp.algebra.kernels.take_var_runs`, their validity (when some part has nulls) as a
+    byte mask through ``take_runs``; other types are concatenated and taken. A merge builds its
+    output this way: its inputs and its output coexist, a concatenation of the inputs was a
+    third copy of the data (and a third pass over the bytes of every string)."""
+    parts = [p for p in parts if p.num_rows]
+    idx = np.asarray(idx, dtype=np.int64)
+    if not parts:
+        if len(idx):
+            raise IndexError(f"take: row index {idx[0]} out of range for 0 rows")
+        return empty_batch(schema)
+    if len(parts) == 1 or not len(schema):  # (no columns: only the row count to take)
+        return take(concat_batches(schema, parts), idx)
+    return _gather(schema, parts, idx)
+
+
+def _gathered(t: pa.DataType) -> bool:
+    """Whether :func:`_gather` gathers columns of type ``t`` natively."""
+    return t.id in _FIXED_IDS or t.id in _VAR_OFFSETS
+
+
+def _gather(schema: pa.Schema, parts: Sequence[pa.RecordBatch], idx: np.ndarray
+            ) -> pa.RecordBatch:
+    """Rows ``idx`` of the concatenation of the non-empty ``parts`` (see :func:`take_batches`)."""
+    m = len(idx)
+    cols = []
+    for j, f in enumerate(schema):
+        arrs = [p.column(j) for p in parts]
+        tid = f.type.id
+        odt = _VAR_OFFSETS.get(tid)
+        if tid not in _FIXED_IDS and odt is None:
+            cols.append(pa.concat_arrays(arrs).take(pa.array(idx, type=pa.int64())))
+            continue
+        if odt is None:
+            dt = _UINT[f.type.bit_width]
+            vals = K.take_runs([np.frombuffer(a.buffers()[1], dtype=dt, count=len(a),
+                                              offset=a.offset * dt.itemsize) for a in arrs], idx)
+            bufs = [pa.py_buffer(vals)]
+        else:
+            runs = []
+            for a in arrs:
+                b = a.buffers()
+                runs.append((np.frombuffer(b[1], dtype=odt, count=len(a) + 1,
+                                           offset=a.offset * odt.itemsize),
+                             np.frombuffer(b[2], dtype=np.uint8) if b[2] is not None
+                             else np.zeros(0, np.uint8)))
+            offs, data = K.take_var_runs(runs, idx)
+            bufs = [pa.py_buffer(offs), pa.py_buffer(data)]
+        validity, nulls = None, 0
+        if any(a.null_count for a in arrs):
+            valid = K.take_runs([np.asarray(a.is_valid()).view(np.uint8) for a in arrs], idx)
+            nulls = m - int(np.count_nonzero(valid))
+            if nulls:
+                validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        cols.append(pa.Array.from_buffers(f.type, m, [validity] + bufs, null_count=nulls))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
 def concat_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
     parts = [p for p in parts if p.num_rows]
     if not parts:
@@ -473,4 +550,4 @@ def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
 
 __all__ = ["WEIGHT", "InputError", "as_schema", "conform", "is_polars", "from_polars", "is_columns",
            "columns_to_table", "type_supported", "py_values", "empty_batch", "take",
-           "concat_batches", "select", "filter_batch", "check_type_supported"]
+           "concat_batches", "take_batches", "select", "filter_batch", "check_type_supported"]

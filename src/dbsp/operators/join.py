@@ -77,7 +77,7 @@ import pyarrow.compute as pc
 from ..algebra import kernels as K
 from ..algebra.codes import KeyCodec
 from ..algebra.time import physical_int
-from ..algebra.schema import as_schema, concat_batches, empty_batch, take
+from ..algebra.schema import as_schema, empty_batch, take, take_batches
 from ..circuit.errors import RowError
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
@@ -414,17 +414,18 @@ class JoinOperator(Operator):
                 return ZSet(out, ws[0] if len(ws) == 1 else np.concatenate(ws))
         # the delta side is one batch for every stored batch it met: one take over the
         # concatenated indices instead of a take per piece and a concat
-        ks = _take_runs([(x.keys, p[0]) for x, _, p in pieces])
-        ls = _take_runs([(x.vals, p[1]) for x, _, p in pieces])
-        rs = _take_runs([(y.vals, p[2]) for _, y, p in pieces]) if self.mode != "left" else []
         ws = [p[3] for _, _, p in pieces]
         w = ws[0] if len(ws) == 1 else np.concatenate(ws)
-        keys = concat_batches(ks[0].schema, ks)
-        lvals = concat_batches(ls[0].schema, ls) if ls[0].num_columns else zero_column_batch(len(w))
+        keys = _gather_runs([(x.keys, p[0]) for x, _, p in pieces])
+        lvals = _gather_runs([(x.vals, p[1]) for x, _, p in pieces])
+        if not lvals.num_columns:
+            lvals = zero_column_batch(len(w))
         if self.mode == "left":
             cols = list(keys.columns) + list(lvals.columns)
             return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), w)
-        rvals = concat_batches(rs[0].schema, rs) if rs[0].num_columns else zero_column_batch(len(w))
+        rvals = _gather_runs([(y.vals, p[2]) for _, y, p in pieces])
+        if not rvals.num_columns:
+            rvals = zero_column_batch(len(w))
         if self.mode == "fn":
             keys = _rename(keys, self.key_schema)
             lvals, rvals = _rename(lvals, self.lval), _rename(rvals, self.rval)
@@ -453,6 +454,24 @@ class JoinOperator(Operator):
 
     def state_rows(self) -> int:
         return len(self.left) + len(self.right)
+
+
+def _gather_runs(parts: list) -> pa.RecordBatch:
+    """The rows ``idx`` of each ``(batch, idx)`` pair one after another, in one batch: gathered
+    straight from the batches met (:func:`take_batches`), without a taken copy of each run and
+    a concatenation of those."""
+    if len(parts) == 1 or all(p[0] is parts[0][0] for p in parts):
+        return _take_runs(parts)[0]
+    batches: list = []
+    start: dict = {}
+    at = 0
+    for b, _ in parts:
+        if id(b) not in start:
+            start[id(b)] = at
+            batches.append(b)
+            at += b.num_rows
+    idx = np.concatenate([np.asarray(i, dtype=np.int64) + start[id(b)] for b, i in parts])
+    return take_batches(parts[0][0].schema, batches, idx)
 
 
 def _take_runs(parts: list) -> list:

@@ -40,7 +40,7 @@ from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes, KeyCodec, codec_for
 from ..algebra.schema import (WEIGHT, concat_batches, empty_batch, fixed_columns,
-                              from_fixed_columns, py_values, take)
+                              from_fixed_columns, py_values, take, take_batches)
 from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 from .key_filter import filtered_intersect
 
@@ -221,16 +221,13 @@ class OrdZSet(ZSet):
         b0 = batches[0]
         # gather the output from the inputs at gidx, without concatenated copies of them (a
         # merge's inputs and output already coexist; those copies were a third of its memory)
-        if isinstance(b0.codes, np.ndarray):
-            codes = K.take_runs([b.codes for b in batches], gidx)
-        else:
-            codes = K.take(K.concat([b.codes for b in batches]), gidx)
+        codes = K.take_runs([b.codes for b in batches], gidx)
         cols = [fixed_columns(b.data) for b in batches] if b0.data.num_columns else [None]
         if all(c is not None for c in cols):
             data = from_fixed_columns(b0.schema, [K.take_runs([c[j] for c in cols], gidx)
                                                   for j in range(b0.data.num_columns)])
         else:
-            data = take(concat_batches(b0.schema, [b.data for b in batches]), gidx)
+            data = take_batches(b0.schema, [b.data for b in batches], gidx)
         return OrdZSet(data, w, codes, b0.codec)
 
     def index_by(self, key: Sequence[str]) -> "OrdIndexedZSet":
@@ -448,10 +445,10 @@ class OrdIndexedZSet:
                     [(b.kcodes, b.offsets, b.vcodes, b.weights) for b in batches])
             except WeightOverflowError as e:
                 raise _named(e, [b.flatten().data for b in batches]) from None
-            keys = concat_batches(b0.key_schema, [b.keys for b in batches])
-            vals = concat_batches(b0.val_schema, [b.vals for b in batches])
-            return OrdIndexedZSet(take(keys, ksrc), kc, bounds, take(vals, gidx), vc, w,
-                                  b0.kcodec, b0.vcodec)
+            return OrdIndexedZSet(take_batches(b0.key_schema, [b.keys for b in batches], ksrc),
+                                  kc, bounds,
+                                  take_batches(b0.val_schema, [b.vals for b in batches], gidx),
+                                  vc, w, b0.kcodec, b0.vcodec)
         kis = [b.key_index() for b in batches]
         rows = [K.take(b.kcodes, ki) for b, ki in zip(batches, kis)]
         try:
@@ -459,20 +456,22 @@ class OrdIndexedZSet:
                                            for rk, b in zip(rows, batches)])
         except WeightOverflowError as e:
             raise _named(e, [b.flatten().data for b in batches]) from None
-        kc = K.concat(rows)
-        vc = K.concat([b.vcodes for b in batches])
         # the key row of every value row, as an index into the concatenated *distinct* keys (the
         # key columns are taken once per output key, never expanded to every value row)
         koff = np.cumsum([0] + [b.num_keys for b in batches[:-1]])
         kidx = np.concatenate([ki + o for ki, o in zip(kis, koff.tolist())])
-        keys = concat_batches(b0.key_schema, [b.keys for b in batches])
-        vals = concat_batches(b0.val_schema, [b.vals for b in batches])
-        # gidx is already sorted by (key, value): group it directly
-        ks = K.take(kc, gidx)
+        # gidx is already sorted by (key, value): group it directly; every output column and
+        # code array is gathered from the inputs, without concatenated copies of them
+        ks = K.take_runs(rows, gidx)
+        del rows
         bounds = K.group_bounds(ks)
         first = bounds[:-1]
-        return OrdIndexedZSet(take(keys, kidx[gidx[first]]), K.take(ks, first), bounds,
-                              take(vals, gidx), K.take(vc, gidx), w, b0.kcodec, b0.vcodec)
+        return OrdIndexedZSet(take_batches(b0.key_schema, [b.keys for b in batches],
+                                           kidx[gidx[first]]),
+                              K.take(ks, first), bounds,
+                              take_batches(b0.val_schema, [b.vals for b in batches], gidx),
+                              K.take_runs([b.vcodes for b in batches], gidx), w,
+                              b0.kcodec, b0.vcodec)
 
     # -- views ----------------------------------------------------------------------------
     def key_index(self) -> np.ndarray:
