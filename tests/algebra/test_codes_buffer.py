@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,7 +51,9 @@ def test_buffer_codes_equal_reference(fields, n, skip):
     for t, nullable, with_nulls in fields:
         c = _column(t, n + skip, rng)
         if nullable and with_nulls and n + skip:
-            c = pa.array(c.to_pylist(), type=t, mask=rng.random(n + skip) < 0.3)
+            # nulls mixed in by Arrow itself: a round trip through Python objects cannot hold
+            # every random date32 bit pattern (days beyond year 9999)
+            c = pc.if_else(pa.array(rng.random(n + skip) < 0.3), pa.scalar(None, t), c)
         cols.append(c.slice(skip))
     got = codec.encode(cols, n)
     assert got.dtype == np.uint64 and got.flags.writeable
