@@ -27,6 +27,7 @@ whole and releases only the parent; the children's ``release`` only marks them r
 Gather loops run without the GIL.
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
@@ -222,13 +223,13 @@ def take_batch(batch, idx, list extra=None, schema=None):
             if mk is None:
                 masks.append(None)
             else:
-                ma = np.ascontiguousarray(mk, dtype=bool)
+                ma = contig(mk, cnp.NPY_BOOL)
                 if ma.ndim != 1 or ma.shape[0] != m:
                     raise ValueError("take_batch: a null mask differs in length from its column")
                 masks.append(ma)
     try:
         if batch is not None:
-            ix = np.ascontiguousarray(idx, dtype=np.int64)
+            ix = contig(idx, cnp.NPY_INT64)
             if e and ix.shape[0] != m:
                 raise ValueError("take_batch: extra columns differ in length from the rows taken")
             m = ix.shape[0]
@@ -404,7 +405,7 @@ def take_batch_runs(schema, list groups):
                     for c in range(kg):
                         if not _check_gathered(src.children[c], widths[col0 + c]):
                             return None
-                ix = np.ascontiguousarray(idx, dtype=np.int64)
+                ix = contig(idx, cnp.NPY_INT64)
                 p = <const int64_t*>cnp.PyArray_DATA(ix)
                 mg = ix.shape[0]
                 n = src.length
@@ -489,7 +490,7 @@ def encode_u64(batch, list plan):
             if w not in (1, 2, 4, 8) or _width(ssrc.children[c].format) != w \
                     or not _check_gathered(src.children[c], w):
                 return None
-        out_a = np.empty(n, dtype=np.uint64)
+        out_a = empty1(n, cnp.NPY_UINT64)
         out = <uint64_t*>cnp.PyArray_DATA(out_a)
         first = True  # the first part written is assigned (no zero fill, no read)
         for c in range(k):
