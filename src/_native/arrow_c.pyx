@@ -28,6 +28,7 @@ Gather loops run without the GIL.
 """
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
@@ -39,31 +40,6 @@ cnp.import_array()
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
-
-
-cdef struct ArrowSchema:
-    const char* format
-    const char* name
-    const char* metadata
-    int64_t flags
-    int64_t n_children
-    ArrowSchema** children
-    ArrowSchema* dictionary
-    void (*release)(ArrowSchema*) noexcept nogil
-    void* private_data
-
-
-cdef struct ArrowArray:
-    int64_t length
-    int64_t null_count
-    int64_t offset
-    int64_t n_buffers
-    int64_t n_children
-    const void** buffers
-    ArrowArray** children
-    ArrowArray* dictionary
-    void (*release)(ArrowArray*) noexcept nogil
-    void* private_data
 
 
 cdef void _release_parent(ArrowArray* a) noexcept nogil:

@@ -341,7 +341,8 @@ def pick_rows(g, is_old, cnp.ndarray old, cnp.ndarray new):
         raise ValueError("pick_rows: g and is_old differ in length, or old and new in itemsize")
     cdef const int64_t* pg = <const int64_t*>cnp.PyArray_DATA(ga)
     cdef const uint8_t* po = <const uint8_t*>cnp.PyArray_DATA(oa)
-    cdef cnp.ndarray out = np.empty(n, dtype=xn.dtype)
+    cdef cnp.npy_intp nn = n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &nn, cnp.PyArray_TYPE(xn), 0)  # (new's dtype)
     cdef char* pout = <char*>cnp.PyArray_DATA(out)
     cdef const char* so = <const char*>cnp.PyArray_DATA(xo)
     cdef const char* sn = <const char*>cnp.PyArray_DATA(xn)
