@@ -23,7 +23,7 @@ from libc.string cimport memcpy
 
 from _native.types cimport var_t, codes_t
 from _native.codes_cmp cimport codes_cmp, codes_eq, bytes_cmp
-from _native.views cimport as_codes, as_i64, codes_view, shrink
+from _native.views cimport as_codes, as_i64, codes_view, is_var, shrink
 
 import numpy as np
 
@@ -35,6 +35,12 @@ cdef enum:
     GALLOP_RATIO = 16    # intersect gallops when one side is this many times longer
     SPARSE_RATIO = 128   # ... and binary-searches the whole longer side when it is this much
     SPARSE_ROWS = 1 << 20  # longer and this long (smaller, it is cache-resident: galloping wins)
+    SAMPLE_STRIDE = 16   # a code sample keeps every 16th code (see code_sample)
+    PREFETCH = 16        # probes whose windows are prefetched together (intersect, sampled)
+
+
+cdef extern from *:
+    void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
 
 
 cdef inline int cmp_probe(const codes_t* s, int64_t i, const codes_t* p, int64_t j) noexcept nogil:
@@ -300,16 +306,47 @@ def range_lower_bound(sorted_codes, lo, hi, probes):
 
 # --- intersect ----------------------------------------------------------------------------------
 
-def intersect(a, b):
+def code_sample(codes):
+    """Every ``SAMPLE_STRIDE``-th code of a sorted u64 code array (a copy, 1/16 of its size),
+    or None for var codes: the index :func:`intersect` searches first when the array is the
+    long side. A batch of a million keys (8 MB of codes) is larger than the cache; its sample
+    (512 KB) stays cached, so each probe then misses the cache once (its 16-code window)
+    instead of on most steps of a gallop."""
+    co = as_codes(codes)
+    if is_var(co):
+        return None
+    return np.ascontiguousarray(co[::SAMPLE_STRIDE])
+
+
+def intersect(a, b, b_sample=None):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``,
-    ascending."""
+    ascending.
+
+    Each side is first cut to the other's code range (four binary searches): a batch of a
+    trace whose keys grow with time (ids, event times) covers a narrow range, and only the
+    probes inside it are walked; the algorithm (merge walk or gallop) is then chosen by the
+    sizes of the overlap. ``b_sample``: ``code_sample(b)`` (u64 codes), or None; when ``b``
+    is much the longer side each code of ``a`` is first placed in the sample (galloping in
+    the cache), then searched in its window of ``SAMPLE_STRIDE`` codes of ``b``."""
     ao = as_codes(a)
     bo = as_codes(b)
     cdef codes_t ka = codes_view(ao)
     cdef codes_t kb = codes_view(bo)
     if (ka.u64 == NULL) != (kb.u64 == NULL):
         raise TypeError("intersect needs two u64 or two var code arrays")
-    cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb)
+    cdef const uint64_t* us = NULL
+    cdef int64_t ns = 0, s = 0, w0, w1, g, cnt
+    cdef int64_t wins[PREFETCH]
+    if b_sample is not None:
+        so = as_codes(b_sample)
+        if is_var(so) or kb.u64 == NULL:
+            raise TypeError("intersect: a code sample needs u64 codes")
+        ns = (<cnp.ndarray>so).shape[0]
+        if ns != (kb.n + SAMPLE_STRIDE - 1) // SAMPLE_STRIDE:
+            raise ValueError(f"intersect: b_sample has {ns} codes, not every "
+                             f"{SAMPLE_STRIDE}th of b's {kb.n}")
+        us = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>so)
+    cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
     cdef cnp.ndarray ai = empty1(m, cnp.NPY_INT64)
     cdef cnp.ndarray bi = empty1(m, cnp.NPY_INT64)
     cdef int64_t* pa = <int64_t*>cnp.PyArray_DATA(ai)
@@ -319,21 +356,57 @@ def intersect(a, b):
     cdef uint64_t x, y
     cdef int c
     with nogil:
-        if na > GALLOP_RATIO * nb:
+        if m > 0:
+            # the overlap of the two code ranges: a[i:na] and b[j:nb]
+            i = bsearch(&ka, 0, na, &kb, 0, False)
+            na = bsearch(&ka, i, na, &kb, nb - 1, True)
+            j = bsearch(&kb, 0, nb, &ka, i, False) if i < na else nb
+            nb = bsearch(&kb, j, nb, &ka, na - 1, True) if i < na else nb
+        a0, b0 = na - i, nb - j
+        a1, b1 = i, j
+        if a0 <= 0 or b0 <= 0:
+            pass
+        elif a0 > GALLOP_RATIO * b0:
             # gallop through a for each code of b (see below for the sparse case)
-            for j in range(nb):
+            for j in range(b1, nb):
                 i = sparse_search(&ka, i, na, &kb, j,
-                                  na > SPARSE_RATIO * nb and na >= SPARSE_ROWS)
+                                  a0 > SPARSE_RATIO * b0 and a0 >= SPARSE_ROWS)
                 if i >= na:
                     break
                 if cmp_probe(&ka, i, &kb, j) == 0:
                     pa[o] = i
                     pb[o] = j
                     o += 1
-        elif nb > GALLOP_RATIO * na:
-            for i in range(na):
+        elif b0 > GALLOP_RATIO * a0 and us != NULL:
+            # each code of a in the (cached) sample, then in its window of b; PREFETCH codes
+            # at a time: their windows are placed and prefetched first, so that their cache
+            # misses overlap, then searched
+            i = a1
+            while i < na:
+                cnt = na - i if na - i < PREFETCH else PREFETCH
+                for g in range(cnt):
+                    s = gallop_u64(us, s, ns, ua[i + g], True)  # us[s - 1] <= x < us[s]
+                    wins[g] = (s - 1) * SAMPLE_STRIDE
+                    if s > 0:
+                        prefetch(ub + wins[g])
+                        prefetch(ub + (wins[g] + SAMPLE_STRIDE - 1 if
+                                       wins[g] + SAMPLE_STRIDE <= kb.n else kb.n - 1))
+                for g in range(cnt):
+                    w0 = wins[g]
+                    if w0 < 0:
+                        continue
+                    x = ua[i + g]
+                    w1 = w0 + SAMPLE_STRIDE if w0 + SAMPLE_STRIDE < kb.n else kb.n
+                    j = w0 + bsearch_u64(ub + w0, w1 - w0, x, False)
+                    if j < w1 and ub[j] == x:
+                        pa[o] = i + g
+                        pb[o] = j
+                        o += 1
+                i += cnt
+        elif b0 > GALLOP_RATIO * a0:
+            for i in range(a1, na):
                 j = sparse_search(&kb, j, nb, &ka, i,
-                                  nb > SPARSE_RATIO * na and nb >= SPARSE_ROWS)
+                                  b0 > SPARSE_RATIO * a0 and b0 >= SPARSE_ROWS)
                 if j >= nb:
                     break
                 if cmp_probe(&kb, j, &ka, i) == 0:

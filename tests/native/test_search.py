@@ -108,6 +108,46 @@ def test_intersect(data):
     same(native.intersect(b, a), ref.intersect(b, a))
 
 
+@given(st.data())
+def test_intersect_shifted_ranges(data):
+    """Sides whose code ranges overlap only in part (or not at all) are cut to the overlap
+    first: the same answers as the reference, whichever path the overlap's sizes choose."""
+    kind = data.draw(KINDS)
+    a = data.draw(st.lists(st.integers(0, 300), max_size=data.draw(st.sampled_from([5, 60, 300]))))
+    lo = data.draw(st.integers(0, 400))
+    b = data.draw(st.lists(st.integers(lo, lo + data.draw(st.sampled_from([0, 10, 300]))),
+                           max_size=data.draw(st.sampled_from([2, 40, 300]))))
+    a, b = codes_of(kind, sorted(set(a))), codes_of(kind, sorted(set(b)))
+    same(native.intersect(a, b), ref.intersect(a, b))
+    same(native.intersect(b, a), ref.intersect(b, a))
+
+
+@given(st.data())
+def test_intersect_through_a_code_sample(data):
+    """A long side searched through its code sample (every 16th code) first: the same answers
+    as the reference, windows at either end included; a sample that does not fit is refused."""
+    n = data.draw(st.sampled_from([1, 15, 16, 17, 400, 1000]))
+    step = data.draw(st.sampled_from([1, 3]))
+    big = np.arange(0, n * step, step, dtype=np.uint64)
+    small = np.unique(np.asarray(data.draw(st.lists(st.integers(0, n * step + 5), max_size=30)),
+                                 dtype=np.uint64))
+    sample = native.code_sample(big)
+    same(sample, ref.code_sample(big))
+    want = ref.intersect(small, big)
+    same(native.intersect(small, big, sample), want)
+    same(ref.intersect(small, big, sample), want)
+
+
+def test_intersect_code_sample_checks():
+    big = np.arange(100, dtype=np.uint64)
+    with pytest.raises(ValueError, match="b_sample"):
+        native.intersect(big[:3], big, big[::8].copy())
+    v = VarCodes.from_list([b"a", b"b"])
+    assert native.code_sample(v) is None and ref.code_sample(v) is None
+    with pytest.raises(TypeError, match="sample"):
+        native.intersect(v, v, np.zeros(1, np.uint64))
+
+
 def test_intersect_galloping_edges():
     big = np.arange(0, 10_000, 3, dtype=np.uint64)
     for small in ([0], [9999], [3, 4, 5, 9996, 12000], [], [20_000]):

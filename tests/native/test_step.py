@@ -71,6 +71,48 @@ def test_join_matched_pairs(case):
         np.testing.assert_array_equal(got[4], want[4])
 
 
+@st.composite
+def unit_matched_batches(draw):
+    """:func:`matched_batches` where a side may hold one value of weight 1 per key, and the
+    flags that say so."""
+    xo, ai, yo, bi, xw, yw = draw(matched_batches())
+    flags = []
+    sides = []
+    for o, w in ((xo, xw), (yo, yw)):
+        unit = draw(st.booleans())
+        if unit:
+            o = np.arange(len(o), dtype=np.int64)
+            w = np.ones(len(o) - 1, np.int64)
+        flags.append(unit)
+        sides.append((o, w))
+    (xo, xw), (yo, yw) = sides
+    return (xo, ai, yo, bi, xw, yw), flags
+
+
+@given(unit_matched_batches())
+def test_join_matched_pairs_unit_sides(case):
+    """A side said to hold one value of weight 1 per key is not read: the same pairs."""
+    args, (xu, yu) = case
+    got = native.join_matched_pairs(*args, x_unit=xu, y_unit=yu)
+    want = ref.join_matched_pairs(*args, x_unit=xu, y_unit=yu)
+    for a, b in zip(got[:4], want[:4]):
+        assert a.dtype == b.dtype == np.int64
+        np.testing.assert_array_equal(a, b)
+    assert (got[4] is None) == (want[4] is None)
+    if want[4] is not None:
+        np.testing.assert_array_equal(got[4], want[4])
+    if xu or yu:
+        assert got[4] is None  # a product with a weight of 1 never overflows
+
+
+def test_join_matched_pairs_unit_needs_one_value_per_key():
+    o = np.array([0, 2], np.int64)
+    w = np.ones(2, np.int64)
+    for impl in (native, ref):
+        with pytest.raises(ValueError, match="one value"):
+            impl.join_matched_pairs(o, np.array([0]), o, np.array([0]), w, w, y_unit=True)
+
+
 def test_join_matched_pairs_checks_its_indices():
     o = np.array([0, 1], np.int64)
     with pytest.raises(IndexError):

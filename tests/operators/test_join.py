@@ -176,3 +176,45 @@ def test_join_multi_column_keys_random(workers, data):
     check_steps(workers, {"l": ls, "r": rs},
                 lambda l, r: l.index_by(["k0", "k1"]).join(r.index_by(["y", "x"])),
                 lambda l, r: ref.join(l, r, [0, 1], [1, 0]), steps)
+
+
+@st.composite
+def primary_key_case(draw):
+    """A left side of random deltas and a right side keyed by a primary key: distinct keys
+    inserted once (weight 1), some later retracted, so that stored batches are sometimes one
+    value of weight 1 per key and sometimes not."""
+    nsteps = draw(st.integers(1, 4))
+    keys = draw(st.lists(st.integers(0, 30), unique=True, max_size=24))
+    cut = sorted(draw(st.lists(st.integers(0, len(keys)), min_size=nsteps - 1,
+                               max_size=nsteps - 1)))
+    parts = [keys[a:b] for a, b in zip([0] + cut, cut + [len(keys)])]
+    gone = set(draw(st.sets(st.sampled_from(keys), max_size=3))) if keys else set()
+    right = []
+    for t, part in enumerate(parts):
+        d = {(k, k * 10): 1 for k in part}
+        if t == len(parts) - 1:
+            d.update({(k, k * 10): -1 for k in gone if k not in part})
+        right.append(d)
+    left = draw(S.deltas(L, nsteps))
+    return [{"l": a, "r": b} for a, b in zip(left, right)]
+
+
+@settings(max_examples=60)
+@given(steps=primary_key_case(), swap=st.booleans())
+def test_join_stored_primary_key_random(workers, steps, swap):
+    """A stored batch holding one value of weight 1 per key is joined without reading its
+    offsets and weights, and probed through a sample of its key codes (both forced here on
+    every batch, whatever its size): the same deltas as the reference, with the stored
+    primary-key side on either side of the join."""
+    from dbsp.operators import join as J
+    from dbsp.trace import batch as B
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(J, "UNIT_MIN_KEYS", 0)
+        mp.setattr(B, "SAMPLE_MIN_KEYS", 0)
+        if swap:
+            check_steps(workers, {"r": R, "l": L}, lambda r, l: _ix(r).join(_ix(l)),
+                        lambda r, l: ref.join(r, l, [0], [0]),
+                        [{"r": s["r"], "l": s["l"]} for s in steps])
+        else:
+            check_steps(workers, {"l": L, "r": R}, lambda l, r: _ix(l).join(_ix(r)),
+                        lambda l, r: ref.join(l, r, [0], [0]), steps)

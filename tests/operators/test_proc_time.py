@@ -3,7 +3,7 @@ model ``{row ++ (clock(step),): weight}`` integrated over the steps; 1 and 2 wor
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
@@ -16,8 +16,12 @@ from dbsp.operators.proc_time import StepClock, WallClock
 SCHEMA = pa.schema([("x", pa.int64())])
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def _ms(ts: datetime) -> int:
-    return int(ts.replace(tzinfo=timezone.utc).timestamp() * 1000)
+    # exact integer arithmetic: timestamp() * 1000 rounds 8.049 s down to 8048 ms
+    return (ts.replace(tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
 
 
 @settings(max_examples=25)

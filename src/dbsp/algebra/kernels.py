@@ -29,6 +29,7 @@ _NATIVE = {
     "upper_bound": "search",
     "range_lower_bound": "search",
     "intersect": "search",
+    "code_sample": "search",
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
@@ -125,6 +126,7 @@ lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")
 range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
+code_sample = _resolve("code_sample")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")

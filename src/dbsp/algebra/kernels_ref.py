@@ -178,8 +178,26 @@ def upper_bound(sorted_codes: CodeArray, probes: CodeArray) -> np.ndarray:
     return np.asarray([bisect.bisect_right(k, p) for p in _keys(probes)], dtype=np.int64)
 
 
-def intersect(a: CodeArray, b: CodeArray):
-    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending."""
+#: a code sample keeps every this many codes (see :func:`code_sample`)
+SAMPLE_STRIDE = 16
+
+
+def code_sample(codes: CodeArray):
+    """Every ``SAMPLE_STRIDE``-th code of a sorted u64 code array, or None for var codes (an
+    index :func:`intersect` may search first)."""
+    if not isinstance(codes, np.ndarray):
+        return None
+    return np.ascontiguousarray(codes[::SAMPLE_STRIDE])
+
+
+def intersect(a: CodeArray, b: CodeArray, b_sample=None):
+    """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending.
+    ``b_sample``: None or ``code_sample(b)`` (checked here; it changes no answer)."""
+    if b_sample is not None:
+        if not isinstance(b, np.ndarray):
+            raise TypeError("intersect: a code sample needs u64 codes")
+        if not np.array_equal(np.asarray(b_sample), np.asarray(b)[::SAMPLE_STRIDE]):
+            raise ValueError("intersect: b_sample is not every 16th code of b")
     ka, kb = _keys(a), _keys(b)
     pos = {c: j for j, c in enumerate(kb)}
     ai = [i for i, c in enumerate(ka) if c in pos]
@@ -377,9 +395,16 @@ def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: l
 
 
 def join_matched_pairs(xo: np.ndarray, ai: np.ndarray, yo: np.ndarray, bi: np.ndarray,
-                       xw: np.ndarray, yw: np.ndarray):
+                       xw: np.ndarray, yw: np.ndarray, x_unit: bool = False,
+                       y_unit: bool = False):
     """Matched value pairs of two indexed batches: ``(kidx, xs, ys, w, over)`` (see
-    :func:`expand_pairs` and :func:`mul_checked`; ``kidx``: the X key of each pair)."""
+    :func:`expand_pairs` and :func:`mul_checked`; ``kidx``: the X key of each pair).
+    ``x_unit`` / ``y_unit``: that side holds one value of weight 1 per key (checked here)."""
+    for side, unit, o, w in (("X", x_unit, xo, xw), ("Y", y_unit, yo, yw)):
+        if unit and not (len(o) == len(w) + 1 and np.array_equal(o, np.arange(len(o)))
+                         and np.all(np.asarray(w) == 1)):
+            raise ValueError(f"join_matched_pairs: side {side} does not hold one value of "
+                             f"weight 1 per key")
     xs, ys = expand_pairs(xo, ai, yo, bi)
     counts = (np.asarray(xo)[ai + 1] - np.asarray(xo)[ai]) * (np.asarray(yo)[bi + 1] - np.asarray(yo)[bi])
     kidx = np.repeat(np.asarray(ai, np.int64), counts)

@@ -69,7 +69,7 @@ class LookupJoinOperator(JoinOperator):
             self.right.insert(db)
         if not len(da):
             return ZSet.empty(self.out_schema)
-        pieces = [(da, sub, join_matched(da, pi, sub, ki))
+        pieces = [(da, sub, join_matched(da, pi, sub, ki, "y"))
                   for sub, pi, ki in match_batches(self.right.batches(), da.kcodes)]
         return self._build(pieces)
 

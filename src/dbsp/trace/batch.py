@@ -45,6 +45,9 @@ from .cursor import OrdIndexedZSetCursor, OrdZSetCursor
 from .key_filter import filtered_intersect
 
 EMPTY_I64 = np.zeros(0, dtype=np.int64)
+#: batches of this many keys or more are probed through a sample of their key codes (their
+#: 512 KB of codes and more no longer stay in the cache between probes)
+SAMPLE_MIN_KEYS = 1 << 16
 _EMPTY_CODES = {True: Codes.empty(True), False: Codes.empty(False)}
 
 
@@ -537,18 +540,32 @@ class OrdIndexedZSet:
                         + self.vals.nbytes + self.vcodes.nbytes + self.weights.nbytes)
         return self._nb
 
+    def code_sample(self) -> Optional[np.ndarray]:
+        """Every 16th key code (:func:`~dbsp.algebra.kernels.code_sample`), made on the first
+        probe and kept in ``memo``, for a batch of :data:`SAMPLE_MIN_KEYS` keys or more (None
+        for a smaller one, whose codes stay in the cache anyway, or for var codes): a probe
+        then gallops through the cached sample and misses the cache once per probed key."""
+        if len(self.offsets) - 1 < SAMPLE_MIN_KEYS:
+            return None
+        memo = self.memo
+        if memo is None:
+            memo = self.memo = {}
+        if "code_sample" not in memo:
+            memo["code_sample"] = K.code_sample(self.kcodes)
+        return memo["code_sample"]
+
     def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
         if len(codes) == 0 or self.num_keys == 0:
             return EMPTY_I64, EMPTY_I64
-        return K.intersect(codes, self.kcodes)
+        return K.intersect(codes, self.kcodes, self.code_sample())
 
     def match(self, codes: CodeArray):
         """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy (one
         native intersection; this runs for every batch of every probed spine, every step)."""
         if len(codes) == 0 or len(self.offsets) <= 1:
             return None
-        pi, ki = K.intersect(codes, self.kcodes)
+        pi, ki = K.intersect(codes, self.kcodes, self.code_sample())
         n = len(pi)
         self.hits += n
         return (self, pi, ki) if n else None
