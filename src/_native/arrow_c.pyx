@@ -27,6 +27,8 @@ whole and releases only the parent; the children's ``release`` only marks them r
 Gather loops run without the GIL.
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
@@ -38,31 +40,6 @@ cnp.import_array()
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
-
-
-cdef struct ArrowSchema:
-    const char* format
-    const char* name
-    const char* metadata
-    int64_t flags
-    int64_t n_children
-    ArrowSchema** children
-    ArrowSchema* dictionary
-    void (*release)(ArrowSchema*) noexcept nogil
-    void* private_data
-
-
-cdef struct ArrowArray:
-    int64_t length
-    int64_t null_count
-    int64_t offset
-    int64_t n_buffers
-    int64_t n_children
-    const void** buffers
-    ArrowArray** children
-    ArrowArray* dictionary
-    void (*release)(ArrowArray*) noexcept nogil
-    void* private_data
 
 
 cdef void _release_parent(ArrowArray* a) noexcept nogil:
@@ -222,13 +199,13 @@ def take_batch(batch, idx, list extra=None, schema=None):
             if mk is None:
                 masks.append(None)
             else:
-                ma = np.ascontiguousarray(mk, dtype=bool)
+                ma = contig(mk, cnp.NPY_BOOL)
                 if ma.ndim != 1 or ma.shape[0] != m:
                     raise ValueError("take_batch: a null mask differs in length from its column")
                 masks.append(ma)
     try:
         if batch is not None:
-            ix = np.ascontiguousarray(idx, dtype=np.int64)
+            ix = contig(idx, cnp.NPY_INT64)
             if e and ix.shape[0] != m:
                 raise ValueError("take_batch: extra columns differ in length from the rows taken")
             m = ix.shape[0]
@@ -404,7 +381,7 @@ def take_batch_runs(schema, list groups):
                     for c in range(kg):
                         if not _check_gathered(src.children[c], widths[col0 + c]):
                             return None
-                ix = np.ascontiguousarray(idx, dtype=np.int64)
+                ix = contig(idx, cnp.NPY_INT64)
                 p = <const int64_t*>cnp.PyArray_DATA(ix)
                 mg = ix.shape[0]
                 n = src.length
@@ -489,7 +466,7 @@ def encode_u64(batch, list plan):
             if w not in (1, 2, 4, 8) or _width(ssrc.children[c].format) != w \
                     or not _check_gathered(src.children[c], w):
                 return None
-        out_a = np.empty(n, dtype=np.uint64)
+        out_a = empty1(n, cnp.NPY_UINT64)
         out = <uint64_t*>cnp.PyArray_DATA(out_a)
         first = True  # the first part written is assigned (no zero fill, no read)
         for c in range(k):

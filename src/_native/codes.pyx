@@ -14,6 +14,9 @@ from libc.stdint cimport uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memchr, memcpy, memset
 
 from _native.codes_cmp cimport dbsp_bswap64
+from _native.arrays cimport empty1, zeros1
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
+from libc.stdint cimport uintptr_t
 
 import numpy as np
 import pyarrow as pa
@@ -302,6 +305,140 @@ def encode_var(columns, nullable):
             q = d + o[i]
             for j in range(m):
                 q = fill_cell(&cs[j], i, q)
+    return VarCodes(offs, data)
+
+
+cdef bint format_kind(const char* f, int* kind, int* width) noexcept nogil:
+    """``describe`` of an Arrow C format string: (kind, width) of the types codes support,
+    False for the others (the caller's path then raises naming the type)."""
+    cdef int i = 2, commas = 0
+    cdef char c = f[0]
+    if c == 0:
+        return False
+    if f[1] == 0:
+        if c == b'c' or c == b's' or c == b'i' or c == b'l':
+            kind[0] = K_INT
+            width[0] = 1 if c == b'c' else (2 if c == b's' else (4 if c == b'i' else 8))
+        elif c == b'C' or c == b'S' or c == b'I' or c == b'L':
+            kind[0] = K_UINT
+            width[0] = 1 if c == b'C' else (2 if c == b'S' else (4 if c == b'I' else 8))
+        elif c == b'b':
+            kind[0] = K_BOOL
+            width[0] = 1
+        elif c == b'g':
+            kind[0] = K_F64
+            width[0] = 8
+        elif c == b'u' or c == b'z':
+            kind[0] = K_VAR32
+            width[0] = 0
+        elif c == b'U' or c == b'Z':
+            kind[0] = K_VAR64
+            width[0] = 0
+        else:
+            return False
+        return True
+    if c == b'd' and f[1] == b':':  # decimal "d:P,S" (128 bits) or "d:P,S,bits"
+        while f[i] != 0:
+            if f[i] == b',':
+                commas += 1
+                if commas == 2:
+                    if f[i + 1] == b'1' and f[i + 2] == b'2' and f[i + 3] == b'8' \
+                            and f[i + 4] == 0:
+                        break
+                    return False
+            i += 1
+        kind[0] = K_DEC
+        width[0] = 16
+        return True
+    if c != b't' or f[2] == 0:
+        return False
+    cdef char k = f[1], u = f[2]
+    kind[0] = K_INT
+    if k == b'd':  # date32 (days) / date64 (milliseconds)
+        width[0] = 4 if u == b'D' else 8
+        return u == b'D' or u == b'm'
+    if k == b't':  # time32 (s, ms) / time64 (us, ns)
+        width[0] = 4 if (u == b's' or u == b'm') else 8
+        return u == b's' or u == b'm' or u == b'u' or u == b'n'
+    if k == b's' or k == b'D':  # timestamp (any zone) / duration
+        width[0] = 8
+        return u == b's' or u == b'm' or u == b'u' or u == b'n'
+    return False
+
+
+def encode_var_batch(batch, nullable):
+    """:func:`encode_var` of the columns of the record batch ``batch``, read through the Arrow C
+    data interface (one export of the batch: no pyarrow Array, DataType or Buffer object per
+    column, which cost more than encoding a few hundred rows). None when a column's type is not
+    one codes support, or is dictionary-encoded (the caller's path then raises naming it).
+    ``nullable[j]``: column j's code carries a null flag byte."""
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL
+    ssrc.release = NULL
+    cdef int64_t n, i, m, j, total = 0, off
+    cdef int kind = 0, width = 0
+    cdef col_t* cs
+    cdef ArrowArray* ch
+    cdef cnp.ndarray offs, descs, data, cursor
+    cdef int64_t* o
+    cdef int64_t* cur
+    cdef bint bad = False
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        m = src.n_children
+        n = src.length
+        if m == 0 or len(nullable) != m or src.dictionary != NULL:
+            return None
+        descs = zeros1(m * ((sizeof(col_t) + 7) // 8), cnp.NPY_INT64)
+        cs = <col_t*>cnp.PyArray_DATA(descs)
+        for j in range(m):
+            ch = src.children[j]
+            if ssrc.children[j].dictionary != NULL or ch.dictionary != NULL \
+                    or not format_kind(ssrc.children[j].format, &kind, &width):
+                return None
+            off = ch.offset + src.offset
+            cs[j].kind = kind
+            cs[j].width = width
+            cs[j].nullable = bool(nullable[j])
+            cs[j].offset = off
+            if ch.null_count != 0 and ch.n_buffers > 0 and ch.buffers[0] != NULL:
+                cs[j].valid = <const uint8_t*>ch.buffers[0]
+            if kind == K_VAR32 or kind == K_VAR64:
+                if ch.n_buffers != 3:
+                    return None
+                cs[j].off32 = <const int32_t*>ch.buffers[1]
+                cs[j].off64 = <const int64_t*>ch.buffers[1]
+                cs[j].values = <const uint8_t*>ch.buffers[2]
+            else:
+                if ch.n_buffers != 2:
+                    return None
+                cs[j].values = <const uint8_t*>ch.buffers[1]
+        offs = zeros1(n + 1, cnp.NPY_INT64)
+        o = <int64_t*>cnp.PyArray_DATA(offs)
+        with nogil:
+            for j in range(m):  # pass 1: o[i + 1] = size of row i, then the running sum
+                sizes(&cs[j], n, o + 1, &bad)
+                if bad:
+                    break
+            if not bad:
+                for i in range(n):
+                    total += o[i + 1]
+                    o[i + 1] = total
+        if bad:
+            raise ValueError("Arrow offsets decrease")
+        data = empty1(total, cnp.NPY_UINT8)
+        cursor = empty1(n, cnp.NPY_INT64)
+        cur = <int64_t*>cnp.PyArray_DATA(cursor)
+        memcpy(cur, o, n * sizeof(int64_t))
+        with nogil:  # pass 2: the bytes, column by column
+            for j in range(m):
+                fill(&cs[j], n, <uint8_t*>cnp.PyArray_DATA(data), cur)
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
     return VarCodes(offs, data)
 
 

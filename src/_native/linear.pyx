@@ -21,6 +21,7 @@ come from the versioned state's own kernels (``dbsp._native.state``: ``versioned
 Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one length.
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 
 import numpy as np
@@ -49,11 +50,11 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
     cdef Py_ssize_t ncols = len(old), j
     if len(delta) != ncols or len(is_int) != ncols or ncols == 0:
         raise ValueError("combine_partials: old, delta and is_int need one entry per column")
-    cdef cnp.ndarray h = np.ascontiguousarray(has_old, dtype=np.bool_)
+    cdef cnp.ndarray h = contig(has_old, cnp.NPY_BOOL)
     cdef int64_t G = h.shape[0], g, n_old = 0, n_new = 0
     cdef const uint8_t* ph = <const uint8_t*>cnp.PyArray_DATA(h)
-    cdef cnp.ndarray changed = np.zeros(G, dtype=np.bool_)
-    cdef cnp.ndarray keep = np.zeros(G, dtype=np.bool_)
+    cdef cnp.ndarray changed = zeros1(G, cnp.NPY_BOOL)
+    cdef cnp.ndarray keep = zeros1(G, cnp.NPY_BOOL)
     cdef uint8_t* pc = <uint8_t*>cnp.PyArray_DATA(changed)
     cdef uint8_t* pk = <uint8_t*>cnp.PyArray_DATA(keep)
     cdef bint bad = False
@@ -70,7 +71,7 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
         if is_int[j]:
             o = _col(old[j], np.int64, G, "combine_partials")
             d = _col(delta[j], np.int64, G, "combine_partials")
-            out = np.empty(G, dtype=np.int64)
+            out = empty1(G, cnp.NPY_INT64)
             io = <int64_t*>cnp.PyArray_DATA(o)
             ii = <int64_t*>cnp.PyArray_DATA(d)
             inew = <int64_t*>cnp.PyArray_DATA(out)
@@ -85,7 +86,7 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
         else:
             o = _col(old[j], np.float64, G, "combine_partials")
             d = _col(delta[j], np.float64, G, "combine_partials")
-            out = np.empty(G, dtype=np.float64)
+            out = empty1(G, cnp.NPY_FLOAT64)
             fo = <double*>cnp.PyArray_DATA(o)
             fd = <double*>cnp.PyArray_DATA(d)
             fn = <double*>cnp.PyArray_DATA(out)
@@ -100,11 +101,11 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
     if not is_int[0]:
         raise ValueError("combine_partials: column 0 (the row count) must be int64")
     cdef cnp.ndarray r0 = news[0]
-    cdef cnp.ndarray o0 = np.ascontiguousarray(old[0], dtype=np.int64)
+    cdef cnp.ndarray o0 = contig(old[0], cnp.NPY_INT64)
     cdef const int64_t* pr = <const int64_t*>cnp.PyArray_DATA(r0)
     cdef const int64_t* po = <const int64_t*>cnp.PyArray_DATA(o0)
-    cdef cnp.ndarray eo = np.empty(G, dtype=np.int64)
-    cdef cnp.ndarray en = np.empty(G, dtype=np.int64)
+    cdef cnp.ndarray eo = empty1(G, cnp.NPY_INT64)
+    cdef cnp.ndarray en = empty1(G, cnp.NPY_INT64)
     cdef int64_t* peo = <int64_t*>cnp.PyArray_DATA(eo)
     cdef int64_t* pen = <int64_t*>cnp.PyArray_DATA(en)
     with nogil:
@@ -131,8 +132,8 @@ def delta_partials(bounds, weights, kinds, cols, values, valids):
     group's first row on, as ``np.add.reduceat``). ``valids[c]``: bool array, or None when
     column ``c`` has no null. None when an int64 product or sum leaves int64 (the caller's
     checked path then names the key)."""
-    cdef cnp.ndarray b = np.ascontiguousarray(bounds, dtype=np.int64)
-    cdef cnp.ndarray w = np.ascontiguousarray(weights, dtype=np.int64)
+    cdef cnp.ndarray b = contig(bounds, cnp.NPY_INT64)
+    cdef cnp.ndarray w = contig(weights, cnp.NPY_INT64)
     cdef int64_t G = b.shape[0] - 1, n = w.shape[0], g, r, acc, p
     cdef const int64_t* pb = <const int64_t*>cnp.PyArray_DATA(b)
     cdef const int64_t* pw = <const int64_t*>cnp.PyArray_DATA(w)
@@ -165,7 +166,7 @@ def delta_partials(bounds, weights, kinds, cols, values, valids):
                 xa = _col(values[c], np.float64, n, "delta_partials")
                 xf = <const double*>cnp.PyArray_DATA(xa)
         if kind == 3:
-            res = np.empty(G, dtype=np.float64)
+            res = empty1(G, cnp.NPY_FLOAT64)
             of = <double*>cnp.PyArray_DATA(res)
             with nogil:
                 for g in range(G):
@@ -177,7 +178,7 @@ def delta_partials(bounds, weights, kinds, cols, values, valids):
                             facc = facc + (xf[r] if ok == NULL or ok[r] else 0.0) * <double>pw[r]
                     of[g] = facc
         else:
-            res = np.empty(G, dtype=np.int64)
+            res = empty1(G, cnp.NPY_INT64)
             oi = <int64_t*>cnp.PyArray_DATA(res)
             with nogil:
                 for g in range(G):

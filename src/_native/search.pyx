@@ -17,6 +17,7 @@ Design
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
 from libc.stdint cimport uint8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -66,7 +67,7 @@ def group_bounds(kcodes):
     ko = as_codes(kcodes)
     cdef codes_t k = codes_view(ko)
     cdef int64_t n = k.n, i, o = 0
-    cdef cnp.ndarray out = np.empty(n + 1, dtype=np.int64)
+    cdef cnp.ndarray out = empty1(n + 1, cnp.NPY_INT64)
     cdef int64_t* b = <int64_t*>cnp.PyArray_DATA(out)
     cdef const uint64_t* u = k.u64
     with nogil:
@@ -236,7 +237,7 @@ cdef object bounds(object sorted_codes, object probes, bint upper):
     if (s.u64 == NULL) != (p.u64 == NULL):
         raise TypeError("sorted_codes and probes must both be u64 or both var codes")
     cdef int64_t n = s.n, m = p.n, j, pos = 0
-    cdef cnp.ndarray out = np.empty(m, dtype=np.int64)
+    cdef cnp.ndarray out = empty1(m, cnp.NPY_INT64)
     cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
     with nogil:
         if probes_sorted(&p):
@@ -277,8 +278,8 @@ def range_lower_bound(sorted_codes, lo, hi, probes):
     cdef codes_t p = codes_view(po)
     if (s.u64 == NULL) != (p.u64 == NULL):
         raise TypeError("sorted_codes and probes must both be u64 or both var codes")
-    lo_a = np.ascontiguousarray(lo, dtype=np.int64)
-    hi_a = np.ascontiguousarray(hi, dtype=np.int64)
+    lo_a = contig(lo, cnp.NPY_INT64)
+    hi_a = contig(hi, cnp.NPY_INT64)
     cdef const int64_t[::1] L = lo_a
     cdef const int64_t[::1] H = hi_a
     cdef int64_t m = p.n, j, a, b, pos = 0
@@ -287,7 +288,7 @@ def range_lower_bound(sorted_codes, lo, hi, probes):
     for j in range(m):
         if L[j] < 0 or H[j] > s.n or L[j] > H[j]:
             raise IndexError(f"range {j} [{L[j]}, {H[j]}) outside 0..{s.n}")
-    cdef cnp.ndarray out = np.empty(m, dtype=np.int64)
+    cdef cnp.ndarray out = empty1(m, cnp.NPY_INT64)
     cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
     with nogil:
         for j in range(m):
@@ -346,8 +347,8 @@ def intersect(a, b, b_sample=None):
                              f"{SAMPLE_STRIDE}th of b's {kb.n}")
         us = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>so)
     cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
-    cdef cnp.ndarray ai = np.empty(m, dtype=np.int64)
-    cdef cnp.ndarray bi = np.empty(m, dtype=np.int64)
+    cdef cnp.ndarray ai = empty1(m, cnp.NPY_INT64)
+    cdef cnp.ndarray bi = empty1(m, cnp.NPY_INT64)
     cdef int64_t* pa = <int64_t*>cnp.PyArray_DATA(ai)
     cdef int64_t* pb = <int64_t*>cnp.PyArray_DATA(bi)
     cdef const uint64_t* ua = ka.u64
@@ -466,8 +467,8 @@ def expand_pairs(a_offsets, ai, b_offsets, bi):
             total += la * lb
     if bad:
         raise IndexError("expand_pairs: a match indexes outside the offsets, or offsets decrease")
-    cdef cnp.ndarray xs = np.empty(total, dtype=np.int64)
-    cdef cnp.ndarray ys = np.empty(total, dtype=np.int64)
+    cdef cnp.ndarray xs = empty1(total, cnp.NPY_INT64)
+    cdef cnp.ndarray ys = empty1(total, cnp.NPY_INT64)
     cdef int64_t* px = <int64_t*>cnp.PyArray_DATA(xs)
     cdef int64_t* py = <int64_t*>cnp.PyArray_DATA(ys)
     with nogil:
@@ -503,7 +504,7 @@ def take(codes, idx):
     cdef const int64_t* so = c.var.offsets
     cdef const uint8_t* sd = c.var.data
     if c.u64 != NULL:
-        out = np.empty(m, dtype=np.uint64)
+        out = empty1(m, cnp.NPY_UINT64)
         ou = <uint64_t*>cnp.PyArray_DATA(out)
         with nogil:
             for i in range(m):
@@ -517,7 +518,7 @@ def take(codes, idx):
         if bad:
             raise IndexError(f"take: index out of range for {n} rows")
         return out
-    offs = np.empty(m + 1, dtype=np.int64)
+    offs = empty1(m + 1, cnp.NPY_INT64)
     oo = <int64_t*>cnp.PyArray_DATA(offs)
     with nogil:
         oo[0] = 0
@@ -532,7 +533,7 @@ def take(codes, idx):
             oo[i + 1] = total
     if bad:
         raise IndexError(f"take: index out of range for {n} rows")
-    data = np.empty(total, dtype=np.uint8)
+    data = empty1(total, cnp.NPY_UINT8)
     od = <uint8_t*>cnp.PyArray_DATA(data)
     with nogil:
         for i in range(m):
@@ -568,8 +569,8 @@ def take_runs(parts, idx):
     for q in parts:
         if q.dtype != dt or q.ndim != 1:
             raise TypeError("take_runs: parts of one dtype, 1-d")
-    cdef cnp.ndarray starts_a = np.empty(k + 1, dtype=np.int64)
-    cdef cnp.ndarray base_a = np.empty(k, dtype=np.uintp)
+    cdef cnp.ndarray starts_a = empty1(k + 1, cnp.NPY_INT64)
+    cdef cnp.ndarray base_a = empty1(k, cnp.NPY_UINTP)
     cdef int64_t* starts = <int64_t*>cnp.PyArray_DATA(starts_a)
     cdef size_t* base = <size_t*>cnp.PyArray_DATA(base_a)
     cdef cnp.ndarray q_
@@ -746,8 +747,8 @@ def concat(parts):
         v = codes_view(ow)
         total_rows += v.n
         total_bytes += v.var.offsets[v.n] - v.var.offsets[0]
-    cdef cnp.ndarray offs = np.empty(total_rows + 1, dtype=np.int64)
-    cdef cnp.ndarray data = np.empty(total_bytes, dtype=np.uint8)
+    cdef cnp.ndarray offs = empty1(total_rows + 1, cnp.NPY_INT64)
+    cdef cnp.ndarray data = empty1(total_bytes, cnp.NPY_UINT8)
     cdef int64_t* oo = <int64_t*>cnp.PyArray_DATA(offs)
     cdef uint8_t* od = <uint8_t*>cnp.PyArray_DATA(data)
     oo[0] = 0

@@ -42,6 +42,7 @@ by ``k``.
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
 from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -484,7 +485,7 @@ cdef cnp.ndarray kv_array(int64_t n):
     numpy's allocator asks the kernel for transparent huge pages: with 4 KiB pages, faulting in
     fresh scratch costs more than the sort itself.
     """
-    return np.empty(2 * max(n, 1), dtype=np.int64)
+    return empty1(2 * max(n, 1), cnp.NPY_INT64)
 
 
 cdef inline kv_t* kv_ptr(cnp.ndarray a):
@@ -592,7 +593,7 @@ cdef int64_t sort_pairs_u128(const uint64_t* k, const uint64_t* v, const int64_t
     cdef uint64_t mask, d
     cdef int bits = bk + bv, db, shift
     cdef kk_t* t = <kk_t*>cnp.PyArray_DATA(out)
-    cdef cnp.ndarray small = np.empty(TOP_RADIX, dtype=np.int64)
+    cdef cnp.ndarray small = empty1(TOP_RADIX, cnp.NPY_INT64)
     cdef int64_t* cnt0 = <int64_t*>cnp.PyArray_DATA(small)
     db = digit_bits(n, TOP_DIGIT)
     shift = bits - db
@@ -615,7 +616,7 @@ cdef int64_t sort_pairs_u128(const uint64_t* k, const uint64_t* v, const int64_t
             t[c].idx = i
             t[c].w = w[i] if w != NULL else 0
             cnt0[d] = c + 1
-    cdef cnp.ndarray scratch = np.empty(4 * (maxc + 1) + RADIX * MAX_LEVELS, dtype=np.int64)
+    cdef cnp.ndarray scratch = empty1(4 * (maxc + 1) + RADIX * MAX_LEVELS, cnp.NPY_INT64)
     cdef kk_t* a = <kk_t*>cnp.PyArray_DATA(scratch)
     cdef int64_t* cnt = <int64_t*>(a + maxc + 1)
     with nogil:
@@ -689,7 +690,7 @@ cdef object pack_pairs(const uint64_t* k, const uint64_t* v, int64_t n, int bk, 
     cdef int64_t i
     cdef uint64_t mk = (<uint64_t>1 << bk) - 1 if bk < 64 else <uint64_t>-1
     cdef uint64_t mv = (<uint64_t>1 << bv) - 1 if bv < 64 else <uint64_t>-1
-    cdef cnp.ndarray out = np.empty(n, dtype=np.uint64)
+    cdef cnp.ndarray out = empty1(n, cnp.NPY_UINT64)
     cdef uint64_t* c = <uint64_t*>cnp.PyArray_DATA(out)
     with nogil:
         if bv == 64:                     # then k is constant
@@ -729,10 +730,10 @@ cdef object run(object kcodes, object vcodes, object weights, bint check=True):
         check_len(wo, n, "weights")
         e.w = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>wo)
     if n == 0:
-        empty = np.empty(0, dtype=np.int64)
+        empty = empty1(0, cnp.NPY_INT64)
         return (empty, empty.copy()) if e.consolidate else empty
     if e.consolidate:
-        wout = np.empty(n, dtype=np.int64)
+        wout = empty1(n, cnp.NPY_INT64)
         e.q = <int64_t*>cnp.PyArray_DATA(wout)
     packed = None
     cdef int bk = 0, bv = 0
@@ -743,7 +744,7 @@ cdef object run(object kcodes, object vcodes, object weights, bint check=True):
         if bk + bv <= 64:
             packed = pack_pairs(k.u64, v.u64, n, bk, bv)
     if bk + bv > 64 and DBSP_HAVE_U128 and n > SMALL:
-        buf = np.empty(4 * n, dtype=np.int64)
+        buf = empty1(4 * n, cnp.NPY_INT64)
         e.p = <int64_t*>cnp.PyArray_DATA(buf)
         sort_pairs_u128(k.u64, v.u64, e.w, n, bk, bv, &e, buf)
     elif packed is not None:

@@ -28,6 +28,7 @@ GIL went to a merger thread and came back tens of milliseconds later); never a s
 spine changed behind its back).
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
@@ -87,13 +88,7 @@ cdef inline cnp.ndarray _contiguous(object x, int typenum, dtype):
     """``x`` itself when it is already a contiguous 1-d array of ``typenum`` (a stored batch's
     codes, offsets and weights always are: no ``np.ascontiguousarray`` call per batch and
     step), else ``np.ascontiguousarray(x, dtype)``."""
-    cdef cnp.ndarray a
-    if type(x) is np.ndarray:
-        a = <cnp.ndarray>x
-        if a.ndim == 1 and cnp.PyArray_TYPE(a) == typenum and cnp.PyArray_IS_C_CONTIGUOUS(a) \
-                and cnp.PyArray_ISNOTSWAPPED(a):
-            return a
-    return np.ascontiguousarray(x, dtype=dtype)
+    return contig(x, typenum)  # (``dtype``: the same type, as numpy names it)
 
 
 def live_versions(list kcodes, list offsets, list vcodes, list weights, probes):
@@ -235,9 +230,9 @@ def gather_rows(pos, bno, row, list sources, cnp.ndarray out, fill=None):
     itemsize (the column of that batch), or None: then ``fill`` is written (a batch whose
     validity column is all true, say). One pass over the rows through a table of the sources'
     base addresses (a None source reads its one fill item with stride 0)."""
-    cdef cnp.ndarray p = np.ascontiguousarray(pos, dtype=np.int64)
-    cdef cnp.ndarray bq = np.ascontiguousarray(bno, dtype=np.int64)
-    cdef cnp.ndarray rq = np.ascontiguousarray(row, dtype=np.int64)
+    cdef cnp.ndarray p = contig(pos, cnp.NPY_INT64)
+    cdef cnp.ndarray bq = contig(bno, cnp.NPY_INT64)
+    cdef cnp.ndarray rq = contig(row, cnp.NPY_INT64)
     cdef int64_t n = p.shape[0], b, i, nb = len(sources)
     cdef int64_t lim = out.shape[0] if out.ndim == 1 else 0
     if bq.shape[0] != n or rq.shape[0] != n:
@@ -246,9 +241,9 @@ def gather_rows(pos, bno, row, list sources, cnp.ndarray out, fill=None):
         raise ValueError("gather_rows: out must be a writable contiguous 1-d array")
     cdef Py_ssize_t size = out.itemsize
     keep = []  # the arrays whose addresses the table holds
-    cdef cnp.ndarray base_a = np.zeros(nb, dtype=np.uintp)
-    cdef cnp.ndarray len_a = np.zeros(nb, dtype=np.int64)
-    cdef cnp.ndarray stride_a = np.zeros(nb, dtype=np.int64)
+    cdef cnp.ndarray base_a = zeros1(nb, cnp.NPY_UINTP)
+    cdef cnp.ndarray len_a = zeros1(nb, cnp.NPY_INT64)
+    cdef cnp.ndarray stride_a = zeros1(nb, cnp.NPY_INT64)
     cdef size_t* base = <size_t*>cnp.PyArray_DATA(base_a)
     cdef int64_t* blen = <int64_t*>cnp.PyArray_DATA(len_a)
     cdef int64_t* stride = <int64_t*>cnp.PyArray_DATA(stride_a)
@@ -258,7 +253,7 @@ def gather_rows(pos, bno, row, list sources, cnp.ndarray out, fill=None):
             src = np.full(1, fill, dtype=out.dtype)
             blen[b] = -1  # any row
         else:
-            src = np.ascontiguousarray(sources[b])
+            src = contig_any(sources[b])
             if src.itemsize != size:
                 raise ValueError(f"gather_rows: source {b} has items of {src.itemsize} bytes, "
                                  f"out of {size}")
@@ -302,9 +297,9 @@ def versioned_pairs(rm, add, old_ver, uint64_t next_version):
     where ``add[i]``, the old before the new. Returns ``(keys, offsets, g, is_old, versions,
     weights)``: the keys with a row (ascending), their row offsets, each row's key and whether
     it is the old row; new versions are ``next_version, next_version + 1, ...`` in key order."""
-    cdef cnp.ndarray ra = np.ascontiguousarray(rm, dtype=np.bool_)
-    cdef cnp.ndarray aa = np.ascontiguousarray(add, dtype=np.bool_)
-    cdef cnp.ndarray va = np.ascontiguousarray(old_ver, dtype=np.uint64)
+    cdef cnp.ndarray ra = contig(rm, cnp.NPY_BOOL)
+    cdef cnp.ndarray aa = contig(add, cnp.NPY_BOOL)
+    cdef cnp.ndarray va = contig(old_ver, cnp.NPY_UINT64)
     cdef int64_t G = ra.shape[0], i, k = 0, o = 0
     if aa.shape[0] != G or va.shape[0] != G:
         raise ValueError("versioned_pairs: rm, add and old_ver differ in length")
@@ -316,12 +311,12 @@ def versioned_pairs(rm, add, old_ver, uint64_t next_version):
         for i in range(G):
             nk += (pr[i] | pa_[i]) != 0
             nr += (pr[i] != 0) + (pa_[i] != 0)
-    cdef cnp.ndarray keys_a = np.empty(nk, dtype=np.int64)
-    cdef cnp.ndarray off_a = np.empty(nk + 1, dtype=np.int64)
-    cdef cnp.ndarray g_a = np.empty(nr, dtype=np.int64)
-    cdef cnp.ndarray old_a = np.empty(nr, dtype=np.bool_)
-    cdef cnp.ndarray ver_a = np.empty(nr, dtype=np.uint64)
-    cdef cnp.ndarray w_a = np.empty(nr, dtype=np.int64)
+    cdef cnp.ndarray keys_a = empty1(nk, cnp.NPY_INT64)
+    cdef cnp.ndarray off_a = empty1(nk + 1, cnp.NPY_INT64)
+    cdef cnp.ndarray g_a = empty1(nr, cnp.NPY_INT64)
+    cdef cnp.ndarray old_a = empty1(nr, cnp.NPY_BOOL)
+    cdef cnp.ndarray ver_a = empty1(nr, cnp.NPY_UINT64)
+    cdef cnp.ndarray w_a = empty1(nr, cnp.NPY_INT64)
     cdef int64_t* pk = <int64_t*>cnp.PyArray_DATA(keys_a)
     cdef int64_t* po = <int64_t*>cnp.PyArray_DATA(off_a)
     cdef int64_t* pg = <int64_t*>cnp.PyArray_DATA(g_a)
@@ -355,8 +350,8 @@ def versioned_pairs(rm, add, old_ver, uint64_t next_version):
 def pick_rows(g, is_old, cnp.ndarray old, cnp.ndarray new):
     """``old[g[r]] if is_old[r] else new[g[r]]`` for every row ``r`` (arrays of one itemsize;
     the result has ``new``'s dtype)."""
-    cdef cnp.ndarray ga = np.ascontiguousarray(g, dtype=np.int64)
-    cdef cnp.ndarray oa = np.ascontiguousarray(is_old, dtype=np.bool_)
+    cdef cnp.ndarray ga = contig(g, cnp.NPY_INT64)
+    cdef cnp.ndarray oa = contig(is_old, cnp.NPY_BOOL)
     cdef cnp.ndarray xo = np.ascontiguousarray(old)
     cdef cnp.ndarray xn = np.ascontiguousarray(new)
     cdef int64_t n = ga.shape[0], r, lo = xo.shape[0], ln = xn.shape[0]
@@ -365,7 +360,8 @@ def pick_rows(g, is_old, cnp.ndarray old, cnp.ndarray new):
         raise ValueError("pick_rows: g and is_old differ in length, or old and new in itemsize")
     cdef const int64_t* pg = <const int64_t*>cnp.PyArray_DATA(ga)
     cdef const uint8_t* po = <const uint8_t*>cnp.PyArray_DATA(oa)
-    cdef cnp.ndarray out = np.empty(n, dtype=xn.dtype)
+    cdef cnp.npy_intp nn = n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &nn, cnp.PyArray_TYPE(xn), 0)  # (new's dtype)
     cdef char* pout = <char*>cnp.PyArray_DATA(out)
     cdef const char* so = <const char*>cnp.PyArray_DATA(xo)
     cdef const char* sn = <const char*>cnp.PyArray_DATA(xn)

@@ -15,6 +15,7 @@ microsecond or more, for a loop of a hundred iterations. These are those checks 
 Every loop runs without the GIL.
 """
 cimport numpy as cnp
+from _native.arrays cimport contig, contig_any, empty1, zeros1
 from libc.stdint cimport int64_t, uint8_t
 
 import numpy as np
@@ -27,7 +28,7 @@ cdef extern from *:
 
 def is_identity(idx):
     """Whether the integer array ``idx`` is ``0, 1, ..., len(idx) - 1``."""
-    cdef cnp.ndarray a = np.ascontiguousarray(idx, dtype=np.int64)
+    cdef cnp.ndarray a = contig(idx, cnp.NPY_INT64)
     cdef int64_t n = a.shape[0], i
     cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(a)
     cdef bint same = True
@@ -42,12 +43,12 @@ def is_identity(idx):
 def mul_checked(a, b):
     """``(a * b wrapped, None when no product leaves int64 else the bool mask of those that
     do)`` for int64 arrays of one length."""
-    cdef cnp.ndarray x = np.ascontiguousarray(a, dtype=np.int64)
-    cdef cnp.ndarray y = np.ascontiguousarray(b, dtype=np.int64)
+    cdef cnp.ndarray x = contig(a, cnp.NPY_INT64)
+    cdef cnp.ndarray y = contig(b, cnp.NPY_INT64)
     cdef int64_t n = x.shape[0], i, bad = 0
     if y.shape[0] != n:
         raise ValueError(f"mul_checked: {n} and {y.shape[0]} weights")
-    cdef cnp.ndarray out = np.empty(n, dtype=np.int64)
+    cdef cnp.ndarray out = empty1(n, cnp.NPY_INT64)
     cdef const int64_t* px = <const int64_t*>cnp.PyArray_DATA(x)
     cdef const int64_t* py = <const int64_t*>cnp.PyArray_DATA(y)
     cdef int64_t* po = <int64_t*>cnp.PyArray_DATA(out)
@@ -56,7 +57,7 @@ def mul_checked(a, b):
             bad += mul_overflow(px[i], py[i], &po[i])
     if bad == 0:
         return out, None
-    cdef cnp.ndarray over = np.zeros(n, dtype=bool)
+    cdef cnp.ndarray over = zeros1(n, cnp.NPY_BOOL)
     cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(over)
     cdef int64_t r
     with nogil:
@@ -78,12 +79,12 @@ def join_matched_pairs(xo, ai, yo, bi, xw, yw, bint x_unit=False, bint y_unit=Fa
     weight 1 (``offsets == 0..n``, weights all 1: a primary key's index of inserts); its offsets
     and weights are then not read. On a stored batch of a million keys those are two cache
     misses per matched pair."""
-    cdef cnp.ndarray axo = np.ascontiguousarray(xo, dtype=np.int64)
-    cdef cnp.ndarray ayo = np.ascontiguousarray(yo, dtype=np.int64)
-    cdef cnp.ndarray aai = np.ascontiguousarray(ai, dtype=np.int64)
-    cdef cnp.ndarray abi = np.ascontiguousarray(bi, dtype=np.int64)
-    cdef cnp.ndarray axw = np.ascontiguousarray(xw, dtype=np.int64)
-    cdef cnp.ndarray ayw = np.ascontiguousarray(yw, dtype=np.int64)
+    cdef cnp.ndarray axo = contig(xo, cnp.NPY_INT64)
+    cdef cnp.ndarray ayo = contig(yo, cnp.NPY_INT64)
+    cdef cnp.ndarray aai = contig(ai, cnp.NPY_INT64)
+    cdef cnp.ndarray abi = contig(bi, cnp.NPY_INT64)
+    cdef cnp.ndarray axw = contig(xw, cnp.NPY_INT64)
+    cdef cnp.ndarray ayw = contig(yw, cnp.NPY_INT64)
     cdef int64_t M = aai.shape[0], nxk = axo.shape[0] - 1, nyk = ayo.shape[0] - 1
     cdef int64_t m, x, y, i, j, total = 0, o = 0, bad = 0, nxv = axw.shape[0], nyv = ayw.shape[0]
     cdef int64_t x0, x1, y0, y1
@@ -115,10 +116,10 @@ def join_matched_pairs(xo, ai, yo, bi, xw, yw, bint x_unit=False, bint y_unit=Fa
                 (1 if y_unit else pyo[j + 1] - pyo[j])
     if bad:
         raise IndexError("join_matched_pairs: a matched key or its values are out of range")
-    cdef cnp.ndarray kidx = np.empty(total, dtype=np.int64)
-    cdef cnp.ndarray xs = np.empty(total, dtype=np.int64)
-    cdef cnp.ndarray ys = np.empty(total, dtype=np.int64)
-    cdef cnp.ndarray w = np.empty(total, dtype=np.int64)
+    cdef cnp.ndarray kidx = empty1(total, cnp.NPY_INT64)
+    cdef cnp.ndarray xs = empty1(total, cnp.NPY_INT64)
+    cdef cnp.ndarray ys = empty1(total, cnp.NPY_INT64)
+    cdef cnp.ndarray w = empty1(total, cnp.NPY_INT64)
     cdef int64_t* pk = <int64_t*>cnp.PyArray_DATA(kidx)
     cdef int64_t* px = <int64_t*>cnp.PyArray_DATA(xs)
     cdef int64_t* py = <int64_t*>cnp.PyArray_DATA(ys)
@@ -159,7 +160,7 @@ def join_matched_pairs(xo, ai, yo, bi, xw, yw, bint x_unit=False, bint y_unit=Fa
                         o += 1
     if bad == 0:
         return kidx, xs, ys, w, None
-    cdef cnp.ndarray over = np.zeros(total, dtype=bool)
+    cdef cnp.ndarray over = zeros1(total, cnp.NPY_BOOL)
     cdef uint8_t* pm = <uint8_t*>cnp.PyArray_DATA(over)
     cdef int64_t r
     with nogil:

@@ -15,22 +15,24 @@ import numpy as np
 
 cdef inline object as_u64(object a):
     """A C-contiguous uint64 ndarray with the values of ``a`` (no copy when it already is one)."""
-    if isinstance(a, np.ndarray) and (<cnp.ndarray>a).dtype == np.uint64 \
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
-        return a
+    if cnp.PyArray_Check(a) and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_UINT64 \
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a) \
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a):
+        return a  # (C-level checks: no module attribute lookup or dtype comparison per call)
     return np.ascontiguousarray(a, dtype=np.uint64)
 
 
 cdef inline object as_i64(object a):
     """A C-contiguous int64 ndarray with the values of ``a`` (no copy when it already is one)."""
-    if isinstance(a, np.ndarray) and (<cnp.ndarray>a).dtype == np.int64 \
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+    if cnp.PyArray_Check(a) and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT64 \
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a) \
+            and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a):
         return a
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
 cdef inline bint is_var(object codes):
-    return not isinstance(codes, np.ndarray)
+    return not cnp.PyArray_Check(codes)
 
 
 cdef inline tuple as_var(object codes):
@@ -42,7 +44,7 @@ cdef inline tuple as_var(object codes):
     history (issue 14: distinct, top-k, rank, left join)."""
     cdef cnp.ndarray off = as_i64(codes.offsets)
     cdef object d = codes.data
-    if not (isinstance(d, np.ndarray) and (<cnp.ndarray>d).dtype == np.uint8
+    if not (cnp.PyArray_Check(d) and cnp.PyArray_TYPE(<cnp.ndarray>d) == cnp.NPY_UINT8
             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>d)):
         if isinstance(d, (bytes, bytearray)):
             d = np.frombuffer(d, dtype=np.uint8)
@@ -76,7 +78,7 @@ cdef inline tuple as_var(object codes):
 
 cdef inline object as_codes(object codes):
     """Normalize a code array: a uint64 ndarray, or an (offsets, data) tuple for var codes."""
-    if isinstance(codes, np.ndarray):
+    if cnp.PyArray_Check(codes):
         if (<cnp.ndarray>codes).ndim != 1:
             raise ValueError("u64 codes must be a 1-d array")
         return as_u64(codes)
@@ -91,7 +93,7 @@ cdef inline codes_t codes_view(object owner):
     v.var.offsets = NULL
     v.var.data = NULL
     v.var.n = 0
-    if isinstance(owner, np.ndarray):
+    if cnp.PyArray_Check(owner):
         a = owner
         v.u64 = <const uint64_t*>cnp.PyArray_DATA(a)
         v.n = a.shape[0]

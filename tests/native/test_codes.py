@@ -10,6 +10,7 @@ import pytest
 from dbsp._native import codes as native
 from dbsp._native import sort as native_sort
 from hypothesis import example, given
+from hypothesis import strategies as st
 
 from dbsp.algebra.codes import KeyCodec, VarCodes
 
@@ -32,6 +33,35 @@ def test_encode_var_same_bytes_as_reference(table):
     assert isinstance(got, VarCodes)
     assert got.offsets.dtype == np.int64 and got.data.dtype == np.uint8
     assert got.to_list() == expect.to_list()
+
+
+@given(key_table(), st.integers(0, 3))
+def test_encode_var_batch_same_bytes_as_reference(table, cut):
+    """The batch encoder (one export through the Arrow C data interface) writes the bytes of
+    the reference, or returns None exactly where the column encoder refuses a type."""
+    fields, cols, _ = table
+    cols = combined(cols)
+    batch = pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
+    batch = batch.slice(min(cut, batch.num_rows))  # a sliced batch too
+    nullable = [f.nullable for f in fields]
+    try:
+        expect = KeyCodec(fields).encode_reference(batch.columns)
+        native.encode_var(batch.columns, nullable)
+    except TypeError:  # a type codes do not support (as they stand, unnormalized)
+        assert native.encode_var_batch(batch, nullable) is None
+        return
+    got = native.encode_var_batch(batch, nullable)
+    assert isinstance(got, VarCodes)
+    assert got.to_list() == expect.to_list()
+
+
+def test_encode_var_batch_is_what_encode_batch_uses():
+    f = [pa.field("k", pa.int64(), nullable=False), pa.field("x", pa.float64())]
+    b = pa.record_batch([pa.array([3, -1, 3]), pa.array([0.5, None, -0.0])], schema=pa.schema(f))
+    codec = KeyCodec(f)
+    assert not codec.u64
+    assert codec.encode_batch(b).to_list() == codec.encode_reference(b.columns).to_list() == \
+        native.encode_var_batch(b, [False, True]).to_list()
 
 
 @given(key_table(types=["string", "binary", "large_string", "large_binary", "decimal",

@@ -488,6 +488,7 @@ class KeyCodec:
         self._plan = [None if nz else _buffer_plan(f.type) for f, nz in zip(self.fields, norm)]
         #: ``(byte width, signed, nullable)`` per column when every column's code comes from its
         #: values buffer and the codes are u64: :meth:`encode_batch` then encodes natively
+        self._nullable = [f.nullable for f in self.fields]
         self._native_plan = [(p[0].itemsize, p[1], f.nullable) for f, p in
                              zip(self.fields, self._plan)] \
             if self.u64 and self.fields and all(p is not None for p in self._plan) else None
@@ -534,6 +535,13 @@ class KeyCodec:
                 got = na.encode_u64(batch, self._native_plan)
                 if got is not None:
                     return got
+        elif n and not self.u64 and self._norm is None and self.fields \
+                and _native_arrow() is not None:  # (None also under DBSP_KERNELS=ref)
+            # var codes read through one export of the batch (``encode_var_batch``; its
+            # reference is :meth:`encode_reference`), no pyarrow object per column
+            got = _native_codes().encode_var_batch(batch, self._nullable)
+            if got is not None:
+                return got
         return self.encode(batch.columns, n)
 
     def _encode_u64(self, columns: Sequence[pa.Array]) -> np.ndarray:

@@ -1245,7 +1245,8 @@ class LinearAggregateOperator(Operator):
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
-        parts = [K.pick_rows(rows, ow < 0, o, n) for o, n in zip(old, new)]
+        is_old = ow < 0  # (once, not once per partial column)
+        parts = [K.pick_rows(rows, is_old, o, n) for o, n in zip(old, new)]
         fin = self._finish_numeric(parts)
         out = None
         if self._native_out:  # keys gathered and results appended in one native import
