@@ -202,8 +202,8 @@ def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKI
     """Kill a replica process (a Spark task's Python worker; ``pick(pid)``: the process to kill
     instead, e.g. its executor) of the running generation ``kills`` times, at random steps, each
     once the generation before has recovered, the job has a checkpoint and steps after it (so
-    that every recovery reloads one and replays the log after it). ``log`` gets ``(generation, worker, step, pid,
-    checkpoint)`` per kill: ``step`` the next step of the killed generation, ``checkpoint`` the
+    that every recovery reloads one and replays the log after it). ``log`` gets
+    ``(generation, worker, step, pid, checkpoint)`` per kill: ``step`` the next step of the killed generation, ``checkpoint`` the
     step of its last checkpoint (None before the first)."""
     done = 0
     while done < kills and not stop.is_set():
