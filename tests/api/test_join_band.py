@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import _api_ref as R
-from _api_harness import fmt, push, steps_of
+from _api_harness import fmt, late_steps, push, steps_of
 from dbsp import RowError
 from dbsp.api import StreamContext, col
 from dbsp.testing import reference as ref
@@ -45,15 +45,7 @@ def _run(workers: int, lat_l: int, lat_r: int, left_steps, right_steps, band):
         gc = _band_join(ls, rs, band).collect()
         plain = _band_join(ls, rs, None).collect()
         kl, kr = R.Lateness(1, lat_l), R.Lateness(1, lat_r)
-        a: dict = {}
-        b: dict = {}
-        for i in range(max(len(left_steps), len(right_steps))):
-            dl = left_steps[i] if i < len(left_steps) else {}
-            dr = right_steps[i] if i < len(right_steps) else {}
-            push(ls, dl)
-            push(rs, dr)
-            a, b = R.add(a, kl.step(dl)), R.add(b, kr.step(dr))
-            ctx.step()
+        for i, a, b in late_steps(ctx, ls, rs, kl, kr, left_steps, right_steps):
             want = _in_band(ref.join(a, b, [0], [0]))
             got = gc.view_dict()
             assert got == want, f"step {i}: view\n{fmt(got)}\nexpected\n{fmt(want)}"
