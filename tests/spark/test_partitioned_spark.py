@@ -194,7 +194,9 @@ def _killed(spark, tmp_path, seed: int, parts: int, pick=None) -> None:
     killed twice at random steps (``pick``: the process to kill instead of the task's Python
     worker), checked against the reference and by the crash checker."""
     df = _frame(spark)
-    rows = EVENTS // (parts * 10)  # 10 full steps, then one that reads (nearly) nothing
+    # 20 full steps, then one that reads (nearly) nothing: room for two kills, each after a
+    # checkpoint and a step beyond it
+    rows = EVENTS // (parts * 20)
     want = _reference_steps(df, parts, rows)
     steps = len(want)
 

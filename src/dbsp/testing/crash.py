@@ -239,9 +239,10 @@ def run_killed(job, read, steps, kills, seed, pick=None):
     stop, log = threading.Event(), []
 
     def paced(step, token):
-        # until the kills are done, a step waits a little: on a quiet machine the whole run
-        # would otherwise end before the killer's first (randomly timed) look at it
-        if len(log) < kills and not stop.is_set():
+        # until the kills are done and the last one has ended its generation, a step waits a
+        # little: on a quiet machine the whole run would otherwise end before the killer's
+        # first (randomly timed) look at it, or before Spark noticed a killed executor
+        if (len(log) < kills or job.generation <= log[-1][0]) and not stop.is_set():
             time.sleep(0.2)
         return read(step, token)
 
