@@ -266,10 +266,10 @@ def check_recoveries(job, kills, pieces_per_step=None) -> list[dict]:
     logged steps from there up to at least the step the kill interrupted, and, with
     ``pieces_per_step`` (the pieces of sliced sources each step logs), had its workers read
     again that many pieces of each replayed step (0: no sliced source). Returns the
-    recoveries after the first generation's."""
+    recoveries after the first opened generation's."""
     recs = job.report()["recoveries"]
     gens = [r["generation"] for r in recs]
-    assert gens == sorted(set(gens)) and gens[0] == 1, recs
+    assert gens == sorted(set(gens)), recs  # (the first may be 2: 1 failed while forming)
     for r in recs:
         first = 0 if r["checkpoint_step"] is None else r["checkpoint_step"]
         assert r["step"] == first + r["replayed_steps"], r
