@@ -229,13 +229,21 @@ cdef bint probes_sorted(const codes_t* p) noexcept nogil:
     return True
 
 
-cdef object bounds(object sorted_codes, object probes, bint upper):
-    so = as_codes(sorted_codes)
-    po = as_codes(probes)
-    cdef codes_t s = codes_view(so)
-    cdef codes_t p = codes_view(po)
+cdef tuple probe_views(object sorted_codes, object probes, codes_t* s, codes_t* p):
+    """Borrow C views of ``sorted_codes`` into ``s`` and of ``probes`` into ``p`` (both u64 or
+    both var codes, else TypeError); returns the objects the views point into, which the
+    caller must hold as long as it uses them."""
+    owners = (as_codes(sorted_codes), as_codes(probes))
+    s[0] = codes_view(owners[0])
+    p[0] = codes_view(owners[1])
     if (s.u64 == NULL) != (p.u64 == NULL):
         raise TypeError("sorted_codes and probes must both be u64 or both var codes")
+    return owners
+
+
+cdef object bounds(object sorted_codes, object probes, bint upper):
+    cdef codes_t s, p
+    owners = probe_views(sorted_codes, probes, &s, &p)
     cdef int64_t n = s.n, m = p.n, j, pos = 0
     cdef cnp.ndarray out = empty1(m, cnp.NPY_INT64)
     cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
@@ -272,12 +280,8 @@ def range_lower_bound(sorted_codes, lo, hi, probes):
     is ``>=`` probe ``i`` (``hi[i]`` if none); each range sorted. A probe in the same range as
     the one before it and not smaller gallops from that one's answer (the ``(key, value)`` pairs
     of a delta probe their keys' value ranges in order), any other searches its whole range."""
-    so = as_codes(sorted_codes)
-    po = as_codes(probes)
-    cdef codes_t s = codes_view(so)
-    cdef codes_t p = codes_view(po)
-    if (s.u64 == NULL) != (p.u64 == NULL):
-        raise TypeError("sorted_codes and probes must both be u64 or both var codes")
+    cdef codes_t s, p
+    owners = probe_views(sorted_codes, probes, &s, &p)
     lo_a = contig(lo, cnp.NPY_INT64)
     hi_a = contig(hi, cnp.NPY_INT64)
     cdef const int64_t[::1] L = lo_a

@@ -44,6 +44,22 @@ def steps_of(draw, rows, n_steps=4, max_rows=6, deletes=True):
     return out
 
 
+def late_steps(ctx, ls, rs, kl, kr, left_steps, right_steps):
+    """Push ``left_steps`` into ``ls`` and ``right_steps`` into ``rs`` (watermarked sources),
+    step ``ctx``, and yield ``(i, a, b)`` after each step: the rows of each side so far that
+    the reference lateness filters ``kl`` / ``kr`` (:class:`_api_ref.Lateness`) kept."""
+    a: dict = {}
+    b: dict = {}
+    for i in range(max(len(left_steps), len(right_steps))):
+        dl = left_steps[i] if i < len(left_steps) else {}
+        dr = right_steps[i] if i < len(right_steps) else {}
+        push(ls, dl)
+        push(rs, dr)
+        a, b = R.add(a, kl.step(dl)), R.add(b, kr.step(dr))
+        ctx.step()
+        yield i, a, b
+
+
 def fmt(z: dict) -> str:
     return "\n".join(f"  {w:+d} {r}" for r, w in sorted(z.items(), key=lambda x: R._key(x[0])))
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import _api_ref as R
-from _api_harness import fmt, push, steps_of
+from _api_harness import fmt, late_steps, push, steps_of
 from dbsp import RowError
 from dbsp.api import StreamContext, col
 from dbsp.testing import reference as ref
@@ -45,15 +45,7 @@ def _run(workers: int, lat_l: int, lat_r: int, left_steps, right_steps, band):
         gc = _band_join(ls, rs, band).collect()
         plain = _band_join(ls, rs, None).collect()
         kl, kr = R.Lateness(1, lat_l), R.Lateness(1, lat_r)
-        a: dict = {}
-        b: dict = {}
-        for i in range(max(len(left_steps), len(right_steps))):
-            dl = left_steps[i] if i < len(left_steps) else {}
-            dr = right_steps[i] if i < len(right_steps) else {}
-            push(ls, dl)
-            push(rs, dr)
-            a, b = R.add(a, kl.step(dl)), R.add(b, kr.step(dr))
-            ctx.step()
+        for i, a, b in late_steps(ctx, ls, rs, kl, kr, left_steps, right_steps):
             want = _in_band(ref.join(a, b, [0], [0]))
             got = gc.view_dict()
             assert got == want, f"step {i}: view\n{fmt(got)}\nexpected\n{fmt(want)}"
@@ -174,3 +166,86 @@ def test_band_gc_after_a_rolled_back_step(workers):
             runs.append(out.view_dict())
     assert runs[0] == runs[1]
     assert (1, 20, 0, 15, 100, 0) in runs[1]
+
+
+# -- a batch behind the band goes at once; the filter's watermark survives a checkpoint ---------
+
+_STEPS = [({(1, 5, 0): 1}, {(1, 0, 25, 0): 1}),  # one right batch, every row expiring at 25
+          ({(2, 30, 0): 1}, {}),                 # the left watermark passes it: 30
+          ({(2, 31, 1): 1}, {(2, 30, 40, 0): 1}),
+          ({(2, 32, 2): 1}, {(2, 31, 41, 0): 1})]
+
+
+def _stepped(workers, band, steps, storage=None):
+    """A band join (both lateness 0) run over ``steps`` from the start, or, with ``storage``,
+    reopened from its last checkpoint and run over ``steps`` after it; per step the state rows
+    and the view's change."""
+    out = []
+    with mock.patch.dict(os.environ, {"DBSP_SPINE_BACKGROUND": "0"}), \
+            StreamContext(workers=workers, storage=storage, durable=storage is not None) as ctx:
+        ls = ctx.stream(L, name="l", time="t", lateness=0)
+        rs = ctx.stream(RS, name="r", time="o", lateness=0)
+        gc = _band_join(ls, rs, band).collect()
+        if storage is not None:
+            ctx.open()
+        for dl, dr in steps:
+            push(ls, dl)
+            push(rs, dr)
+            ctx.step()
+            out.append((ctx.state_rows(), gc.delta_dict()))
+    return out
+
+
+def test_a_batch_behind_the_band_is_dropped_when_the_watermark_passes_it(workers):
+    """Merges run every 4 batches and the right trace holds fewer: the batch of (1, 0, 25) is
+    dropped when the filter rises past 25 (a step after the left watermark, see
+    :class:`ValueBound`), not at a merge that may never come, and the band's pairs stay."""
+    gc = _stepped(workers, ("t", "e"), _STEPS)
+    plain = _stepped(workers, None, _STEPS)
+    assert [v for _, v in gc] == [v for _, v in plain]
+    assert [n for n, _ in gc[:2]] == [n for n, _ in plain[:2]]
+    # step 2: the right trace lost its (1, 0, 25) row; the left trace's (1, 5) goes at the
+    # right watermark's rise, at its next merge (a left batch holds rows on both sides of 30)
+    assert gc[2][0] == plain[2][0] - 1 and gc[3][0] == plain[3][0] - 1, (gc, plain)
+
+
+@pytest.mark.parametrize("stop", [1, 2])
+def test_band_filter_watermark_survives_a_checkpoint(workers, tmp_path, stop):
+    """Stopped (a checkpoint on close) after step ``stop`` and reopened, the band join keeps
+    no more state than the run that never stopped, from its first step on (the filter's last
+    watermark is in the checkpoint: without it the reopened filter would start a step late),
+    and its changes are the same."""
+    whole = _stepped(workers, ("t", "e"), _STEPS)
+    store = str(tmp_path / "store")
+    first = _stepped(workers, ("t", "e"), _STEPS[:stop + 1], store)
+    after = _stepped(workers, ("t", "e"), _STEPS[stop + 1:], store)
+    assert first + after == whole
+
+
+@settings(max_examples=12, deadline=None)
+@given(left=steps_of(LROW, n_steps=8, deletes=False), right=steps_of(RROW, n_steps=8,
+                                                                     deletes=False),
+       stop=st.integers(0, 7), data=st.data())
+def test_band_join_reopened_at_any_step_equals_the_reference(workers, tmp_path_factory, left,
+                                                             right, stop, data):
+    """Stopped after any step and reopened from its checkpoint, the band join's changes and
+    state equal the run that never stopped, and their sum is the reference join of the on-time
+    rows inside the band."""
+    n = max(len(left), len(right))
+    steps = [(left[i] if i < len(left) else {}, right[i] if i < len(right) else {})
+             for i in range(n)]
+    stop = min(stop, n - 1)
+    whole = _stepped(workers, ("t", "e"), steps)
+    store = str(tmp_path_factory.mktemp("store"))
+    got = _stepped(workers, ("t", "e"), steps[:stop + 1], store) + \
+        _stepped(workers, ("t", "e"), steps[stop + 1:], store)
+    assert got == whole
+    kl, kr = R.Lateness(1, 0), R.Lateness(1, 0)
+    a: dict = {}
+    b: dict = {}
+    for dl, dr in steps:
+        a, b = R.add(a, kl.step(dl)), R.add(b, kr.step(dr))
+    view: dict = {}
+    for _, d in got:
+        view = R.add(view, d)
+    assert view == _in_band(ref.join(a, b, [0], [0]))

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import _api_ref as R
-from _api_harness import fmt, push, steps_of
+from _api_harness import fmt, late_steps, steps_of
 from dbsp.api import StreamContext
 from dbsp.testing import reference as ref
 
@@ -36,16 +36,7 @@ def _run(workers: int, how: str, lat_l: int, lat_r: int, left_steps, right_steps
         rs = ctx.stream(RS, name="r", time="t", lateness=lat_r)
         out = ls.join(rs, on=["t", "k"], how=how).collect()
         kl, kr = R.Lateness(0, lat_l), R.Lateness(0, lat_r)
-        a: dict = {}
-        b: dict = {}
-        n = max(len(left_steps), len(right_steps))
-        for i in range(n):
-            dl = left_steps[i] if i < len(left_steps) else {}
-            dr = right_steps[i] if i < len(right_steps) else {}
-            push(ls, dl)
-            push(rs, dr)
-            a, b = R.add(a, kl.step(dl)), R.add(b, kr.step(dr))
-            ctx.step()
+        for i, a, b in late_steps(ctx, ls, rs, kl, kr, left_steps, right_steps):
             want, got = _reference(how, a, b), out.view_dict()
             assert got == want, f"{how}, step {i}: view\n{fmt(got)}\nexpected\n{fmt(want)}"
         assert ls.late_rows == kl.late and rs.late_rows == kr.late

@@ -133,6 +133,9 @@ def test_killed_workers_recover_exactly_once(tmp_path, workers, every, seed):
         # handshake timing out on a loaded machine): then one more starts
         assert len(kills) >= 1 and co.restarts == len(job.recovery_seconds) >= len(kills)
         assert job.restarts >= len(kills), kills
+        recs = crash.check_recoveries(job, kills, pieces_per_step=0)
+        print(f"\nkills {kills}\nrecoveries {recs}")
+        assert any(r["replayed_steps"] > 0 for r in recs), recs
     res = crash.check(str(tmp_path), EVENTS)
     assert _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}, (res, kills)
 

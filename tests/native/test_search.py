@@ -97,6 +97,16 @@ def test_range_lower_bound_rejects_a_range_outside():
         native.range_lower_bound(s, np.array([0]), np.array([5]), np.array([1], np.uint64))
 
 
+def test_bounds_refuse_u64_probes_of_var_codes_and_back():
+    u, v = np.arange(4, dtype=np.uint64), VarCodes.from_list([b"a", b"b"])
+    for a, b in ((u, v), (v, u)):
+        for fn in (native.lower_bound, native.upper_bound,
+                   lambda s, p: native.range_lower_bound(s, np.zeros(len(p), np.int64),
+                                                         np.zeros(len(p), np.int64), p)):
+            with pytest.raises(TypeError, match="both be u64 or both var codes"):
+                fn(a, b)
+
+
 @given(st.data())
 def test_intersect(data):
     kind = data.draw(KINDS)

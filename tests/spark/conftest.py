@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-LOCAL, CLUSTER = "local[2]", "local-cluster[2,1,1024]"
+from _spark import LOCAL, LOCAL4
 
 
 class Sessions:
@@ -69,3 +69,9 @@ def sessions():
 def spark(sessions):
     """A ``local[2]`` session (2 task slots)."""
     return sessions.get(LOCAL)
+
+
+@pytest.fixture
+def spark4(sessions):
+    """A ``local[4]`` session: 4 task slots, room for 3 barrier tasks and a Spark job."""
+    return sessions.get(LOCAL4)

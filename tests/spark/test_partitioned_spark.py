@@ -25,6 +25,7 @@ from dbsp.spark import (PartitionReader, RoutedPartitionReader, _TAG_DDL,  # noq
                         _tag_partition, cut_frame, durable)
 from dbsp.testing import crash  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
+from _spark import CLUSTER, check_changes, executor_of  # noqa: E402
 
 
 # -- the readers, without Spark ------------------------------------------------------------------
@@ -115,12 +116,6 @@ def test_direct_reader_is_the_one_partition_case():
 EVENTS, ROWS = 300, 5
 
 
-@pytest.fixture
-def spark4(sessions):
-    """A ``local[4]`` session: room for 3 barrier tasks and a Spark job."""
-    return sessions.get("local[4]")
-
-
 def _frame(spark):
     return spark.createDataFrame(crash.events_table(0, EVENTS))
 
@@ -188,15 +183,7 @@ def test_partitioned_durable_job_scales_1_2_3_2_exactly_once(spark4, tmp_path):
         assert job.partition_ended and job.durable.step_no == k
         pieces = job.durable.circuit.last_slices["ev"]["pieces"]
         assert [p["partition"] for p in pieces] == list(range(6))
-    print("\nSpark local[4], DataFrame input over P = 6 partitions, state moved at each change:")
-    for c in changes:
-        lo = 1 / max(c["from_workers"], c["to_workers"])
-        print(f"  {c['from_workers']} -> {c['to_workers']} tasks: {c['moved_fraction']:.3f} "
-              f"(min {lo:.3f}; {c['moved_rows']} of {c['moved_rows'] + c['kept_rows']} rows), "
-              f"{c['seconds']:.1f} s")
-    assert [(c["from_workers"], c["to_workers"]) for c in changes] == [(1, 2), (2, 3), (3, 2)]
-    for c in changes:
-        assert 0 < c["moved_fraction"] < 1 and c["kept_rows"] > 0
+    check_changes(changes, "Spark local[4], DataFrame input over P = 6 partitions")
     assert crash.logged_steps(str(tmp_path)) == want
     res = crash.check(str(tmp_path), EVENTS, retract=False)
     assert res["ok"] > 0 and (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0)
@@ -207,7 +194,9 @@ def _killed(spark, tmp_path, seed: int, parts: int, pick=None) -> None:
     killed twice at random steps (``pick``: the process to kill instead of the task's Python
     worker), checked against the reference and by the crash checker."""
     df = _frame(spark)
-    rows = EVENTS // (parts * 10)  # 10 full steps, then one that reads (nearly) nothing
+    # 20 full steps, then one that reads (nearly) nothing: room for two kills, each after a
+    # checkpoint and a step beyond it
+    rows = EVENTS // (parts * 20)
     want = _reference_steps(df, parts, rows)
     steps = len(want)
 
@@ -224,8 +213,12 @@ def _killed(spark, tmp_path, seed: int, parts: int, pick=None) -> None:
                  partitions=parts) as job:
         kills = crash.run_killed(job, read, steps, 2, seed, pick)
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
-        print(f"\nP = {parts}: kills (generation, worker, step, pid) {kills}, recovery "
-              f"{[round(s, 1) for s in job.recovery_seconds]} s")
+        # each recovery reloaded a checkpoint and its tasks read again, and checked, the
+        # logged piece of every partition for each step after it
+        recs = crash.check_recoveries(job, kills, pieces_per_step=parts)
+        assert any(r["replayed_pieces"] > 0 for r in recs), recs
+        print(f"\nP = {parts}: kills (generation, worker, step, pid, checkpoint) {kills}, "
+              f"recoveries {recs}")
     assert crash.logged_steps(str(tmp_path)) == want
     res = crash.check(str(tmp_path), EVENTS, retract=False)
     assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
@@ -245,19 +238,6 @@ def test_killed_tasks_of_a_partitioned_durable_job_recover_exactly_once(spark, t
     _killed(spark, tmp_path, seed, parts)
 
 
-def _executor_of(pid: int) -> int:
-    """The executor JVM above a Spark task's Python worker (its ancestor running
-    CoarseGrainedExecutorBackend)."""
-    p = pid
-    while p > 1:
-        with open(f"/proc/{p}/cmdline", "rb") as f:
-            if b"CoarseGrainedExecutorBackend" in f.read():
-                return p
-        with open(f"/proc/{p}/stat") as f:
-            p = int(f.read().rsplit(")", 1)[1].split()[1])
-    raise AssertionError(f"no executor JVM above process {pid}")
-
-
 @pytest.mark.slow
 def test_killed_executors_of_a_partitioned_durable_job_recover_exactly_once(sessions, tmp_path):
     """kill -9 of a whole executor JVM (``local-cluster``: the standalone worker starts a new
@@ -265,5 +245,5 @@ def test_killed_executors_of_a_partitioned_durable_job_recover_exactly_once(sess
     routed them is lost with the executor, the next generation cuts and routes them again
     with another number of executors and another shuffle fetch order, and must read the same
     rows at the logged positions."""
-    _killed(sessions.get("local-cluster[2,1,1024]"), tmp_path, random.randrange(1 << 30), 4,
-            _executor_of)
+    _killed(sessions.get(CLUSTER), tmp_path, random.randrange(1 << 30), 4,
+            executor_of)

@@ -24,30 +24,20 @@ from dbsp.spark import SparkJob, durable  # noqa: E402
 from dbsp.testing import crash  # noqa: E402
 from dbsp.nexmark import pipelines as NP  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
+from _spark import CLUSTER, LOCAL, executor_of, sample_tables  # noqa: E402
 
 EVENTS, CHUNK = 200, 10
 STEPS = EVENTS // CHUNK
 
 pytestmark = pytest.mark.slow
 
-LOCAL, CLUSTER = "local[2]", "local-cluster[2,1,1024]"
 
 
 def _steps(pipeline):
     if pipeline is P.join_agg_closure:
-        return [_tables(st) for st in P.sample_steps(4)]
+        return [sample_tables(st) for st in P.sample_steps(4)]
     return [{k: pa.Table.from_batches([rb]) for k, rb in st.items()}
             for st in NP.nexmark_steps(12_000, 3_000)]
-
-
-def _tables(step):
-    schemas = {"bids": P.BIDS, "auctions": P.AUCTIONS, "edges": P.EDGES}
-    out = {}
-    for name, (rows, weights) in step.items():
-        cols = list(zip(*rows)) if rows else [[] for _ in schemas[name]]
-        t = pa.table({f.name: pa.array(c, f.type) for f, c in zip(schemas[name], cols)})
-        out[name] = t.append_column("__weight", pa.array(weights, pa.int64()))
-    return out
 
 
 def _drive(inputs, outputs, step, steps):
@@ -99,19 +89,6 @@ def test_same_output_on_every_runtime(runtime, name, sessions):
     assert got_views == views
 
 
-def _executor_of(pid: int) -> int:
-    """The executor JVM above a Spark task's Python worker (its ancestor running
-    CoarseGrainedExecutorBackend)."""
-    p = pid
-    while p > 1:
-        with open(f"/proc/{p}/cmdline", "rb") as f:
-            if b"CoarseGrainedExecutorBackend" in f.read():
-                return p
-        with open(f"/proc/{p}/stat") as f:
-            p = int(f.read().rsplit(")", 1)[1].split()[1])
-    raise AssertionError(f"no executor JVM above process {pid}")
-
-
 def test_killed_executors_recover_exactly_once(sessions, tmp_path):
     """kill -9 of a whole executor JVM at random steps, twice: the standalone worker starts a
     new executor, the driver the next generation; every row exactly once."""
@@ -119,8 +96,10 @@ def test_killed_executors_recover_exactly_once(sessions, tmp_path):
     with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_every=4,
                  max_restarts=10, timeout=600) as job:
         kills = crash.run_killed(job, lambda step, token: crash.step_input(step, EVENTS, CHUNK),
-                                 STEPS, 2, random.randrange(1 << 30), pick=_executor_of)
+                                 STEPS, 2, random.randrange(1 << 30), pick=executor_of)
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
+        recs = crash.check_recoveries(job, kills, pieces_per_step=0)
+        assert any(r["replayed_steps"] > 0 for r in recs), recs
     res = crash.check(str(tmp_path), EVENTS)
     assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
     assert res["ok"] > 0

@@ -15,11 +15,11 @@ pytest.importorskip("pyspark", reason="pip install dbsp[spark]")  # CI installs 
 
 import dbsp  # noqa: E402
 import dbsp.api  # noqa: E402
-from dbsp.runtime.launcher import build_outputs  # noqa: E402
 from dbsp.runtime.slices import SourceStep  # noqa: E402
 from dbsp.spark import SparkJob, durable, run  # noqa: E402
 from dbsp.testing import crash  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
+from _spark import check_changes, keyed_counts, view_rows  # noqa: E402
 
 
 _pushed, _sliced_views, bids_files = P.views_pushed, P.views_sliced, P.bids_files
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.slow
 
 EVENTS, CHUNK = 300, 10
 STEPS = EVENTS // CHUNK
-
-
-@pytest.fixture
-def spark4(sessions):
-    """A ``local[4]`` session: 4 task slots, room for 3 barrier tasks and a Spark job."""
-    return sessions.get("local[4]")
 
 
 def test_tasks_read_their_own_file_slices_local2(spark, tmp_path):
@@ -105,11 +99,7 @@ def test_run_with_sliced_steps_local2(spark, tmp_path):
 
 def test_dataframe_partitions_are_the_barrier_job_input_local2(spark):
     ev = P.keyed_events(4000, 50, 3)  # 2000 rows a partition: the last step reads nothing
-    with dbsp.Circuit() as c:
-        outs = build_outputs(c, P.keyed_count)
-        c.inputs["events"].push(ev)
-        c.step()
-        want = outs["counts"].to_dict()
+    want = keyed_counts(ev)
     df = spark.createDataFrame(pa.Table.from_batches([ev]))
     view: Counter = Counter()
     rows = 0
@@ -124,7 +114,7 @@ def test_dataframe_partitions_are_the_barrier_job_input_local2(spark):
             if job.partition_ended:
                 break
     assert rows == 4000 and k >= 4000 // (2 * 500)
-    assert {r: w for r, w in view.items() if w} == want
+    assert view_rows(view) == want
 
 
 def test_three_tasks_read_their_own_file_slices_local4(spark4, tmp_path):
@@ -152,15 +142,7 @@ def test_scale_1_2_3_2_on_spark_local4_equals_a_fixed_scale_run(spark4, tmp_path
             changes.append(ch)
             crash.feed(job, n, EVENTS, CHUNK)
         assert job.durable.step_no == STEPS
-    print("\nSpark local[4], state moved at each change (fraction, minimum 1/(W+1)):")
-    for c in changes:
-        lo = 1 / max(c["from_workers"], c["to_workers"])
-        print(f"  {c['from_workers']} -> {c['to_workers']} tasks: {c['moved_fraction']:.3f} "
-              f"(min {lo:.3f}, ratio {c['moved_fraction'] / lo:.2f}; {c['moved_rows']} of "
-              f"{c['moved_rows'] + c['kept_rows']} rows), {c['seconds']:.1f} s")
-    assert [(c["from_workers"], c["to_workers"]) for c in changes] == [(1, 2), (2, 3), (3, 2)]
-    for c in changes:
-        assert 0 < c["moved_fraction"] < 1 and c["kept_rows"] > 0
+    check_changes(changes, "Spark local[4]")
     assert crash.logged_steps(str(tmp_path)) == crash.fixed_scale_steps(EVENTS, CHUNK)
     res = crash.check(str(tmp_path), EVENTS)
     assert res["ok"] > 0 and (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0)
@@ -193,11 +175,7 @@ def test_durable_job_on_dataframe_partitions_recovers_exactly_once(spark, tmp_pa
     the rows before the checkpoint and checks the replayed ones; the output log holds every
     change once."""
     ev = P.keyed_events(3000, 40, 5)
-    with dbsp.Circuit() as c:
-        outs = build_outputs(c, P.keyed_count)
-        c.inputs["events"].push(ev)
-        c.step()
-        want = outs["counts"].to_dict()
+    want = keyed_counts(ev)
     df = spark.createDataFrame(pa.Table.from_batches([ev]))
     with durable(spark, P.keyed_count, storage=tmp_path, workers=2, checkpoint_every=2,
                  timeout=600, partitioned=("events", df, 300)) as job:
@@ -215,4 +193,4 @@ def test_durable_job_on_dataframe_partitions_recovers_exactly_once(spark, tmp_pa
         for t in tables.values():  # the one output (keyed_count's view is not named)
             for r in t.to_pylist():
                 got[(r["k"], r["n"], r["s"])] += r["__weight"]
-    assert {r: w for r, w in got.items() if w} == want
+    assert view_rows(got) == want

@@ -13,19 +13,9 @@ from dbsp.runtime.launcher import build_outputs  # noqa: E402
 from dbsp.spark import SparkJob, durable, run, settings  # noqa: E402
 from dbsp.testing import crash  # noqa: E402
 from dbsp.testing import pipelines as P  # noqa: E402
+from _spark import sample_tables  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def _tables(step):
-    """One step of sample_steps as Arrow tables (with a __weight column)."""
-    schemas = {"bids": P.BIDS, "auctions": P.AUCTIONS, "edges": P.EDGES}
-    out = {}
-    for name, (rows, weights) in step.items():
-        cols = list(zip(*rows)) if rows else [[] for _ in schemas[name]]
-        t = pa.table({f.name: pa.array(c, f.type) for f, c in zip(schemas[name], cols)})
-        out[name] = t.append_column("__weight", pa.array(weights, pa.int64()))
-    return out
 
 
 def _frames(spark, step):
@@ -59,7 +49,7 @@ def test_barrier_job_matches_embedded(spark):
         assert job.startup_seconds > 0
         got = []
         for st in steps:
-            for name, t in _tables(st).items():
+            for name, t in sample_tables(st).items():
                 job.push(name, t)
             job.step()
             got.append({k: o.to_dict() for k, o in job.outputs.items()})

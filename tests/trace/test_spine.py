@@ -305,6 +305,45 @@ def test_retain_values_applies_lazily_during_merges():
                                                    (4, "drop", 1), (5, "drop", 1)])
 
 
+IV = pa.schema([pa.field("v", pa.int64())])
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 30) | st.none(),
+                                   st.integers(1, 2)), min_size=1, max_size=6),
+                min_size=1, max_size=8),
+       st.integers(0, 32))
+def test_retain_values_drops_whole_dead_batches_at_once(batches, bound):
+    """A filter with ``dead`` forgets, when set, every stored batch whose rows it would all drop
+    (values below the bound or null), and no other: the state is the model's without those
+    batches, and after a full merge it is the model filtered row by row (nothing kept that a
+    merge would have dropped, nothing dropped that it would have kept)."""
+    sp = Spine(fanout=100, name="dead", background=False)  # no merge until compact()
+    model: dict = {}
+    for b in batches:
+        sp.insert(indexed(KS, IV, [((k,), (v,), w) for k, v, w in b]))
+
+    def ok(v):
+        return v is not None and v >= bound
+
+    for b in batches:
+        if any(ok(v) for _, v, _ in b):  # a live batch: all its rows stay until merged
+            add_into(model, ((((k,), (v,)), w) for k, v, w in b))
+    seen = []
+
+    def keep(batch):
+        return np.asarray([ok(v) for v in batch.vals.column(0).to_pylist()], dtype=bool)
+
+    def dead(batch):
+        seen.append(batch)
+        return not keep(batch).any()
+    sp.retain_values(keep, dead)
+    assert len(seen) == len(batches)  # asked once per stored batch, at once
+    assert state_of(sp.batches()) == model
+    sp.compact()
+    assert state_of(sp.batches()) == {r: w for r, w in model.items() if ok(r[1][0])}
+
+
 # --- backpressure, threads, lifecycle ----------------------------------------------------------
 
 def test_backpressure_blocks_and_releases():

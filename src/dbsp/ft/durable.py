@@ -141,6 +141,9 @@ class DurableCircuit:
         #: a step's input record that could not be made durable: no step runs any more
         self.failed: Optional[BaseException] = None
         self.on_replay: Optional[Callable[[int, dict], None]] = None
+        #: what the last :meth:`open` did (see :meth:`open`); ``on_open(recovery)`` is told too
+        self.recovery: Optional[dict] = None
+        self.on_open: Optional[Callable[[dict], None]] = None
         #: the layout change :meth:`open` made (see the module doc), else None
         self.layout_change: Optional[dict] = None
         #: inputs logged by position: ``{input: Rereadable}`` (see :meth:`rereadable`)
@@ -229,7 +232,11 @@ class DurableCircuit:
     # -- recovery ----------------------------------------------------------------------------
     def open(self, checkpoint: Any = None) -> "DurableCircuit":
         """Restore checkpoint ``checkpoint`` (default: the latest) and replay the logged input
-        after it. Idempotent."""
+        after it. Idempotent. What it did is :attr:`recovery`: ``checkpoint_step`` (the step of
+        the checkpoint restored, None without one), ``replayed_steps`` (the logged steps run
+        again after it), ``replayed_pieces`` (the pieces of sliced sources the workers read
+        again and checked against their logged checksums), ``step`` (the next step) and
+        ``seconds``."""
         if self.opened:
             return self
         t0 = time.perf_counter()
@@ -260,6 +267,7 @@ class DurableCircuit:
         if self.output_log.end == self.output_log.first and self.output_log.end < start:
             self.output_log.start_at(start)
         self.step_no = start
+        pieces = 0
         # the next step's input is read (and re-read from its sources) on a thread while the
         # circuit runs this one: reading, checksums and IPC decoding release the GIL
         pool = ThreadPoolExecutor(1, thread_name_prefix="dbsp-replay-read") \
@@ -275,6 +283,7 @@ class DurableCircuit:
                     p = parts.get(name)
                     if isinstance(p, Slices):
                         self._replay_slices(name, s, p)
+                        pieces += len(p.pieces)
                         p = p.pushed
                     if p is not None:
                         inp.put_pending(*p, record_keys=True)
@@ -292,6 +301,11 @@ class DurableCircuit:
                 pool.shutdown(wait=True, cancel_futures=True)
         self.recovery_seconds = time.perf_counter() - t0
         self.opened = True
+        self.recovery = {"checkpoint_step": None if self.last_checkpoint is None else start,
+                         "replayed_steps": self.step_no - start, "replayed_pieces": pieces,
+                         "step": self.step_no, "seconds": self.recovery_seconds}
+        if self.on_open is not None:
+            self.on_open(self.recovery)
         return self
 
     # -- stepping ----------------------------------------------------------------------------
@@ -557,6 +571,7 @@ class DurableCircuit:
                 "replayed_steps": self.replayed,
                 "worker_restarts": self.restarts,
                 "recovery_seconds": self.recovery_seconds,
+                "recovery": self.recovery,
                 "input_log": {"first": self.input_log.first, "end": self.input_log.end},
                 "output_log": {"first": self.output_log.first, "end": self.output_log.end,
                                "discarded": self.output_log.discarded},

@@ -227,6 +227,10 @@ class DurableJob:
         self.startup_seconds: list[float] = []
         #: seconds from a generation's failure to the next one recovered (checkpoint + replay)
         self.recovery_seconds: list[float] = []
+        #: per generation opened, what its recovery did: ``generation`` and
+        #: :attr:`DurableCircuit.recovery <dbsp.ft.durable.DurableCircuit.open>` (the
+        #: checkpoint step restored, the logged steps and sliced pieces replayed, the next step)
+        self.recoveries: list[dict] = []
         self.ft: Optional[FtCoordinator] = None
         self.closed = False
 
@@ -270,6 +274,7 @@ class DurableJob:
                                       max_restarts=0)
         for name, src in self.sliced.items():
             self.durable.sliced(name, src)
+        self.durable.on_open = lambda rec: self.recoveries.append({"generation": g, **rec})
         return self.durable
 
     def open(self) -> DurableCircuit:
@@ -370,6 +375,15 @@ class DurableJob:
         """Generations started after the first (one per failure, including failures while a
         generation was forming or recovering)."""
         return max(self.generation - 1, 0)
+
+    def report(self) -> dict:
+        """The driver's account of the job: the current ``generation``, ``restarts``,
+        ``startup_seconds`` and ``recovery_seconds`` per generation, and ``recoveries`` (what
+        each generation restored and replayed, :attr:`recoveries`)."""
+        return {"generation": self.generation, "workers": self.workers,
+                "restarts": self.restarts, "startup_seconds": list(self.startup_seconds),
+                "recovery_seconds": list(self.recovery_seconds),
+                "recoveries": [dict(r) for r in self.recoveries]}
 
     def close(self) -> None:
         """Stop (a last checkpoint when the generation is healthy), end the replicas, unlock."""

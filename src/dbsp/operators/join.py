@@ -47,7 +47,9 @@ used downstream, e.g. Nexmark q9's ``opened <= bid_time <= expires``. A row whos
 the other side's watermark can then meet only rows at or above it (later rows behind the
 watermark are dropped as late), i.e. only pairs that are not used, so merges of the trace drop it
 (:meth:`Spine.retain_values`, a vectorised mask per merged batch: no scan per step; the filter
-lags the watermark by one step, see :class:`ValueBound`). The output
+lags the watermark by one step, see :class:`ValueBound`), and a stored batch whose every row is
+behind it goes at once, as a committed key bound frees whole batches. The filter's watermark is
+part of the checkpoint. The output
 restricted to the promised pairs is unchanged; pairs outside it may be missing, or (for a row
 inserted and retracted in batches not merged yet) one half of such a pair may still appear.
 
@@ -273,32 +275,66 @@ class KeyBounds:
 
 class ValueBound:
     """Band GC of one trace: rows whose value column ``col`` is below a watermark are dropped by
-    the trace's merges (the filter is replaced once per rise of the watermark).
+    the trace's merges (the filter is replaced once per rise of the watermark), and after every
+    step a stored batch whose every value is below it is dropped at once (its column's largest
+    value is computed once per batch and kept in the batch's ``memo``: a step costs a comparison
+    per stored batch, not a scan).
 
     The filter lags one step: after step ``s`` it drops rows below ``wm[s-1]``, the bound every
     row of step ``s`` already obeys. Merges may apply it at once, outside the step's journal, so
     a rolled-back step ``s`` that is replayed still finds every row its on-time rows (at or above
-    ``wm[s-1]``) can meet in the band."""
+    ``wm[s-1]``) can meet in the band. A checkpoint saves ``seen`` (:meth:`JoinOperator.
+    checkpoint_state`): the recovered operator puts the same filter in place after its first
+    step as the operator that never stopped, not one step later."""
 
     def __init__(self, col: int):
         self.col = col
         self.last: Optional[int] = None  # the bound of the filter in place
         self.seen: Optional[int] = None  # the watermark of the last step
+        self._fns: Optional[tuple] = None  # (bound, keep, dead) of the filter in place
 
     def cut(self, spine: Spine, wm: Optional[int]) -> None:
         bound, self.seen = self.seen, wm if self.seen is None or (wm is not None and
                                                                   wm > self.seen) else self.seen
-        if bound is None or (self.last is not None and bound <= self.last):
+        if bound is not None and (self.last is None or bound > self.last):
+            self.last = bound
+        if self.last is None:
             return
-        self.last = bound
-        col = self.col
+        if self._fns is None or self._fns[0] != self.last:
+            self._fns = (self.last, *self._filter(self.last))
+        # every step, not only when the bound rises: a batch inserted behind the bound (a
+        # right row that expired before it arrived) goes at once too
+        spine.retain_values(*self._fns[1:])
 
-        def keep(batch, bound=bound) -> np.ndarray:
+    def _filter(self, bound: int) -> tuple:
+        """``(keep, dead)`` of :meth:`Spine.retain_values` for rows at or above ``bound``."""
+        col = self.col
+        key = ("band_max", col)
+
+        def keep(batch) -> np.ndarray:
             v = physical_int(batch.vals.column(col))
             if not v.null_count:
                 return np.asarray(v.to_numpy(zero_copy_only=False)) >= bound
             return np.asarray(pc.fill_null(pc.greater_equal(v, bound), False), dtype=bool)
-        spine.retain_values(keep)
+
+        def dead(batch) -> bool:
+            memo = batch.memo
+            if memo is None:
+                memo = batch.memo = {}
+            if key not in memo:  # None: every value null (keep drops nulls too)
+                memo[key] = _column_max(batch, col)
+            top = memo[key]
+            return top is None or top < bound
+        return keep, dead
+
+
+def _column_max(batch, col: int) -> Optional[int]:
+    """The largest value of value column ``col`` of an indexed batch as an int (None: no value
+    that is not null); a batch in a file is read piece by piece, never whole."""
+    pieces = batch.iter_pieces(1 << 16, copy=False) if batch.is_file else (batch,)
+    tops = [pc.max(physical_int(p.vals.column(col))).as_py() for p in pieces]
+    tops = [t for t in tops if t is not None]
+    return max(tops) if tops else None
 
 
 def _check_band(a, b, band, what: str) -> tuple:
@@ -447,6 +483,24 @@ class JoinOperator(Operator):
             for vb, sv in zip(self.band, saved):
                 if vb is not None:
                     vb.last, vb.seen = sv
+
+    def checkpoint_state(self) -> dict:
+        out = super().checkpoint_state()
+        # band GC: the last watermark each filter saw, so that the recovered filter rises
+        # after its first step (from the restored watermark), as it would have without the stop
+        for side, vb in zip(("left", "right"), self.band):
+            if vb is not None:
+                out[f"band_{side}"] = int(vb.seen) if isinstance(vb.seen, np.integer) \
+                    else vb.seen
+        return out
+
+    def restore_state(self, state: dict) -> None:
+        state = dict(state)
+        seen = {side: state.pop(f"band_{side}", None) for side in ("left", "right")}
+        super().restore_state(state)  # (a checkpoint of before the band was saved: None)
+        for side, vb in zip(("left", "right"), self.band):
+            if vb is not None:
+                vb.seen, vb.last = seen[side], None
 
     def clock_start(self) -> None:
         self.left.clear()

@@ -201,15 +201,19 @@ def check(directory: str, n: int, retract: bool = True) -> dict[str, int]:
 def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKILL):
     """Kill a replica process (a Spark task's Python worker; ``pick(pid)``: the process to kill
     instead, e.g. its executor) of the running generation ``kills`` times, at random steps, each
-    once the generation before has recovered."""
+    once the generation before has recovered, the job has a checkpoint and steps after it (so
+    that every recovery reloads one and replays the log after it). ``log`` gets
+    ``(generation, worker, step, pid, checkpoint)`` per kill: ``step`` the next step of the killed generation, ``checkpoint`` the
+    step of its last checkpoint (None before the first)."""
     done = 0
     while done < kills and not stop.is_set():
         time.sleep(rng.uniform(0.1, 0.8))
         d = job.ft.durable if job.ft is not None else None
         pids = job.pids()
         if not pids or d is None or d is not job.durable or not d.opened \
-                or d.step_no >= steps - 2:
-            continue
+                or d.step_no >= steps - 2 or d.last_checkpoint is None \
+                or d.step_no <= d.last_checkpoint.step:
+            continue  # a checkpoint to reload, and logged steps after it to replay
         w = rng.choice(sorted(pids))
         victim = pick(pids[w]) if pick is not None else pids[w]
         try:
@@ -217,7 +221,8 @@ def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKI
         except ProcessLookupError:
             continue
         g = job.generation
-        log.append((g, w, d.step_no, victim))
+        cp = d.last_checkpoint
+        log.append((g, w, d.step_no, victim, None if cp is None else cp.step))
         done += 1
         while not stop.is_set():
             d = job.ft.durable
@@ -229,14 +234,15 @@ def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKI
 def run_killed(job, read, steps, kills, seed, pick=None):
     """Run ``job`` (a :class:`dbsp.ft.remote.DurableJob`) over ``read`` up to ``steps`` while
     :func:`kill_replicas` kills ``kills`` times; returns the kills
-    ``(generation, worker, step, pid)``."""
+    ``(generation, worker, step, pid, checkpoint)``."""
     rng = random.Random(seed)
     stop, log = threading.Event(), []
 
     def paced(step, token):
-        # until the kills are done, a step waits a little: on a quiet machine the whole run
-        # would otherwise end before the killer's first (randomly timed) look at it
-        if len(log) < kills and not stop.is_set():
+        # until the kills are done and the last one has ended its generation, a step waits a
+        # little: on a quiet machine the whole run would otherwise end before the killer's
+        # first (randomly timed) look at it, or before Spark noticed a killed executor
+        if (len(log) < kills or job.generation <= log[-1][0]) and not stop.is_set():
             time.sleep(0.2)
         return read(step, token)
 
@@ -252,6 +258,36 @@ def run_killed(job, read, steps, kills, seed, pick=None):
         t.join()
     return log
 
+
+def check_recoveries(job, kills, pieces_per_step=None) -> list[dict]:
+    """Assert that every kill of :func:`run_killed` was followed by a real recovery, as the
+    driver's report (``job.report()["recoveries"]``) tells it: a later generation that restored
+    a checkpoint no older than the killed generation's last one (when it had one), replayed the
+    logged steps from there up to at least the step the kill interrupted, and, with
+    ``pieces_per_step`` (the pieces of sliced sources each step logs), had its workers read
+    again that many pieces of each replayed step (0: no sliced source). Returns the
+    recoveries after the first opened generation's."""
+    recs = job.report()["recoveries"]
+    gens = [r["generation"] for r in recs]
+    assert gens == sorted(set(gens)), recs  # (the first may be 2: 1 failed while forming)
+    for r in recs:
+        first = 0 if r["checkpoint_step"] is None else r["checkpoint_step"]
+        assert r["step"] == first + r["replayed_steps"], r
+        if pieces_per_step is not None:
+            assert r["replayed_pieces"] == pieces_per_step * r["replayed_steps"], r
+    later = recs[1:]
+    for g, w, step, pid, cp in kills:
+        after = [r for r in later if r["generation"] > g]
+        assert after, (f"kill of worker {w} (generation {g}, step {step}) was never recovered "
+                       f"from", recs)
+        r = after[0]  # the generation that recovered from it (or failed forming first)
+        assert r["step"] >= step, (f"the recovery after the kill at step {step} resumed at "
+                                   f"step {r['step']}: logged steps were not replayed", r)
+        if cp is not None:
+            assert r["checkpoint_step"] is not None and r["checkpoint_step"] >= cp, (
+                f"the recovery after the kill at step {step} restored checkpoint "
+                f"{r['checkpoint_step']}, not the killed generation's last ({cp})", r)
+    return later
 
 
 # -- layout changes: step by step against one worker that never changed scale -----------------------

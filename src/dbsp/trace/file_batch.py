@@ -207,6 +207,9 @@ class _FileBatch:
         self._first: Any = None
         self._last: Any = None
         self._probe_memo: Optional[tuple] = None
+        #: None, or what a reader derived from this (immutable) batch, as
+        #: :attr:`OrdIndexedZSet.memo <dbsp.trace.batch.OrdIndexedZSet>`
+        self.memo: Optional[dict] = None
         self.hits = 0
         if self.k0 == 0:
             self._first = file.first_code

@@ -650,10 +650,14 @@ class Spine:
         bound = self._gc_bound
         if bound is None:
             return False
+        return self._drop_locked(lambda b: not len(_cut_below(b, bound)))
+
+    def _drop_locked(self, dead: Callable[[Batch], bool]) -> bool:
+        """Forget the stored batches (not those being merged) for which ``dead(batch)``."""
         dropped = False
         for lvl in list(self._levels):
             bs = self._levels[lvl]
-            keep = [b for b in bs if len(_cut_below(b, bound))]
+            keep = [b for b in bs if not dead(b)]
             if len(keep) != len(bs):
                 dropped = True
                 if keep:
@@ -677,13 +681,23 @@ class Spine:
     def key_bound(self) -> Optional[KeyBound]:
         return self._key_bound
 
-    def retain_values(self, keep: Optional[RowFilter]) -> None:
+    def retain_values(self, keep: Optional[RowFilter],
+                      dead: Optional[Callable[[Batch], bool]] = None) -> None:
         """Set the row filter merges apply: ``keep(batch)`` returns a bool mask over the batch's
         value rows (rows of an :class:`OrdZSet`); rows where it is false are dropped when their
-        batch is next merged (lazily: readers may see them until then). ``None`` removes it."""
+        batch is next merged (lazily: readers may see them until then). ``None`` removes it.
+
+        ``dead(batch)``: True when ``keep`` would drop every row of a stored batch, told
+        cheaply (e.g. from a bound of the batch's column kept with the batch). Such batches are
+        forgotten now, as a committed key bound forgets the batches below it: a batch behind
+        the bound frees its memory at once, not at its next merge (which, for a large batch
+        on a high level, may never come)."""
         with self._cv:
             self._retain = keep
             self.generation += 1
+            dropped = keep is not None and dead is not None and self._drop_locked(dead)
+        if dropped:
+            self._fire_change()
 
     # -- merging --------------------------------------------------------------------------
     def _get_merger(self) -> Merger:
