@@ -191,6 +191,18 @@ _SIGNED = {pa.int8(): 1, pa.int16(): 2, pa.int32(): 4, pa.int64(): 8}
 _UNSIGNED = {pa.uint8(): 1, pa.uint16(): 2, pa.uint32(): 4, pa.uint64(): 8}
 
 
+cdef void fill_rows(const col_t* cs, int64_t m, int64_t n, uint8_t* d,
+                    const int64_t* o) noexcept nogil:
+    """Pass 2 of an encoding: the bytes of every row at ``d + o[i]``, row by row (the output
+    is written in order, once)."""
+    cdef int64_t i, j
+    cdef uint8_t* q
+    for i in range(n):
+        q = d + o[i]
+        for j in range(m):
+            q = fill_cell(&cs[j], i, q)
+
+
 cdef tuple describe(object arr):
     """(kind, width) of a column type; TypeError for the types codes do not support."""
     t = arr.type
@@ -298,13 +310,8 @@ def encode_var(columns, nullable):
         raise ValueError("Arrow offsets decrease")
     data = np.empty(total, dtype=np.uint8)
     d = <uint8_t*>cnp.PyArray_DATA(data)
-    # pass 2: the bytes, row by row (the output is written in order, once)
-    cdef uint8_t* q
     with nogil:
-        for i in range(n):
-            q = d + o[i]
-            for j in range(m):
-                q = fill_cell(&cs[j], i, q)
+        fill_rows(cs, m, n, d, o)
     return VarCodes(offs, data)
 
 
@@ -380,9 +387,8 @@ def encode_var_batch(batch, nullable):
     cdef int kind = 0, width = 0
     cdef col_t* cs
     cdef ArrowArray* ch
-    cdef cnp.ndarray offs, descs, data, cursor
+    cdef cnp.ndarray offs, descs, data
     cdef int64_t* o
-    cdef int64_t* cur
     cdef bint bad = False
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
@@ -428,12 +434,8 @@ def encode_var_batch(batch, nullable):
         if bad:
             raise ValueError("Arrow offsets decrease")
         data = empty1(total, cnp.NPY_UINT8)
-        cursor = empty1(n, cnp.NPY_INT64)
-        cur = <int64_t*>cnp.PyArray_DATA(cursor)
-        memcpy(cur, o, n * sizeof(int64_t))
-        with nogil:  # pass 2: the bytes, column by column
-            for j in range(m):
-                fill(&cs[j], n, <uint8_t*>cnp.PyArray_DATA(data), cur)
+        with nogil:
+            fill_rows(cs, m, n, <uint8_t*>cnp.PyArray_DATA(data), o)
     finally:
         if src.release != NULL:
             src.release(&src)
