@@ -548,6 +548,27 @@ def take(codes, idx):
     return VarCodes(offs, data)
 
 
+cdef inline int64_t run_of(const int64_t* starts, int64_t k, int64_t t,
+                           int64_t r) noexcept nogil:
+    """The run holding row ``t`` of a concatenation whose run ``i`` starts at ``starts[i]``
+    (``starts[k]``: the total; ``0 <= t < total``): ``r`` again if it holds ``t`` (rows taken in
+    order stay in their run), else a binary search of the starts, skipping empty runs."""
+    cdef int64_t lo, hi, mid
+    if starts[r] <= t < starts[r + 1]:
+        return r
+    lo = 0
+    hi = k
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if starts[mid] <= t:
+            lo = mid
+        else:
+            hi = mid
+    while starts[lo + 1] <= t:
+        lo += 1
+    return lo
+
+
 def take_runs(parts, idx):
     """``np.concatenate(parts)[idx]`` without the concatenation: ``parts`` are 1-d numpy arrays
     of one fixed-width dtype (a merge's runs: their codes, or a fixed-width column of each), ``idx``
@@ -568,7 +589,7 @@ def take_runs(parts, idx):
     cdef cnp.ndarray ix = as_i64(idx)
     if ix.ndim != 1:
         raise ValueError("idx must be 1-d")
-    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, lo, hi, mid, total = 0
+    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, total = 0
     cdef Py_ssize_t w = dt.itemsize
     for q in parts:
         if q.dtype != dt or q.ndim != 1:
@@ -595,18 +616,7 @@ def take_runs(parts, idx):
             if t < 0 or t >= total:
                 bad = True
                 break
-            if t < starts[r] or t >= starts[r + 1]:  # another run: search the run starts
-                lo = 0
-                hi = k
-                while hi - lo > 1:
-                    mid = (lo + hi) >> 1
-                    if starts[mid] <= t:
-                        lo = mid
-                    else:
-                        hi = mid
-                r = lo
-                while starts[r + 1] <= t:  # (skips empty runs)
-                    r += 1
+            r = run_of(starts, k, t, r)
             t -= starts[r]
             if w == 8:
                 (<uint64_t*>o)[i] = (<const uint64_t*>base[r])[t]
@@ -641,7 +651,7 @@ def take_var_runs(parts, idx):
     if odt != np.int32 and odt != np.int64:
         raise TypeError(f"take_var_runs: offsets must be int32 or int64, not {odt}")
     cdef bint wide = odt == np.int64
-    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, lo, hi, mid, total = 0, nbytes = 0, n
+    cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, total = 0, nbytes = 0, n
     cdef cnp.ndarray starts_a = np.empty(k + 1, dtype=np.int64)
     cdef cnp.ndarray offp_a = np.empty(k, dtype=np.uintp)
     cdef cnp.ndarray datp_a = np.empty(k, dtype=np.uintp)
@@ -685,18 +695,7 @@ def take_var_runs(parts, idx):
             if t < 0 or t >= total:
                 bad = True
                 break
-            if t < starts[r] or t >= starts[r + 1]:  # another run: search the run starts
-                lo = 0
-                hi = k
-                while hi - lo > 1:
-                    mid = (lo + hi) >> 1
-                    if starts[mid] <= t:
-                        lo = mid
-                    else:
-                        hi = mid
-                r = lo
-                while starts[r + 1] <= t:  # (skips empty runs)
-                    r += 1
+            r = run_of(starts, k, t, r)
             t -= starts[r]
             so = <const void*>offp[r]
             a = _off(so, wide, t)
