@@ -191,6 +191,21 @@ _SIGNED = {pa.int8(): 1, pa.int16(): 2, pa.int32(): 4, pa.int64(): 8}
 _UNSIGNED = {pa.uint8(): 1, pa.uint16(): 2, pa.uint32(): 4, pa.uint64(): 8}
 
 
+cdef int64_t size_rows(const col_t* cs, int64_t m, int64_t n, int64_t* o) noexcept nogil:
+    """Pass 1 of an encoding: ``o[i + 1]`` = the running sum of the rows' sizes (``o`` zeroed,
+    ``n + 1`` long); the total, or -1 when a column's Arrow offsets decrease."""
+    cdef int64_t i, j, total = 0
+    cdef bint bad = False
+    for j in range(m):
+        sizes(&cs[j], n, o + 1, &bad)
+        if bad:
+            return -1
+    for i in range(n):
+        total += o[i + 1]
+        o[i + 1] = total
+    return total
+
+
 cdef void fill_rows(const col_t* cs, int64_t m, int64_t n, uint8_t* d,
                     const int64_t* o) noexcept nogil:
     """Pass 2 of an encoding: the bytes of every row at ``d + o[i]``, row by row (the output
@@ -293,20 +308,11 @@ def encode_var(columns, nullable):
     cs = <col_t*>cnp.PyArray_DATA(descs)
     for j in range(m):
         cs[j] = column(cols[j], bool(nullable[j]), n)
-    cdef bint bad = False
     cdef cnp.ndarray data
     cdef uint8_t* d
     with nogil:
-        # pass 1: o[i + 1] = size of row i, then the running sum
-        for j in range(m):
-            sizes(&cs[j], n, o + 1, &bad)
-            if bad:
-                break
-        if not bad:
-            for i in range(n):
-                total += o[i + 1]
-                o[i + 1] = total
-    if bad:
+        total = size_rows(cs, m, n, o)
+    if total < 0:
         raise ValueError("Arrow offsets decrease")
     data = np.empty(total, dtype=np.uint8)
     d = <uint8_t*>cnp.PyArray_DATA(data)
@@ -389,7 +395,6 @@ def encode_var_batch(batch, nullable):
     cdef ArrowArray* ch
     cdef cnp.ndarray offs, descs, data
     cdef int64_t* o
-    cdef bint bad = False
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
         m = src.n_children
@@ -423,15 +428,8 @@ def encode_var_batch(batch, nullable):
         offs = zeros1(n + 1, cnp.NPY_INT64)
         o = <int64_t*>cnp.PyArray_DATA(offs)
         with nogil:
-            for j in range(m):  # pass 1: o[i + 1] = size of row i, then the running sum
-                sizes(&cs[j], n, o + 1, &bad)
-                if bad:
-                    break
-            if not bad:
-                for i in range(n):
-                    total += o[i + 1]
-                    o[i + 1] = total
-        if bad:
+            total = size_rows(cs, m, n, o)
+        if total < 0:
             raise ValueError("Arrow offsets decrease")
         data = empty1(total, cnp.NPY_UINT8)
         with nogil:
