@@ -54,10 +54,10 @@ def _cpu(circuit, runtime: str) -> float:
     return time.process_time() + sum(per_worker)
 
 
-def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
-               warm: int = 3) -> tuple[float, float]:
-    """(CPU seconds over every process, wall seconds) of the steps ``data[warm:]``, each step's
-    change read as Arrow."""
+def open_run(runtime: str, workload: str, workers: int):
+    """``(circuit, job, one)``: the workload's circuit on ``runtime`` (``job``: the launcher's,
+    else None; close ``job or circuit``) and ``one(step)``, which pushes a step's batches, steps
+    and reads every output's change as Arrow."""
     build = getattr(P, workload)
     if runtime == "launcher":
         job = launch(build, workers=workers)
@@ -66,16 +66,24 @@ def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
         job = None
         circuit = dbsp.Circuit(workers=workers, runtime=runtime)
         outs = build_outputs(circuit, build)
+    inputs = circuit.inputs
+
+    def one(step: dict) -> None:
+        for name, batch in step.items():
+            inputs[name].push(batch)
+        circuit.step()
+        for o in outs.values():
+            o.delta()
+
+    return circuit, job, one
+
+
+def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
+               warm: int = 3) -> tuple[float, float]:
+    """(CPU seconds over every process, wall seconds) of the steps ``data[warm:]``, each step's
+    change read as Arrow."""
+    circuit, job, one = open_run(runtime, workload, workers)
     try:
-        inputs = circuit.inputs
-
-        def one(step: dict) -> None:
-            for name, batch in step.items():
-                inputs[name].push(batch)
-            circuit.step()
-            for o in outs.values():
-                o.delta()
-
         for st in data[:warm]:
             one(st)
         c0, t0 = _cpu(circuit, runtime), time.perf_counter()

@@ -38,11 +38,8 @@ import os
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import dbsp  # noqa: E402
 from dbsp.operators.input import InputStream  # noqa: E402
 from dbsp.operators.output import OutputHandle  # noqa: E402
-from dbsp.runtime.launcher import launch  # noqa: E402
-from dbsp.testing import pipelines as P  # noqa: E402
 
 import _efficiency as E  # noqa: E402
 from dbsp.circuit import scheduler as _sched  # noqa: E402
@@ -86,25 +83,9 @@ class _Clock:
 
 
 def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, clock: _Clock):
-    build = getattr(P, workload)
-    if runtime == "launcher":
-        job = launch(build, workers=workers)
-        circuit, outs = job.circuit, job.outputs
-    else:
-        job = None
-        circuit = dbsp.Circuit(workers=workers, runtime=runtime)
-        outs = E.build_outputs(circuit, build)
+    circuit, job, one = E.open_run(runtime, workload, workers)
     orig_step = None
     try:
-        inputs = circuit.inputs
-
-        def one(st):
-            for name, batch in st.items():
-                inputs[name].push(batch)
-            circuit.step()
-            for o in outs.values():
-                o.delta()
-
         for st in data[:warm]:
             one(st)
         ex = circuit._executor
