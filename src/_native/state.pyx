@@ -540,10 +540,17 @@ cdef class LiveTable:
         memset(self.rows + i * self.rowsize, 0, self.rowsize)
         self.n -= 1
 
-    cdef _pointers(self, list cols, list valids, int64_t G, str what, bint optional_valid,
-                   list keep, size_t* pc, size_t* pv):
+    cdef cnp.ndarray _pointers(self, list cols, list valids, int64_t G, str what,
+                               bint optional_valid, list keep):
+        """The data pointers of ``cols`` then of ``valids`` (0 for a None validity where
+        ``optional_valid``), checked against the table's columns, in one uintp array of
+        ``2 * (ncols + 1)``: columns at ``[0, ncols)``, validities from ``ncols + 1``. The arrays
+        pointed into are appended to ``keep``, which the caller holds while it uses them."""
         cdef int64_t j
         cdef cnp.ndarray a
+        cdef cnp.ndarray ptrs = zeros1(2 * (self.ncols + 1), cnp.NPY_UINTP)
+        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(ptrs)
+        cdef size_t* pv = pc + self.ncols + 1
         if len(cols) != self.ncols or len(valids) != self.ncols:
             raise ValueError(f"LiveTable.{what}: {len(cols)} columns and {len(valids)} "
                              f"validity arrays for a table of {self.ncols} columns")
@@ -568,6 +575,7 @@ cdef class LiveTable:
                 raise ValueError(f"LiveTable.get: validity {j} is not writable")
             pv[j] = <size_t>cnp.PyArray_DATA(a)
             keep.append(a)
+        return ptrs
 
     def get(self, kcodes, cnp.ndarray has, cnp.ndarray ver, list cols, list valids):
         """For each key code ``kcodes[i]`` with a row: ``has[i] = True``, ``ver[i]``, each
@@ -582,11 +590,9 @@ cdef class LiveTable:
                 not ver.flags.c_contiguous or not ver.flags.writeable:
             raise ValueError(f"LiveTable.get: ver must be a writable array of {G} u64")
         keep = []
-        cdef cnp.ndarray pc_a = np.zeros(nc + 1, dtype=np.uintp)
-        cdef cnp.ndarray pv_a = np.zeros(nc + 1, dtype=np.uintp)
-        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(pc_a)
-        cdef size_t* pv = <size_t*>cnp.PyArray_DATA(pv_a)
-        self._pointers(cols, valids, G, "get", False, keep, pc, pv)
+        cdef cnp.ndarray ptrs = self._pointers(cols, valids, G, "get", False, keep)
+        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(ptrs)
+        cdef size_t* pv = pc + nc + 1
         cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
         cdef uint8_t* ph = <uint8_t*>cnp.PyArray_DATA(has)
         cdef uint64_t* pver = <uint64_t*>cnp.PyArray_DATA(ver)
@@ -623,11 +629,9 @@ cdef class LiveTable:
         if ra.shape[0] != G or aa.shape[0] != G or va.shape[0] != G:
             raise ValueError("LiveTable.put: kcodes, rm, add and versions differ in length")
         keep = []
-        cdef cnp.ndarray pc_a = np.zeros(nc + 1, dtype=np.uintp)
-        cdef cnp.ndarray pv_a = np.zeros(nc + 1, dtype=np.uintp)
-        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(pc_a)
-        cdef size_t* pv = <size_t*>cnp.PyArray_DATA(pv_a)
-        self._pointers(cols, valids, G, "put", True, keep, pc, pv)
+        cdef cnp.ndarray ptrs = self._pointers(cols, valids, G, "put", True, keep)
+        cdef size_t* pc = <size_t*>cnp.PyArray_DATA(ptrs)
+        cdef size_t* pv = pc + nc + 1
         cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
         cdef const uint8_t* pr = <const uint8_t*>cnp.PyArray_DATA(ra)
         cdef const uint8_t* pa_ = <const uint8_t*>cnp.PyArray_DATA(aa)
