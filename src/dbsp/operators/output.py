@@ -27,10 +27,9 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from ..algebra import kernels as K
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
 from ..algebra.codes import KeyCodec, VarCodes, codec_for
-from ..algebra.schema import WEIGHT, concat_batches, fixed_columns, from_fixed_columns, take
+from ..algebra.schema import WEIGHT, take_batches
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
@@ -320,14 +319,8 @@ def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[Sor
     if ((sk[1:] == sk[:-1]) & (run[1:] != run[:-1])).any():
         return None   # a key on two workers (a stream not sharded by this key)
     w = np.concatenate([p.weights for p in parts])[gidx]
-    b0 = parts[0]
-    cols = [fixed_columns(p.data) for p in parts] if b0.data.num_columns else [None]
-    if all(c is not None for c in cols):
-        data = from_fixed_columns(b0.schema, [K.take_runs([c[j] for c in cols], gidx)
-                                              for j in range(b0.data.num_columns)])
-    else:
-        data = take(concat_batches(b0.schema, [p.data for p in parts]), gidx)
-    return SortedPart(data, w, codec, nkey)
+    return SortedPart(take_batches(parts[0].schema, [p.data for p in parts], gidx), w, codec,
+                      nkey)
 
 
 def _row_codes(b: OrdIndexedZSet, codec: KeyCodec):

@@ -222,13 +222,8 @@ class OrdZSet(ZSet):
         # gather the output from the inputs at gidx, without concatenated copies of them (a
         # merge's inputs and output already coexist; those copies were a third of its memory)
         codes = K.take_runs([b.codes for b in batches], gidx)
-        cols = [fixed_columns(b.data) for b in batches] if b0.data.num_columns else [None]
-        if all(c is not None for c in cols):
-            data = from_fixed_columns(b0.schema, [K.take_runs([c[j] for c in cols], gidx)
-                                                  for j in range(b0.data.num_columns)])
-        else:
-            data = take_batches(b0.schema, [b.data for b in batches], gidx)
-        return OrdZSet(data, w, codes, b0.codec)
+        return OrdZSet(take_batches(b0.schema, [b.data for b in batches], gidx), w, codes,
+                       b0.codec)
 
     def index_by(self, key: Sequence[str]) -> "OrdIndexedZSet":
         return OrdIndexedZSet.from_loose(self, key)
