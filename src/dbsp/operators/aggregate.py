@@ -547,18 +547,22 @@ class VersionedRows(Stateful):
             return None
         sp = self.trace
         t = self._table
-        if t is not None and self._gen == sp.generation and dtypes is self._dtypes \
-                and sp is self._spine and type(kcodes) is np.ndarray:
-            return t  # current (a new key bound or row filter would have moved the generation)
+        sizes = None
+        if t is not None and self._gen == sp.generation and sp is self._spine \
+                and type(kcodes) is np.ndarray:
+            # current (a new key bound or row filter would have moved the generation)
+            if dtypes is self._dtypes:
+                return t
+            sizes = tuple(np.dtype(d).itemsize for d in dtypes)
+            if t.itemsizes == sizes:
+                self._dtypes = dtypes
+                return t
         if not isinstance(kcodes, np.ndarray) or sp.storage is not None \
-                or sp.key_bound is not None or sp._retain is not None:
+                or sp.key_bound is not None or sp.row_filter is not None:
             self._table = None
             return None
-        sizes = tuple(np.dtype(d).itemsize for d in dtypes)
-        if t is not None and self._gen == sp.generation and t.itemsizes == sizes \
-                and sp is self._spine:
-            self._dtypes = dtypes
-            return t
+        if sizes is None:
+            sizes = tuple(np.dtype(d).itemsize for d in dtypes)
         # stale or missing: rebuild from the spine's live rows (after a restore, a rollback or
         # at the first step; O(state) once)
         self._table = None

@@ -681,6 +681,11 @@ class Spine:
     def key_bound(self) -> Optional[KeyBound]:
         return self._key_bound
 
+    @property
+    def row_filter(self) -> Optional[RowFilter]:
+        """The row filter merges apply (:meth:`retain_values`), or None."""
+        return self._retain
+
     def retain_values(self, keep: Optional[RowFilter],
                       dead: Optional[Callable[[Batch], bool]] = None) -> None:
         """Set the row filter merges apply: ``keep(batch)`` returns a bool mask over the batch's
