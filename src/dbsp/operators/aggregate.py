@@ -93,7 +93,7 @@ from ..circuit.exchange import shard_rows
 from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import DistinctZSet, OrdIndexedZSet, ZSet, match_batches, ranges
+from ..trace.batch import DistinctZSet, OrdIndexedZSet, ZSet, match_batches, memoized, ranges
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
@@ -470,13 +470,7 @@ def _np_column(b, j: int, dtype) -> tuple[np.ndarray, Optional[np.ndarray]]:
     the views are zero-copy when the column has no null)."""
     if b.is_file:
         return np_values(b.vals.column(j), dtype)
-    memo = b.memo
-    if memo is None:
-        memo = b.memo = {}
-    got = memo.get((j, dtype))
-    if got is None:
-        got = memo[(j, dtype)] = np_values(b.vals.column(j), dtype)
-    return got
+    return memoized(b, (j, dtype), lambda: np_values(b.vals.column(j), dtype))
 
 
 def np_array(values: np.ndarray, t: pa.DataType, mask: Optional[np.ndarray] = None) -> pa.Array:

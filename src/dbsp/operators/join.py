@@ -83,7 +83,7 @@ from ..algebra.schema import as_schema, empty_batch, take, take_batches
 from ..circuit.errors import RowError
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, match_batches
+from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, match_batches, memoized
 from ..trace.spine import Spine
 from ._util import key_prefix_bound, to_record_batch
 from .distinct import sign_changes
@@ -141,14 +141,8 @@ def unit_values(b: OrdIndexedZSet) -> bool:
     of fewer than :data:`UNIT_MIN_KEYS` keys (not checked)."""
     if b.num_keys < UNIT_MIN_KEYS:
         return False
-    memo = b.memo
-    if memo is None:
-        memo = b.memo = {}
-    unit = memo.get("unit_values")
-    if unit is None:
-        unit = memo["unit_values"] = bool(b.num_keys == len(b) and K.is_identity(b.offsets[:-1])
-                                          and (b.weights == 1).all())
-    return unit
+    return memoized(b, "unit_values", lambda: bool(
+        b.num_keys == len(b) and K.is_identity(b.offsets[:-1]) and (b.weights == 1).all()))
 
 
 def join_matched(x: OrdIndexedZSet, ai: np.ndarray, y: OrdIndexedZSet, bi: np.ndarray,
@@ -318,13 +312,8 @@ class ValueBound:
             return np.asarray(pc.fill_null(pc.greater_equal(v, bound), False), dtype=bool)
 
         def dead(batch) -> bool:
-            memo = batch.memo
-            if memo is None:
-                memo = batch.memo = {}
-            if key not in memo:  # None: every value null (keep drops nulls too)
-                memo[key] = _column_max(batch, col)
-            top = memo[key]
-            return top is None or top < bound
+            top = memoized(batch, key, lambda: _column_max(batch, col))
+            return top is None or top < bound  # None: every value null (keep drops nulls too)
         return keep, dead
 
 

@@ -31,7 +31,7 @@ itself (deltas, lookup results) are read through their arrays.
 from __future__ import annotations
 
 
-from typing import Any, Iterator, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -541,12 +541,7 @@ class OrdIndexedZSet:
         then gallops through the cached sample and misses the cache once per probed key."""
         if len(self.offsets) - 1 < SAMPLE_MIN_KEYS:
             return None
-        memo = self.memo
-        if memo is None:
-            memo = self.memo = {}
-        if "code_sample" not in memo:
-            memo["code_sample"] = K.code_sample(self.kcodes)
-        return memo["code_sample"]
+        return memoized(self, "code_sample", lambda: K.code_sample(self.kcodes))
 
     def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
@@ -634,6 +629,19 @@ def _distinct_rows_dict(z: ZSet) -> dict[tuple, int]:
     return out if len(out) == len(z) else ZSet.to_dict(z)
 
 
+def memoized(batch: Any, key: Any, make: Callable[[], Any]) -> Any:
+    """What a reader derived from an immutable stored ``batch`` (in memory or in a file) and
+    reads again every step: ``make()`` the first time, then kept under ``key`` in the batch's
+    ``memo`` (made on first use) and dropped with the batch."""
+    memo = batch.memo
+    if memo is None:
+        memo = batch.memo = {}
+    if key in memo:
+        return memo[key]
+    got = memo[key] = make()
+    return got
+
+
 def match_batches(batches: Sequence[Any], codes: CodeArray) -> list[tuple]:
     """Probe every batch (of a spine snapshot) with the sorted distinct key ``codes``: the list
     of ``(batch, probe_idx, key_idx)`` of the batches with matches (see
@@ -687,7 +695,7 @@ def merge_batches(batches: Sequence[Any]) -> Any:
         return OrdIndexedZSet.merge(batches)
     return OrdZSet.merge(batches)
 
-__all__ = ["ZSet", "DistinctZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "merge_batches",
+__all__ = ["ZSet", "DistinctZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "memoized", "merge_batches",
            "ranges", "EMPTY_I64"]
 
 
