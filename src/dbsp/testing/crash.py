@@ -259,13 +259,17 @@ def run_killed(job, read, steps, kills, seed, pick=None):
     return log
 
 
-def check_recoveries(job, kills, pieces_per_step=None) -> list[dict]:
+def check_recoveries(job, kills, pieces_per_step=None,
+                     checkpoint_every=None) -> list[dict]:
     """Assert that every kill of :func:`run_killed` was followed by a real recovery, as the
     driver's report (``job.report()["recoveries"]``) tells it: a later generation that restored
     a checkpoint no older than the killed generation's last one (when it had one), replayed the
     logged steps from there up to at least the step the kill interrupted, and, with
     ``pieces_per_step`` (the pieces of sliced sources each step logs), had its workers read
-    again that many pieces of each replayed step (0: no sliced source). Returns the
+    again that many pieces of each replayed step (0: no sliced source). With
+    ``checkpoint_every`` (the job's), no recovery replayed more than twice that many steps
+    (:mod:`dbsp.ft.durable`: the cadence counts from the last committed checkpoint, however
+    often the replicas die; one checkpoint may be lost while it is written). Returns the
     recoveries after the first opened generation's."""
     recs = job.report()["recoveries"]
     gens = [r["generation"] for r in recs]
@@ -275,6 +279,10 @@ def check_recoveries(job, kills, pieces_per_step=None) -> list[dict]:
         assert r["step"] == first + r["replayed_steps"], r
         if pieces_per_step is not None:
             assert r["replayed_pieces"] == pieces_per_step * r["replayed_steps"], r
+        if checkpoint_every is not None:
+            assert r["replayed_steps"] <= 2 * checkpoint_every, (
+                f"generation {r['generation']} replayed {r['replayed_steps']} steps with a "
+                f"checkpoint every {checkpoint_every}", recs)
     later = recs[1:]
     for g, w, step, pid, cp in kills:
         after = [r for r in later if r["generation"] > g]
