@@ -349,6 +349,57 @@ def fixed_scale_steps(events: int, chunk: int) -> dict[int, dict[str, Counter]]:
     return got
 
 
+def one_worker_steps(pipeline: Any, steps: list[dict]) -> dict[int, dict[str, Counter]]:
+    """``pipeline``'s changes step by step on one embedded worker, fed ``steps`` (per step,
+    ``{input: RecordBatch}``), by output name as the output log names them: what
+    :func:`logged_steps` must give for a durable job fed the same steps at any scale."""
+    got = {}
+    with Circuit(workers=1) as c:
+        outs = build_outputs(c, pipeline)
+        for s, inp in enumerate(steps):
+            for name, batch in inp.items():
+                c.inputs[name].push(batch)
+            c.step()
+            rows = {o.name: _rows(o.delta().to_arrow()) for o in outs.values()}
+            got[s] = {k: r for k, r in rows.items() if r}
+    return got
+
+
+def scale_run(job, scales: list[int], steps: list[dict], per: int) -> list[dict]:
+    """Feed ``steps`` (per step, ``{input: RecordBatch}``) to ``job`` (a
+    :class:`dbsp.ft.remote.DurableJob` on ``scales[0]`` workers, stepped by hand), ``per``
+    steps per worker count of ``scales``, with a cold layout change (``job.relayout``) before
+    each new count. Returns the changes (what ``relayout`` reported)."""
+    d = job.open()
+    changes = []
+    for seg, W in enumerate(scales):
+        if W != job.workers:
+            changes.append(job.relayout(W))
+            d = job.durable
+        for inp in steps[seg * per:(seg + 1) * per]:
+            for name, batch in inp.items():
+                d.circuit.inputs[name].push(batch)
+            d.step()
+    return changes
+
+
+def check_moved(changes: list[dict], title: str, within: float = 1.2) -> None:
+    """Print the state moved at each layout change beside the minimum ``|W'-W| / max(W, W')``
+    (``1/(W+1)`` for ``W -> W+1``; the removed worker's share for ``W+1 -> W``) and assert it
+    is at most ``within`` times that (issue 13's target for the dynamic shard map; ``hash %
+    W`` moves ``W/(W+1)``)."""
+    print(f"\n{title}, state moved at each change (fraction of the stored rows):")
+    for c in changes:
+        w0, w1 = c["from_workers"], c["to_workers"]
+        least = abs(w1 - w0) / max(w0, w1)
+        print(f"  {w0} -> {w1}: {c['moved_fraction']:.3f}, minimum {least:.3f}, ratio "
+              f"{c['moved_fraction'] / least:.2f} ({c['moved_rows']} of "
+              f"{c['moved_rows'] + c['kept_rows']} rows), {c['seconds']:.1f} s")
+    for c in changes:
+        w0, w1 = c["from_workers"], c["to_workers"]
+        assert 0 < c["moved_fraction"] <= within * abs(w1 - w0) / max(w0, w1), c
+
+
 # -- the parent --------------------------------------------------------------------------------------
 
 class _Forked:
