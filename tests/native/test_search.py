@@ -338,3 +338,36 @@ def test_take_var_runs_refuses_bad_input():
             k.take_runs([VarCodes(o.astype(np.int64), d), np.zeros(2, np.uint64)], [0])
     with pytest.raises(IndexError):  # offsets past the data
         native.take_var_runs([(np.array([0, 9], np.int32), d)], np.asarray([0]))
+
+
+@given(st.data())
+def test_intersect_seeks_through_a_few_times_longer_side(data):
+    """A side 2 to 128 times longer than the other (u64 codes) is sought through in blocks of 8
+    codes for each code of the shorter one: the same answers as the reference for either side
+    first, with matches at block edges, at both ends, and codes 0 and 2**64 - 1."""
+    ratio = data.draw(st.sampled_from([2, 3, 7, 8, 9, 16, 17, 60, 127, 128]))
+    nb = data.draw(st.integers(0, 6)) + data.draw(st.sampled_from([0, 8, 16]))
+    top = (nb + 1) * ratio * 2 + 2
+    short = sorted(set(data.draw(st.lists(st.integers(0, top), min_size=nb, max_size=nb))))
+    long_ = sorted(set(data.draw(st.lists(st.integers(0, top), min_size=len(short) * ratio,
+                                          max_size=len(short) * ratio + 8)))
+                   | set(data.draw(st.lists(st.sampled_from(short or [0]), max_size=4))))
+    a, b = np.asarray(short, dtype=np.uint64), np.asarray(long_, dtype=np.uint64)
+    if data.draw(st.booleans()):  # the ends of the code range
+        a, b = np.unique(np.r_[np.uint64(0), a, np.uint64(2**64 - 1)]), \
+            np.unique(np.r_[np.uint64(0), b, np.uint64(2**64 - 1)])
+    same(native.intersect(a, b), ref.intersect(a, b))
+    same(native.intersect(b, a), ref.intersect(b, a))
+
+
+@given(st.data())
+def test_intersect_sample_pipeline(data):
+    """Probes near each other (seeking through the sample) and far apart (galloping through
+    it), more of them than the pipeline's depth of 16: the same answers as the reference."""
+    n = data.draw(st.sampled_from([200, 4_000, 20_000]))
+    big = np.arange(0, 3 * n, 3, dtype=np.uint64)
+    m = data.draw(st.sampled_from([1, 15, 16, 17, 40, 300]))
+    small = np.unique(np.asarray(data.draw(st.lists(st.integers(0, 3 * n + 4), min_size=1,
+                                                    max_size=m)), dtype=np.uint64))
+    sample = native.code_sample(big)
+    same(native.intersect(small, big, sample), ref.intersect(small, big))
