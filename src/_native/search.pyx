@@ -8,7 +8,12 @@ Design
   ``O(log gap)`` per probe instead of ``O(log n)``, and memory is touched in order. Unsorted probes
   use a branchless binary search (u64; 32 probes descend together so that their cache misses
   overlap) or a ``memcmp`` binary search (var codes).
-* ``intersect`` walks both sorted arrays branchlessly when their sizes are alike (less than
+* ``intersect`` first cuts each side to the other's code range. When one side's part holds every
+  u64 code of its range (dense ids, e.g. a primary key's index of auto-numbered rows; checked
+  in O(1): its last code minus its first is its length minus one), every code of the other
+  side in the range matches at its distance from the first code: no search and no cache miss
+  in the dense side (the join + average workload's auction batches). Otherwise it
+  walks both sorted arrays branchlessly when their sizes are alike (less than
   ``SEEK_RATIO`` times apart). When one side is 2 to 128 times longer (u64 codes), each code of
   the shorter one *seeks* through it: a block of 8 codes skipped while its last code is
   smaller, then the codes smaller than the probe counted in the block without a branch (one
@@ -416,6 +421,20 @@ def intersect(a, b, b_sample=None):
         a1, b1 = i, j
         if a0 <= 0 or b0 <= 0:
             pass
+        elif ua != NULL and ub[nb - 1] - ub[j] == <uint64_t>(b0 - 1):
+            # b's overlap holds every code of its range (dense ids: a primary key's index):
+            # every code of a in that range is there, at its distance from the first
+            x, y = ub[b1], ub[nb - 1]
+            for i in range(a1, na):
+                pa[o] = i
+                pb[o] = b1 + <int64_t>(ua[i] - x)
+                o += (ua[i] >= x) & (ua[i] <= y)
+        elif ua != NULL and ua[na - 1] - ua[i] == <uint64_t>(a0 - 1):
+            x, y = ua[a1], ua[na - 1]
+            for j in range(b1, nb):  # the same, a dense
+                pa[o] = a1 + <int64_t>(ub[j] - x)
+                pb[o] = j
+                o += (ub[j] >= x) & (ub[j] <= y)
         elif ua != NULL and (us == NULL or b0 <= GALLOP_RATIO * a0) and \
                 SEEK_RATIO * a0 <= b0 <= SEEK_MAX_RATIO * a0:
             # b a few codes longer per code of a (and no sample to search first): seek

@@ -371,3 +371,23 @@ def test_intersect_sample_pipeline(data):
                                                     max_size=m)), dtype=np.uint64))
     sample = native.code_sample(big)
     same(native.intersect(small, big, sample), ref.intersect(small, big))
+
+
+@given(st.data())
+def test_intersect_dense_side(data):
+    """A side whose part in the overlap holds every code of its range (dense ids) matches each
+    code of the other side in the range at its distance from the first code: the same answers
+    as the reference, either side dense, either side first, with and without a code sample,
+    at the ends of the u64 range, and next to a side that is dense only outside the overlap."""
+    lo = data.draw(st.sampled_from([0, 5, 2**64 - 40]))
+    n = data.draw(st.integers(1, 30))
+    dense = np.arange(n, dtype=np.uint64) + np.uint64(lo)
+    if data.draw(st.booleans()):  # dense only inside the other side's range: a gap outside
+        dense = np.unique(np.r_[dense, np.uint64(lo + n + 3 if lo < 2**63 else lo - 3)])
+    other = np.unique(np.asarray(data.draw(st.lists(
+        st.integers(max(lo - 5, 0), min(lo + n + 5, 2**64 - 1)), max_size=40)), dtype=np.uint64))
+    same(native.intersect(other, dense), ref.intersect(other, dense))
+    same(native.intersect(dense, other), ref.intersect(dense, other))
+    if len(dense) >= 16:
+        same(native.intersect(other, dense, native.code_sample(dense)),
+             ref.intersect(other, dense))
