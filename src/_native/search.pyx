@@ -372,7 +372,32 @@ def code_sample(codes):
     return np.ascontiguousarray(co[::SAMPLE_STRIDE])
 
 
-def intersect(a, b, b_sample=None):
+def code_runs(codes):
+    """Where the runs of consecutive codes of a sorted distinct u64 code array start: int64
+    positions ``starts`` (``starts[0] == 0``, the last entry ``n``; run ``r`` is
+    ``codes[starts[r]:starts[r + 1]]``, its codes ``codes[starts[r]] + 0, 1, ...``), or None for
+    var codes (or no codes): the index :func:`intersect` maps a code to its position with,
+    without reading the array (a batch of ids numbered in order is a few runs)."""
+    co = as_codes(codes)
+    if is_var(co):
+        return None
+    cdef codes_t k = codes_view(co)
+    cdef int64_t n = k.n, i, o = 1
+    if n == 0:
+        return None
+    cdef const uint64_t* u = k.u64
+    cdef cnp.ndarray out = empty1(n + 1, cnp.NPY_INT64)
+    cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
+    with nogil:
+        r[0] = 0
+        for i in range(1, n):
+            r[o] = i                      # unconditional store, conditional advance
+            o += u[i] != u[i - 1] + 1
+        r[o] = n
+    return shrink(out, o + 1)
+
+
+def intersect(a, b, b_sample=None, b_runs=None):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``,
     ascending.
 
@@ -381,7 +406,10 @@ def intersect(a, b, b_sample=None):
     probes inside it are walked; the algorithm (merge walk or gallop) is then chosen by the
     sizes of the overlap. ``b_sample``: ``code_sample(b)`` (u64 codes), or None; when ``b``
     is much the longer side each code of ``a`` is first placed in the sample (galloping in
-    the cache), then searched in its window of ``SAMPLE_STRIDE`` codes of ``b``."""
+    the cache), then searched in its window of ``SAMPLE_STRIDE`` codes of ``b``. ``b_runs``:
+    ``code_runs(b)`` (u64 codes), or None; when ``b`` is a few runs of consecutive codes (at
+    most 4 per code of ``a`` in the overlap, plus 64), each code of ``a`` is placed in its run
+    (the runs walked in order) and its position computed: ``b`` is read at run ends only."""
     ao = as_codes(a)
     bo = as_codes(b)
     cdef codes_t ka = codes_view(ao)
@@ -401,9 +429,19 @@ def intersect(a, b, b_sample=None):
             raise ValueError(f"intersect: b_sample has {ns} codes, not every "
                              f"{SAMPLE_STRIDE}th of b's {kb.n}")
         us = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>so)
+    cdef const int64_t* rs = NULL
+    cdef int64_t nr = 0, r = 0
+    if b_runs is not None:
+        ro = contig(b_runs, cnp.NPY_INT64)
+        if kb.u64 == NULL:
+            raise TypeError("intersect: code runs need u64 codes")
+        nr = (<cnp.ndarray>ro).shape[0] - 1
+        rs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ro)
+        if nr < 1 or rs[0] != 0 or rs[nr] != kb.n:
+            raise ValueError(f"intersect: b_runs do not describe the runs of b's {kb.n} codes")
     cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
-    cdef cnp.ndarray ai = empty1(m, cnp.NPY_INT64)
-    cdef cnp.ndarray bi = empty1(m, cnp.NPY_INT64)
+    cdef cnp.ndarray ai = empty1(m + 1, cnp.NPY_INT64)  # (+1: room for an unconditional
+    cdef cnp.ndarray bi = empty1(m + 1, cnp.NPY_INT64)  # store after the last match)
     cdef int64_t* pa = <int64_t*>cnp.PyArray_DATA(ai)
     cdef int64_t* pb = <int64_t*>cnp.PyArray_DATA(bi)
     cdef const uint64_t* ua = ka.u64
@@ -435,6 +473,19 @@ def intersect(a, b, b_sample=None):
                 pa[o] = a1 + <int64_t>(ub[j] - x)
                 pb[o] = j
                 o += (ub[j] >= x) & (ub[j] <= y)
+        elif rs != NULL and nr <= 4 * a0 + 64:
+            # b is a few runs of consecutive codes: walk the runs in order beside the codes of
+            # a; a code inside its run is at its distance from the run's first code
+            for i in range(a1, na):
+                x = ua[i]
+                while r < nr and ub[rs[r + 1] - 1] < x:
+                    r += 1
+                if r >= nr:
+                    break
+                y = ub[rs[r]]
+                pa[o] = i
+                pb[o] = rs[r] + <int64_t>(x - y)
+                o += x >= y
         elif ua != NULL and (us == NULL or b0 <= GALLOP_RATIO * a0) and \
                 SEEK_RATIO * a0 <= b0 <= SEEK_MAX_RATIO * a0:
             # b a few codes longer per code of a (and no sample to search first): seek

@@ -391,3 +391,39 @@ def test_intersect_dense_side(data):
     if len(dense) >= 16:
         same(native.intersect(other, dense, native.code_sample(dense)),
              ref.intersect(other, dense))
+
+
+@given(st.data())
+def test_code_runs_and_intersect_through_them(data):
+    """``code_runs`` equals the reference (runs of consecutive codes, at the ends of the u64
+    range too), and an intersection through the runs gives the reference's answers: codes in
+    the gaps between runs, before the first and after the last, either side longer."""
+    lo = data.draw(st.sampled_from([0, 7, 2**64 - 300]))
+    runs = data.draw(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 20)), min_size=1,
+                              max_size=8))
+    codes, at = [], lo
+    for gap, length in runs:
+        at += gap
+        codes.extend(range(at, min(at + length, 2**64)))
+        at += length
+    b = np.unique(np.asarray([c for c in codes if c < 2**64], dtype=np.uint64))
+    same(native.code_runs(b), ref.code_runs(b))
+    top = int(b[-1]) + 5 if int(b[-1]) + 5 < 2**64 else 2**64 - 1
+    a = np.unique(np.asarray(data.draw(st.lists(st.integers(max(lo - 3, 0), top),
+                                                max_size=data.draw(st.sampled_from([3, 40])))),
+                             dtype=np.uint64))
+    r = native.code_runs(b)
+    same(native.intersect(a, b, None, r), ref.intersect(a, b))
+    same(ref.intersect(a, b, None, r), ref.intersect(a, b))
+    if len(b) >= 16:
+        same(native.intersect(a, b, native.code_sample(b), r), ref.intersect(a, b))
+
+
+def test_code_runs_checks():
+    b = np.arange(10, dtype=np.uint64)
+    assert native.code_runs(np.zeros(0, np.uint64)) is None
+    assert native.code_runs(VarCodes.from_list([b"a"])) is None
+    with pytest.raises(ValueError, match="b_runs"):
+        native.intersect(b, b, None, np.array([0, 5], np.int64))
+    with pytest.raises(ValueError, match="b_runs"):
+        ref.intersect(b, b, None, np.array([0, 5], np.int64))
