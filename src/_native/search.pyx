@@ -372,28 +372,39 @@ def code_sample(codes):
     return np.ascontiguousarray(co[::SAMPLE_STRIDE])
 
 
-def code_runs(codes):
+def code_runs(codes, int64_t max_runs=-1):
     """Where the runs of consecutive codes of a sorted distinct u64 code array start: int64
     positions ``starts`` (``starts[0] == 0``, the last entry ``n``; run ``r`` is
     ``codes[starts[r]:starts[r + 1]]``, its codes ``codes[starts[r]] + 0, 1, ...``), or None for
-    var codes (or no codes): the index :func:`intersect` maps a code to its position with,
-    without reading the array (a batch of ids numbered in order is a few runs)."""
+    var codes, no codes, or more than ``max_runs`` runs (when not negative: the scan stops
+    there and allocates no more): the index :func:`intersect` maps a code to its position
+    with, without reading the array (a batch of ids numbered in order is a few runs)."""
     co = as_codes(codes)
     if is_var(co):
         return None
     cdef codes_t k = codes_view(co)
-    cdef int64_t n = k.n, i, o = 1
+    cdef int64_t n = k.n, i, o = 1, cap
     if n == 0:
         return None
+    cap = n if max_runs < 0 or max_runs > n else max_runs
+    if cap < 1:  # (n codes are at least one run)
+        return None
     cdef const uint64_t* u = k.u64
-    cdef cnp.ndarray out = empty1(n + 1, cnp.NPY_INT64)
+    cdef cnp.ndarray out = empty1(cap + 1, cnp.NPY_INT64)
     cdef int64_t* r = <int64_t*>cnp.PyArray_DATA(out)
     with nogil:
         r[0] = 0
         for i in range(1, n):
-            r[o] = i                      # unconditional store, conditional advance
-            o += u[i] != u[i - 1] + 1
-        r[o] = n
+            if u[i] != u[i - 1] + 1:
+                if o == cap:
+                    o = -1
+                    break
+                r[o] = i
+                o += 1
+        if o > 0:
+            r[o] = n
+    if o < 0:
+        return None
     return shrink(out, o + 1)
 
 

@@ -427,3 +427,13 @@ def test_code_runs_checks():
         native.intersect(b, b, None, np.array([0, 5], np.int64))
     with pytest.raises(ValueError, match="b_runs"):
         ref.intersect(b, b, None, np.array([0, 5], np.int64))
+
+
+@given(st.lists(st.integers(0, 60), unique=True, min_size=1), st.integers(-1, 8))
+def test_code_runs_stops_past_max_runs(xs, cap):
+    """More runs than ``max_runs`` (when not negative): None, as the reference says."""
+    b = np.asarray(sorted(xs), dtype=np.uint64)
+    got, want = native.code_runs(b, cap), ref.code_runs(b, cap)
+    assert (got is None) == (want is None)
+    if want is not None:
+        same(got, want)

@@ -222,14 +222,16 @@ def code_sample(codes: CodeArray):
     return np.ascontiguousarray(codes[::SAMPLE_STRIDE])
 
 
-def code_runs(codes: CodeArray):
+def code_runs(codes: CodeArray, max_runs: int = -1):
     """Positions where the runs of consecutive codes of a sorted distinct u64 code array start,
-    then its length (int64), or None for var codes or no codes (an index :func:`intersect`
-    may map codes to positions with)."""
+    then its length (int64), or None for var codes, no codes or more than ``max_runs`` runs
+    (when not negative): an index :func:`intersect` may map codes to positions with."""
     if not isinstance(codes, np.ndarray) or len(codes) == 0:
         return None
     c = np.asarray(codes, dtype=np.uint64)
     brk = np.flatnonzero(c[1:] != c[:-1] + np.uint64(1)) + 1
+    if 0 <= max_runs < len(brk) + 1:
+        return None
     return np.concatenate([[0], brk, [len(c)]]).astype(np.int64)
 
 

@@ -643,10 +643,7 @@ def _distinct_rows_dict(z: ZSet) -> dict[tuple, int]:
 
 def _few_runs(kcodes: CodeArray) -> Optional[np.ndarray]:
     """``code_runs(kcodes)`` when there is at most one run per :data:`RUN_MIN_KEYS` codes."""
-    runs = K.code_runs(kcodes)
-    if runs is None or (len(runs) - 1) * RUN_MIN_KEYS > len(kcodes):
-        return None
-    return runs
+    return K.code_runs(kcodes, len(kcodes) // RUN_MIN_KEYS)  # (stops past that many runs)
 
 
 def memoized(batch: Any, key: Any, make: Callable[[], Any]) -> Any:
