@@ -208,6 +208,7 @@ ctypedef struct irun_t:
 ctypedef struct iout_t:
     int64_t* g              # per output row: global value row (NULL: gather columns instead)
     int64_t ncols           # fixed-width value columns gathered (when g is NULL)
+    bint one8               # ... exactly one, of 8 bytes
     const char** src        # column j of run r: src[r * ncols + j]
     char** dst              # column j of the output
     const int64_t* width    # bytes per value of column j
@@ -254,6 +255,8 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
         out.nk += 1
     if out.g != NULL:
         out.g[o] = first
+    elif out.one8:  # one 8-byte value column (the common shape): a single load and store
+        (<uint64_t*>out.dst[0])[o] = (<const uint64_t*>out.src[frun])[frow]
     else:
         copy_row(out, o, frun, frow)
     out.w[o] = s
@@ -420,6 +423,7 @@ cdef _merge_indexed(list runs, bint check, bint gather):
             gidx = np.empty(max(total, 1), dtype=np.int64)
             out.g = <int64_t*>cnp.PyArray_DATA(gidx)
         out.ncols = ncols
+        out.one8 = gather and ncols == 1 and width[0] == 8
         out.src = src
         out.dst = dst
         out.width = width

@@ -338,3 +338,102 @@ def test_take_var_runs_refuses_bad_input():
             k.take_runs([VarCodes(o.astype(np.int64), d), np.zeros(2, np.uint64)], [0])
     with pytest.raises(IndexError):  # offsets past the data
         native.take_var_runs([(np.array([0, 9], np.int32), d)], np.asarray([0]))
+
+
+@given(st.data())
+def test_intersect_seeks_through_a_few_times_longer_side(data):
+    """A side 2 to 128 times longer than the other (u64 codes) is sought through in blocks of 8
+    codes for each code of the shorter one: the same answers as the reference for either side
+    first, with matches at block edges, at both ends, and codes 0 and 2**64 - 1."""
+    ratio = data.draw(st.sampled_from([2, 3, 7, 8, 9, 16, 17, 60, 127, 128]))
+    nb = data.draw(st.integers(0, 6)) + data.draw(st.sampled_from([0, 8, 16]))
+    top = (nb + 1) * ratio * 2 + 2
+    short = sorted(set(data.draw(st.lists(st.integers(0, top), min_size=nb, max_size=nb))))
+    long_ = sorted(set(data.draw(st.lists(st.integers(0, top), min_size=len(short) * ratio,
+                                          max_size=len(short) * ratio + 8)))
+                   | set(data.draw(st.lists(st.sampled_from(short or [0]), max_size=4))))
+    a, b = np.asarray(short, dtype=np.uint64), np.asarray(long_, dtype=np.uint64)
+    if data.draw(st.booleans()):  # the ends of the code range
+        a, b = np.unique(np.r_[np.uint64(0), a, np.uint64(2**64 - 1)]), \
+            np.unique(np.r_[np.uint64(0), b, np.uint64(2**64 - 1)])
+    same(native.intersect(a, b), ref.intersect(a, b))
+    same(native.intersect(b, a), ref.intersect(b, a))
+
+
+@given(st.data())
+def test_intersect_sample_pipeline(data):
+    """Probes near each other (seeking through the sample) and far apart (galloping through
+    it), more of them than the pipeline's depth of 16: the same answers as the reference."""
+    n = data.draw(st.sampled_from([200, 4_000, 20_000]))
+    big = np.arange(0, 3 * n, 3, dtype=np.uint64)
+    m = data.draw(st.sampled_from([1, 15, 16, 17, 40, 300]))
+    small = np.unique(np.asarray(data.draw(st.lists(st.integers(0, 3 * n + 4), min_size=1,
+                                                    max_size=m)), dtype=np.uint64))
+    sample = native.code_sample(big)
+    same(native.intersect(small, big, sample), ref.intersect(small, big))
+
+
+@given(st.data())
+def test_intersect_dense_side(data):
+    """A side whose part in the overlap holds every code of its range (dense ids) matches each
+    code of the other side in the range at its distance from the first code: the same answers
+    as the reference, either side dense, either side first, with and without a code sample,
+    at the ends of the u64 range, and next to a side that is dense only outside the overlap."""
+    lo = data.draw(st.sampled_from([0, 5, 2**64 - 40]))
+    n = data.draw(st.integers(1, 30))
+    dense = np.arange(n, dtype=np.uint64) + np.uint64(lo)
+    if data.draw(st.booleans()):  # dense only inside the other side's range: a gap outside
+        dense = np.unique(np.r_[dense, np.uint64(lo + n + 3 if lo < 2**63 else lo - 3)])
+    other = np.unique(np.asarray(data.draw(st.lists(
+        st.integers(max(lo - 5, 0), min(lo + n + 5, 2**64 - 1)), max_size=40)), dtype=np.uint64))
+    same(native.intersect(other, dense), ref.intersect(other, dense))
+    same(native.intersect(dense, other), ref.intersect(dense, other))
+    if len(dense) >= 16:
+        same(native.intersect(other, dense, native.code_sample(dense)),
+             ref.intersect(other, dense))
+
+
+@given(st.data())
+def test_code_runs_and_intersect_through_them(data):
+    """``code_runs`` equals the reference (runs of consecutive codes, at the ends of the u64
+    range too), and an intersection through the runs gives the reference's answers: codes in
+    the gaps between runs, before the first and after the last, either side longer."""
+    lo = data.draw(st.sampled_from([0, 7, 2**64 - 300]))
+    runs = data.draw(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 20)), min_size=1,
+                              max_size=8))
+    codes, at = [], lo
+    for gap, length in runs:
+        at += gap
+        codes.extend(range(at, min(at + length, 2**64)))
+        at += length
+    b = np.unique(np.asarray([c for c in codes if c < 2**64], dtype=np.uint64))
+    same(native.code_runs(b), ref.code_runs(b))
+    top = int(b[-1]) + 5 if int(b[-1]) + 5 < 2**64 else 2**64 - 1
+    a = np.unique(np.asarray(data.draw(st.lists(st.integers(max(lo - 3, 0), top),
+                                                max_size=data.draw(st.sampled_from([3, 40])))),
+                             dtype=np.uint64))
+    r = native.code_runs(b)
+    same(native.intersect(a, b, None, r), ref.intersect(a, b))
+    same(ref.intersect(a, b, None, r), ref.intersect(a, b))
+    if len(b) >= 16:
+        same(native.intersect(a, b, native.code_sample(b), r), ref.intersect(a, b))
+
+
+def test_code_runs_checks():
+    b = np.arange(10, dtype=np.uint64)
+    assert native.code_runs(np.zeros(0, np.uint64)) is None
+    assert native.code_runs(VarCodes.from_list([b"a"])) is None
+    with pytest.raises(ValueError, match="b_runs"):
+        native.intersect(b, b, None, np.array([0, 5], np.int64))
+    with pytest.raises(ValueError, match="b_runs"):
+        ref.intersect(b, b, None, np.array([0, 5], np.int64))
+
+
+@given(st.lists(st.integers(0, 60), unique=True, min_size=1), st.integers(-1, 8))
+def test_code_runs_stops_past_max_runs(xs, cap):
+    """More runs than ``max_runs`` (when not negative): None, as the reference says."""
+    b = np.asarray(sorted(xs), dtype=np.uint64)
+    got, want = native.code_runs(b, cap), ref.code_runs(b, cap)
+    assert (got is None) == (want is None)
+    if want is not None:
+        same(got, want)

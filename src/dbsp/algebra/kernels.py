@@ -30,6 +30,7 @@ _NATIVE = {
     "range_lower_bound": "search",
     "intersect": "search",
     "code_sample": "search",
+    "code_runs": "search",
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
@@ -129,6 +130,7 @@ upper_bound = _resolve("upper_bound")
 range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
 code_sample = _resolve("code_sample")
+code_runs = _resolve("code_runs")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")

@@ -222,9 +222,27 @@ def code_sample(codes: CodeArray):
     return np.ascontiguousarray(codes[::SAMPLE_STRIDE])
 
 
-def intersect(a: CodeArray, b: CodeArray, b_sample=None):
+def code_runs(codes: CodeArray, max_runs: int = -1):
+    """Positions where the runs of consecutive codes of a sorted distinct u64 code array start,
+    then its length (int64), or None for var codes, no codes or more than ``max_runs`` runs
+    (when not negative): an index :func:`intersect` may map codes to positions with."""
+    if not isinstance(codes, np.ndarray) or len(codes) == 0:
+        return None
+    c = np.asarray(codes, dtype=np.uint64)
+    brk = np.flatnonzero(c[1:] != c[:-1] + np.uint64(1)) + 1
+    if 0 <= max_runs < len(brk) + 1:
+        return None
+    return np.concatenate([[0], brk, [len(c)]]).astype(np.int64)
+
+
+def intersect(a: CodeArray, b: CodeArray, b_sample=None, b_runs=None):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending.
-    ``b_sample``: None or ``code_sample(b)`` (checked here; it changes no answer)."""
+    ``b_sample``: None or ``code_sample(b)``; ``b_runs``: None or ``code_runs(b)`` (both
+    checked here; they change no answer)."""
+    if b_runs is not None:
+        want = code_runs(b)
+        if want is None or not np.array_equal(np.asarray(b_runs), want):
+            raise ValueError("intersect: b_runs are not the runs of b")
     if b_sample is not None:
         if not isinstance(b, np.ndarray):
             raise TypeError("intersect: a code sample needs u64 codes")

@@ -48,6 +48,8 @@ EMPTY_I64 = np.zeros(0, dtype=np.int64)
 #: batches of this many keys or more are probed through a sample of their key codes (their
 #: 512 KB of codes and more no longer stay in the cache between probes)
 SAMPLE_MIN_KEYS = 1 << 16
+#: a batch keeps its runs of consecutive key codes when it has at least this many keys a run
+RUN_MIN_KEYS = 64
 _EMPTY_CODES = {True: Codes.empty(True), False: Codes.empty(False)}
 
 
@@ -543,18 +545,28 @@ class OrdIndexedZSet:
             return None
         return memoized(self, "code_sample", lambda: K.code_sample(self.kcodes))
 
+    def code_runs(self) -> Optional[np.ndarray]:
+        """Where the runs of consecutive key codes start (:func:`~dbsp.algebra.kernels.
+        code_runs`), made on the first probe and kept in ``memo``, for a batch of
+        :data:`SAMPLE_MIN_KEYS` keys or more whose keys are at most one run per
+        :data:`RUN_MIN_KEYS` keys (ids numbered in order, a few ranges of them); None
+        otherwise. A probe then finds a key's position without reading the key codes."""
+        if len(self.offsets) - 1 < SAMPLE_MIN_KEYS:
+            return None
+        return memoized(self, "code_runs", lambda: _few_runs(self.kcodes))
+
     def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
         if len(codes) == 0 or self.num_keys == 0:
             return EMPTY_I64, EMPTY_I64
-        return K.intersect(codes, self.kcodes, self.code_sample())
+        return K.intersect(codes, self.kcodes, self.code_sample(), self.code_runs())
 
     def match(self, codes: CodeArray):
         """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy (one
         native intersection; this runs for every batch of every probed spine, every step)."""
         if len(codes) == 0 or len(self.offsets) <= 1:
             return None
-        pi, ki = K.intersect(codes, self.kcodes, self.code_sample())
+        pi, ki = K.intersect(codes, self.kcodes, self.code_sample(), self.code_runs())
         n = len(pi)
         self.hits += n
         return (self, pi, ki) if n else None
@@ -627,6 +639,11 @@ def _distinct_rows_dict(z: ZSet) -> dict[tuple, int]:
     """``{row tuple: weight}`` of a Z-set whose rows are distinct with non-zero weights."""
     out = dict(zip(z._py_rows(), z.weights.tolist()))
     return out if len(out) == len(z) else ZSet.to_dict(z)
+
+
+def _few_runs(kcodes: CodeArray) -> Optional[np.ndarray]:
+    """``code_runs(kcodes)`` when there is at most one run per :data:`RUN_MIN_KEYS` codes."""
+    return K.code_runs(kcodes, len(kcodes) // RUN_MIN_KEYS)  # (stops past that many runs)
 
 
 def memoized(batch: Any, key: Any, make: Callable[[], Any]) -> Any:
