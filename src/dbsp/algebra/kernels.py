@@ -48,6 +48,7 @@ _NATIVE = {
     "LiveTable": "state",
     "combine_partials": "linear",
     "delta_partials": "linear",
+    "finish_emit": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
 }
@@ -146,6 +147,7 @@ LiveTable = _resolve("LiveTable")
 versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
+finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
 take_batch_runs = _resolve("take_batch_runs")

@@ -398,6 +398,61 @@ def combine_partials(old: list, delta: list, has_old: np.ndarray, is_int: list,
     return new, changed, keep, emit_old, emit_new
 
 
+def _code_order(x) -> tuple:
+    """A sort key of one finished output value in key-code order: null first, ``-0.0`` as
+    ``0.0``, every NaN equal and after every number."""
+    if x is None:
+        return (0,)
+    if isinstance(x, float) and x != x:
+        return (2,)
+    return (1, x + 0.0 if isinstance(x, float) else x)
+
+
+def finish_emit(old: list, new: list, eo: np.ndarray, en: np.ndarray, plan: list,
+                is_int: list):
+    """A linear aggregate's output rows of a step, in row order and consolidated (see
+    ``dbsp._native.linear.finish_emit``): ``(rows, weights, [(values, null mask or None)])``."""
+    def row(cols, k):
+        out = []
+        for kind, c, s in plan:
+            n = int(cols[c][k])
+            if kind == 0:
+                out.append(n)
+            elif n == 0:
+                out.append(None)
+            elif kind == 1:
+                out.append(int(cols[s][k]) if is_int[s] else float(cols[s][k]))
+            else:
+                out.append(float(cols[s][k]) / float(n))
+        return out
+
+    emitted = []  # (key, value order, weight, values)
+    for k in np.asarray(eo, np.int64).tolist():
+        r = row(old, k)
+        emitted.append((k, [_code_order(x) for x in r], -1, r))
+    for k in np.asarray(en, np.int64).tolist():
+        r = row(new, k)
+        emitted.append((k, [_code_order(x) for x in r], 1, r))
+    emitted.sort(key=lambda e: (e[0], e[1]))
+    kept = []
+    for e in emitted:  # an old and a new row of one key with equal values cancel
+        if kept and kept[-1][0] == e[0] and kept[-1][1] == e[1]:
+            kept.pop()
+        else:
+            kept.append(e)
+    rows = np.array([e[0] for e in kept], dtype=np.int64)
+    w = np.array([e[2] for e in kept], dtype=np.int64)
+    cols = []
+    for j, (kind, c, s) in enumerate(plan):
+        flt = kind == 2 or (kind == 1 and not is_int[s])
+        vals = [e[3][j] for e in kept]
+        mask = np.array([v is None for v in vals], dtype=bool)
+        arr = np.array([0 if v is None else v for v in vals],
+                       dtype=np.float64 if flt else np.int64)
+        cols.append((arr, mask if mask.any() else None))
+    return rows, w, cols
+
+
 def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: list,
                    values: list, valids: list):
     """Partials of a delta grouped by key (see ``dbsp._native.linear.delta_partials``): per
