@@ -98,6 +98,7 @@ from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
 from .index import IndexOperator
+from .output import SortedPart
 
 KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
 LINEAR = ("count", "sum", "avg")
@@ -748,13 +749,22 @@ class VersionedRows(Stateful):
                                       pa.RecordBatch.from_arrays(new_vals.columns,
                                                                  schema=self.val_schema)])
             vals = take(both, np.where(is_old, g, g + G))  # old rows from the first half
+        self._insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes,
+                                    w, kcodec, self.vcodec),
+                     table if isinstance(old_vals, list) else None, kcodes, rm, add, start,
+                     new_vals, new_valid)
+
+    def _insert(self, b: OrdIndexedZSet, table, kcodes, rm: np.ndarray, add: np.ndarray,
+                start: int, new_vals: list, new_valid: Optional[list]) -> None:
+        """Insert the batch ``b`` of a put (the old rows where ``rm``, the new rows, versions
+        ``start, start + 1, ...`` in key order, where ``add``) into the spine and, when the flat
+        ``table`` (taken out of ``self._table`` by the caller before anything was written) was
+        current before it, apply the same change to the table in place; else the table stays
+        dropped (rebuilt at the next read that may use it)."""
         gen = self.trace.generation
-        self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
-                                         vcodes, w, kcodec, self.vcodec))
-        if table is not None and isinstance(old_vals, list) and self._gen == gen \
+        self.trace.insert(b)
+        if table is not None and self._gen == gen \
                 and self.trace is self._spine and self.trace.generation == gen + 1:
-            # the table was current before this insert: apply the same change in place (new
-            # versions are start, start + 1, ... in key order, as versioned_pairs drew them)
             ver = (start + np.cumsum(add, dtype=np.uint64) - np.uint64(1)).astype(np.uint64)
             table.put(kcodes, rm, add, ver,
                       [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
@@ -1031,7 +1041,10 @@ class LinearAggregateOperator(Operator):
         self.positive = positive
         self.specs, self.out_schema = specs, out_schema
         self.partials = _Partials(specs)
-        self.state = VersionedRows("aggregate.partials", self.partials.schema)
+        # numeric partials: the live rows are read through a flat table (VersionedRows' flat),
+        # one probe a touched key instead of a search in every batch of the spine
+        self.state = VersionedRows("aggregate.partials", self.partials.schema,
+                                   flat=self.partials.dtypes is not None)
         nk = len(out_schema) - len(specs)
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.key_schema = pa.schema(list(out_schema)[:nk])
@@ -1049,13 +1062,23 @@ class LinearAggregateOperator(Operator):
         self._vcodec: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
-        #: whether :meth:`_step_numeric` builds its output natively: every result's type is
-        #: the numpy dtype :meth:`_finish_numeric` gives it (int64 counts and integer sums,
-        #: float64 averages and float sums), so the values are appended as they are
-        self._native_out = self.partials.dtypes is not None and all(
+        #: how :func:`~dbsp.algebra.kernels.finish_emit` finishes each output column from the
+        #: partials (kind 0 count, 1 sum, 2 avg; count column; sum column), when every
+        #: result's type is the numpy dtype it computes (int64 counts and integer sums, float64
+        #: averages and float sums), so the values are appended as they are; else None
+        native_out = self.partials.dtypes is not None and all(
             f.type == (pa.float64() if s.kind == "avg" or (
                 s.kind == "sum" and self.partials.dtypes[si] is np.float64) else pa.int64())
             for s, (_, si, _), f in zip(specs, self.partials.plan, self.agg_schema))
+        self._fin_plan = None if not native_out else [
+            (0, 0 if ci is None else ci, 0) if s.kind == "count" else
+            (1 if s.kind == "sum" else 2, ci, si)
+            for s, (ci, si, _) in zip(specs, self.partials.plan)]
+        #: the output's row codec (the one an output handle sorts by)
+        self._row_codec = codec_for(out_schema, out_schema.names)
+        self._nk = nk
+        #: the key codec last seen whose order is the output's key order (see _step_numeric)
+        self._ordered_kcodec: Optional[KeyCodec] = None
 
     @property
     def passes_empty(self) -> bool:  # type: ignore[override]
@@ -1221,9 +1244,13 @@ class LinearAggregateOperator(Operator):
         st = self.state
         st._versions(0)  # (sets the version counter after a restore)
         add = changed & keep
-        kk, offsets, idx, src, vcodes, w = K.versioned_pairs(changed & has_old, add, old_ver,
-                                                             st._next)
-        if len(kk):
+        rm = changed & has_old
+        start = st._next
+        table, st._table = st._table, None  # current again only once both are written
+        kk, offsets, idx, src, vcodes, w = K.versioned_pairs(rm, add, old_ver, start)
+        if not len(kk):
+            st._table = table  # nothing written
+        else:
             st._next += int(np.count_nonzero(add))
             picked = [K.pick_rows(idx, src, o, n) for o, n in zip(old, new)]
             # one native import of the numpy partials (int64 / float64: the partials' dtypes)
@@ -1235,25 +1262,48 @@ class LinearAggregateOperator(Operator):
             b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
                                kcodec, st.vcodec)
             # the numpy columns just written are what get_numpy reads of this batch next step
+            # (when it reads the spine, not the flat table)
             b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
-            st.trace.insert(b)
+            st._insert(b, table, kcodes, rm, add, start, new, None)
         n_old = len(eo)
         if n_old + len(en) == 0:
             return ZSet.empty(self.out_schema)
+        if self._fin_plan is not None:
+            return self._emit_sorted(keys, kcodec, old, new, eo, en)
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
         is_old = ow < 0  # (once, not once per partial column)
         parts = [K.pick_rows(rows, is_old, o, n) for o, n in zip(old, new)]
-        fin = self._finish_numeric(parts)
-        out = None
-        if self._native_out:  # keys gathered and results appended in one native import
-            out = K.take_batch(keys, rows, fin, self.out_schema)
-        if out is None:
+        fin = self._finish_numeric(parts)  # (a result type other than int64 / float64)
+        cols = list(take(keys, rows).columns) + [
+            pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]
+        return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
+
+    def _emit_sorted(self, keys: pa.RecordBatch, kcodec: KeyCodec, old: list, new: list,
+                     eo: np.ndarray, en: np.ndarray) -> ZSet:
+        """The output rows of :meth:`_step_numeric` (``-old`` where ``eo``, ``+new`` where
+        ``en``) finished, ordered and consolidated in one native pass
+        (:func:`~dbsp.algebra.kernels.finish_emit`: a key whose old and new rows finish equal
+        emits nothing) and gathered with the keys in one native import. The keys are sorted by
+        their codes, so the rows come out in the order of the output's row codes: a
+        :class:`~dbsp.operators.output.SortedPart` (codes built only if something reads them),
+        which an output handle takes as it is, without encoding and sorting the rows again."""
+        rows, ow, fin = K.finish_emit(old, new, eo, en, self._fin_plan, self._is_int)
+        if not len(rows):
+            return ZSet.empty(self.out_schema)
+        out = K.take_batch(keys, rows, fin, self.out_schema)
+        if out is None:  # (keys with nulls or of variable width)
             cols = list(take(keys, rows).columns) + [
                 pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]
             out = pa.RecordBatch.from_arrays(cols, schema=self.out_schema)
-        return ZSet(out, ow)
+        if kcodec is not self._ordered_kcodec:
+            # the key codes order the keys as the output's row codes order its key columns
+            # when the column types are the same (a null flag keeps the order of the values)
+            if [f.type for f in kcodec.fields] != [f.type for f in self.key_schema]:
+                return ZSet(out, ow)
+            self._ordered_kcodec = kcodec
+        return SortedPart(out, ow, self._row_codec, self._nk)
 
     def _finish_numeric(self, parts: list) -> list:
         """:meth:`_Partials.finish` of numpy partials (no decimal) as ``(values, null mask or
