@@ -765,7 +765,9 @@ class VersionedRows(Stateful):
         self.trace.insert(b)
         if table is not None and self._gen == gen \
                 and self.trace is self._spine and self.trace.generation == gen + 1:
-            ver = (start + np.cumsum(add, dtype=np.uint64) - np.uint64(1)).astype(np.uint64)
+            ver = np.cumsum(add, dtype=np.uint64)  # (wraps where no key was added yet: unread)
+            ver += np.uint64(start)
+            ver -= np.uint64(1)
             table.put(kcodes, rm, add, ver,
                       [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
                       new_valid if new_valid is not None else [None] * len(new_vals))
@@ -1259,8 +1261,11 @@ class LinearAggregateOperator(Operator):
                 vals = pa.RecordBatch.from_arrays(
                     [pa.array(x, f.type) for x, f in zip(picked, st.val_schema)],
                     schema=st.val_schema)
-            b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
-                               kcodec, st.vcodec)
+            if len(kk) == len(has_old):  # every touched key changed (kk: ascending, distinct)
+                b = OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kcodec, st.vcodec)
+            else:
+                b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
+                                   kcodec, st.vcodec)
             # the numpy columns just written are what get_numpy reads of this batch next step
             # (when it reads the spine, not the flat table)
             b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
