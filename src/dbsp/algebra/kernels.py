@@ -51,6 +51,7 @@ _NATIVE = {
     "finish_emit": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
+    "group_rows": "arrow_c",
 }
 
 
@@ -150,6 +151,7 @@ combine_partials = _resolve("combine_partials")
 finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
+group_rows = _resolve("group_rows")
 take_batch_runs = _resolve("take_batch_runs")
 
 

@@ -658,6 +658,46 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+GROUP_ROWS_MAX = 4096
+
+
+def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema):
+    """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (see
+    ``dbsp._native.arrow_c.group_rows``): ``(keys, codes, bounds, vals, weights)`` or None."""
+    n = batch.num_rows
+    if not key_cols or not val_cols or len(plan) != len(key_cols) or not 0 < n <= GROUP_ROWS_MAX:
+        return None
+    for c in list(key_cols) + list(val_cols):
+        if not 0 <= c < batch.num_columns:
+            raise IndexError(f"group_rows: no column {c}")
+    cols = batch.columns
+    if any(not _fixed_width(cols[c].type) or cols[c].null_count for c in val_cols):
+        return None
+    if sum(w + bool(nullable) for w, _, nullable in plan) > 8:
+        return None  # not a u64 code
+    codes = np.zeros(n, dtype=np.uint64)
+    for c, (w, signed, nullable) in zip(key_cols, plan):
+        a = cols[c]
+        if a.null_count or not _fixed_width(a.type) or a.type.bit_width != 8 * w:
+            return None
+        u = np.asarray(a.view(pa.from_numpy_dtype(np.dtype(f"u{w}"))).to_numpy(),
+                       dtype=np.uint64)
+        if signed:
+            u = u ^ np.uint64(1 << (8 * w - 1))
+        if nullable:
+            codes = (codes << np.uint64(8)) | np.uint64(1)
+        codes = (codes << np.uint64(8 * w)) | u if w < 8 else u
+    perm = np.argsort(codes, kind="stable")
+    sk = codes[perm]
+    start = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
+    bounds = np.append(start, n).astype(np.int64)
+    idx = pa.array(perm.astype(np.int64))
+    keys = pa.RecordBatch.from_arrays([cols[c].take(pa.array(perm[start])) for c in key_cols],
+                                      schema=key_schema)
+    vals = pa.RecordBatch.from_arrays([cols[c].take(idx) for c in val_cols], schema=val_schema)
+    return keys, sk[start], bounds, vals, np.asarray(weights, np.int64)[perm]
+
+
 def take_batch_runs(schema: pa.Schema, groups: list):
     """One record batch of ``schema`` from column groups side by side, each group's rows the
     rows ``idx`` of its ``(batch, idx)`` runs one after another; None when a column is not
