@@ -1062,6 +1062,8 @@ class LinearAggregateOperator(Operator):
         self._np_plan = self._plan_native()
         #: (the fused index's plan, the codec of the value columns read), see _group
         self._vcodec: Optional[tuple] = None
+        #: how _group groups the rows of the last input schema (see _plan_group)
+        self._group_plan: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
         #: how :func:`~dbsp.algebra.kernels.finish_emit` finishes each output column from the
@@ -1107,6 +1109,15 @@ class LinearAggregateOperator(Operator):
             return ix.eval(z)  # raises naming the column
         kc = p[1]
         data = z.data
+        g = self._group_plan
+        if g is None or g[0] is not p:  # once per input schema
+            g = self._group_plan = self._plan_group(p, data.schema)
+        if g[1] is not None:  # u64 keys: one native pass (None: a null, or a large step)
+            got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4])
+            if got is not None:
+                keys, kcodes, bounds, vals, w = got
+                return OrdIndexedZSet(keys, kcodes, bounds, vals,
+                                      np.zeros(len(w), np.uint64), w, kc, g[5])
         keys = data.select(ix.key)
         kcodes = kc.encode_batch(keys)
         perm = K.argsort(kcodes)
@@ -1119,6 +1130,19 @@ class LinearAggregateOperator(Operator):
         return OrdIndexedZSet(take(keys, perm[first]), K.take(sk, first), bounds, vals,
                               np.zeros(len(perm), np.uint64), z.weights[perm], kc,
                               self._vcodec[1])
+
+    def _plan_group(self, p: tuple, schema: pa.Schema) -> tuple:
+        """How :meth:`_group` groups rows of ``schema`` (``p``: the fused index's plan):
+        ``(p, key column indices or None, value column indices, key schema, value schema,
+        value codec)``; the indices are None unless the key codes are u64 read from the
+        columns' buffers (:func:`~dbsp.algebra.kernels.group_rows`)."""
+        names = schema.names
+        kidx = [names.index(k) for k in self._index.key]  # type: ignore[union-attr]
+        vidx = [names.index(c) for c in self._used]
+        ks = pa.schema([schema.field(i) for i in kidx])
+        vs = pa.schema([schema.field(i) for i in vidx])
+        native = p[1]._native_plan is not None and bool(vidx)
+        return p, kidx if native else None, vidx, ks, vs, codec_for(vs)
 
     def _plan_native(self) -> Optional[tuple]:
         """How :func:`~dbsp.algebra.kernels.delta_partials` computes this operator's partials:
