@@ -1031,6 +1031,14 @@ class LinearAggregateOperator(Operator):
     meet first (the sums are exact, so they are the same). Only when some key is refused (an
     overflow, a negative count) are the rows indexed as the unfused ``index_by`` would, so the
     rows reported are the same.
+
+    *A step's fixed cost.* Numeric partials are read through the versioned state's flat table
+    (one probe a touched key) and written back beside the spine; the output rows come out
+    finished, in the order of the output's row codes and consolidated
+    (:func:`~dbsp.algebra.kernels.finish_emit`), as a
+    :class:`~dbsp.operators.output.SortedPart` that an output handle reads as it is (no encode,
+    no sort: the keys were sorted by code when grouped). With u64 keys, a small step's rows are
+    grouped in one native pass (:func:`~dbsp.algebra.kernels.group_rows`).
     """
 
     state_attrs = ('state',)
