@@ -600,8 +600,9 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     cdef const int64_t* pw
     cdef int64_t* firsts
     cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a
-    if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk:
-        return None
+    if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk \
+            or batch.num_rows > GROUP_ROWS_MAX:
+        return None  # (a large step: no export)
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
         n = src.length
