@@ -579,7 +579,8 @@ class LiveTable:
                                  f"of {G} items of {s} bytes")
 
     def get(self, kcodes, has: np.ndarray, ver: np.ndarray, cols: list, valids: list) -> int:
-        """Fill ``has``, ``ver``, ``cols`` and ``valids`` in place for the keys with a row."""
+        """Fill ``has``, ``ver``, ``cols`` and ``valids`` in place for the keys with a row (a
+        None validity array: not read back)."""
         self._check(cols, valids, len(kcodes), "get")
         found = 0
         for i, k in enumerate(np.asarray(kcodes, dtype=np.uint64).tolist()):
@@ -591,7 +592,8 @@ class LiveTable:
             ver[i] = row[0]
             for j, (x, ok) in enumerate(row[1]):
                 cols[j][i:i + 1] = np.frombuffer(x, dtype=cols[j].dtype)
-                valids[j][i] = ok
+                if valids[j] is not None:
+                    valids[j][i] = ok
         return found
 
     def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:

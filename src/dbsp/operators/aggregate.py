@@ -617,7 +617,7 @@ class VersionedRows(Stateful):
             has = np.zeros(G, dtype=bool)
             ver = np.zeros(G, dtype=np.uint64)
             cols = [np.zeros(G, dtype=dt) for dt in dtypes]
-            oks = [np.zeros(G, dtype=bool) for _ in dtypes]
+            oks = [np.zeros(G, dtype=bool) for _ in dtypes] if valid else [None] * len(dtypes)
             t.get(kcodes, has, ver, cols, oks)
             return (has, cols, ver, oks) if valid else (has, cols, ver)
         return self._get_numpy_spine(kcodes, G, dtypes, valid)
