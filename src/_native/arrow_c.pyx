@@ -562,14 +562,17 @@ cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
         w *= 2
 
 
-def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_schema):
+def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_schema,
+               list np_dtypes=None):
     """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (``plan``: per
     key column ``(byte width, signed, nullable)``, as :func:`encode_u64`), from one export of
     the batch: ``(keys, codes, bounds, vals, weights)`` with the distinct codes ascending, the
     first row of each group's key columns (a batch of ``key_schema``), group ``g``'s rows at
     ``bounds[g]:bounds[g + 1]`` of ``vals`` (the columns ``val_cols``, a batch of ``val_schema``,
     rows in a stable order) and of ``weights`` (``weights`` taken in that order). The schemas
-    must be the batch's fields of those columns. None when a column read is not fixed-width
+    must be the batch's fields of those columns. With ``np_dtypes`` (one numpy dtype per value
+    column, of its byte width), a sixth item: the value columns again, as numpy arrays of those
+    dtypes (for a caller that computes on them). None when a column read is not fixed-width
     without nulls, a key column does not match its plan, or the batch has no row or more than
     :data:`GROUP_ROWS_MAX` (the caller's general path)."""
     cdef ArrowArray src
@@ -599,7 +602,8 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     cdef int64_t* ws
     cdef const int64_t* pw
     cdef int64_t* firsts
-    cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a
+    cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a, a
+    cdef list nps = None
     if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk \
             or batch.num_rows > GROUP_ROWS_MAX:
         return None  # (a large step: no export)
@@ -718,6 +722,19 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
                 _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c], data,
                         vw[c], perm, n)
             data += _up64(<size_t>vw[c] * <size_t>n)
+        if np_dtypes is not None:
+            nps = []
+            for c in range(nv):
+                dt = np.dtype(np_dtypes[c])
+                if dt.itemsize != vw[c] or dt.kind not in "iufmM":
+                    raise ValueError(f"group_rows: numpy dtype {dt} for a column of {vw[c]} "
+                                     f"bytes")
+                a = np.empty(n, dtype=dt)
+                ch = src.children[vcol[c]]
+                with nogil:
+                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c],
+                            <uint8_t*>cnp.PyArray_DATA(a), vw[c], perm, n)
+                nps.append(a)
         keys = _import_batch(<uintptr_t>kblock, key_schema)
         kblock = NULL  # the import owns it now
         vals = _import_batch(<uintptr_t>vblock, val_schema)
@@ -731,4 +748,6 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
             free(kblock)
         if vblock != NULL:
             free(vblock)
+    if nps is not None:
+        return keys, kc_a, bounds_a, vals, ws_a, nps
     return keys, kc_a, bounds_a, vals, ws_a

@@ -249,6 +249,16 @@ def test_group_rows_matches_reference(case):
     for a, b in zip(got[1:3] + got[4:], want[1:3] + want[4:]):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
+    # with numpy dtypes: the value columns again, as numpy arrays (bit for bit)
+    dts = [np.dtype(f"i{batch.schema.field(c).type.bit_width // 8}") for c in val_cols]
+    g2 = arrow_c.group_rows(batch, key_cols, plan, val_cols, w, ks, vs, dts)
+    w2 = R.group_rows(batch, key_cols, plan, val_cols, w, ks, vs, dts)
+    assert g2[3].equals(got[3]) and len(g2[5]) == len(w2[5]) == len(val_cols)
+    for a, b, c in zip(g2[5], w2[5], val_cols):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a.view(batch.column(c).to_numpy().dtype),
+                                      g2[3].column(val_cols.index(c)).to_numpy())
     # the codes are the key codec's
     from dbsp.algebra.codes import KeyCodec
     np.testing.assert_array_equal(got[1], KeyCodec(list(ks)).encode_batch(got[0]))

@@ -663,7 +663,8 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
 GROUP_ROWS_MAX = 4096
 
 
-def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema):
+def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema,
+               np_dtypes: Optional[list] = None):
     """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (see
     ``dbsp._native.arrow_c.group_rows``): ``(keys, codes, bounds, vals, weights)`` or None."""
     n = batch.num_rows
@@ -697,7 +698,19 @@ def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_s
     keys = pa.RecordBatch.from_arrays([cols[c].take(pa.array(perm[start])) for c in key_cols],
                                       schema=key_schema)
     vals = pa.RecordBatch.from_arrays([cols[c].take(idx) for c in val_cols], schema=val_schema)
-    return keys, sk[start], bounds, vals, np.asarray(weights, np.int64)[perm]
+    out = keys, sk[start], bounds, vals, np.asarray(weights, np.int64)[perm]
+    if np_dtypes is None:
+        return out
+    nps = []
+    for c, dt in zip(val_cols, np_dtypes):
+        dt = np.dtype(dt)
+        a = cols[c]
+        if dt.itemsize * 8 != a.type.bit_width or dt.kind not in "iufmM":
+            raise ValueError(f"group_rows: numpy dtype {dt} for a column of "
+                             f"{a.type.bit_width // 8} bytes")
+        raw = a.view(pa.from_numpy_dtype(np.dtype(f"u{dt.itemsize}"))).to_numpy()
+        nps.append(np.ascontiguousarray(raw[perm]).view(dt))
+    return out + (nps,)
 
 
 def take_batch_runs(schema: pa.Schema, groups: list):

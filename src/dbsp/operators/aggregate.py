@@ -1072,6 +1072,8 @@ class LinearAggregateOperator(Operator):
         self._vcodec: Optional[tuple] = None
         #: how _group groups the rows of the last input schema (see _plan_group)
         self._group_plan: Optional[tuple] = None
+        #: (the batch _group made this step, its value columns as numpy), or None
+        self._grouped: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
         #: how :func:`~dbsp.algebra.kernels.finish_emit` finishes each output column from the
@@ -1121,11 +1123,14 @@ class LinearAggregateOperator(Operator):
         if g is None or g[0] is not p:  # once per input schema
             g = self._group_plan = self._plan_group(p, data.schema)
         if g[1] is not None:  # u64 keys: one native pass (None: a null, or a large step)
-            got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4])
+            got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4], g[6])
             if got is not None:
-                keys, kcodes, bounds, vals, w = got
-                return OrdIndexedZSet(keys, kcodes, bounds, vals,
-                                      np.zeros(len(w), np.uint64), w, kc, g[5])
+                keys, kcodes, bounds, vals, w = got[:5]
+                d = OrdIndexedZSet(keys, kcodes, bounds, vals, np.zeros(len(w), np.uint64), w,
+                                   kc, g[5])
+                if g[6] is not None:  # the value columns as the partials read them
+                    self._grouped = (d, got[5])
+                return d
         keys = data.select(ix.key)
         kcodes = kc.encode_batch(keys)
         perm = K.argsort(kcodes)
@@ -1150,7 +1155,22 @@ class LinearAggregateOperator(Operator):
         ks = pa.schema([schema.field(i) for i in kidx])
         vs = pa.schema([schema.field(i) for i in vidx])
         native = p[1]._native_plan is not None and bool(vidx)
-        return p, kidx if native else None, vidx, ks, vs, codec_for(vs)
+        # numpy copies of the value columns for _native_partials, when it reads each used
+        # column as a number (not only its validity), of the column's own width and kind
+        np_dts = None
+        if native and self._np_plan is not None and \
+                [n for n, _ in self._np_plan[2]] == self._used:
+            np_dts = []
+            for (_, dt), i in zip(self._np_plan[2], vidx):
+                t = schema.field(i).type
+                own = np.dtype(t.to_pandas_dtype()) if pa.types.is_integer(t) or \
+                    pa.types.is_floating(t) else None
+                if dt is None or own is None or own.itemsize != np.dtype(dt).itemsize \
+                        or own.kind != np.dtype(dt).kind:
+                    np_dts = None
+                    break
+                np_dts.append(own)
+        return p, kidx if native else None, vidx, ks, vs, codec_for(vs), np_dts
 
     def _plan_native(self) -> Optional[tuple]:
         """How :func:`~dbsp.algebra.kernels.delta_partials` computes this operator's partials:
@@ -1178,6 +1198,12 @@ class LinearAggregateOperator(Operator):
         if plan is None:
             return None
         kinds, cols, used = plan
+        got = self._grouped
+        if got is not None:
+            self._grouped = None
+            if got[0] is d:  # grouped natively this step: the columns as numpy already
+                return K.delta_partials(d.offsets, d.weights, kinds, cols, got[1],
+                                        [None] * len(got[1]))
         values, valids = [], []
         for name, dt in used:
             arr = d.vals.column(name)
