@@ -22,7 +22,7 @@ F="bench/operators/bench_flatness.py::test_step_time_flat_in_history"
 E="bench/workloads/bench_efficiency.py::test_parallel_efficiency"
 DBSP_BENCH_EFF_STEPS="${DBSP_BENCH_EFF_STEPS:-20}" \
 DBSP_BENCH_HISTORY="${DBSP_BENCH_HISTORY:-20000}" "$PY" -m pytest -q -p no:cacheprovider \
-    --benchmark-only --benchmark-json="$OUT" \
+    --benchmark-only --benchmark-json="$OUT" --benchmark-timer=time.thread_time \
     "bench/micro/bench_search.py::test_lower_bound[sorted]" \
     bench/micro/bench_search.py::test_intersect bench/micro/bench_search.py::test_group_bounds \
     bench/micro/bench_hashing.py::test_hash_u64 \

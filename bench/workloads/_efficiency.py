@@ -23,6 +23,7 @@ Run as a script for a quick interleaved report::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -52,6 +53,45 @@ def _cpu(circuit, runtime: str) -> float:
     if runtime == "processes":  # worker 0 is this process
         return sum(per_worker)
     return time.process_time() + sum(per_worker)
+
+
+def pids_of(circuit, runtime: str) -> list[int]:
+    """This process and every worker process of ``circuit``'s run."""
+    ex = circuit._executor
+    if runtime == "processes" and circuit.workers > 1:
+        return [os.getpid(), *ex.pids.values()]
+    if runtime == "launcher":
+        return [os.getpid(), *(i["pid"] for i in ex.info.values())]
+    return [os.getpid()]
+
+
+USAGE = ("user", "sys", "minflt", "vol_cs", "invol_cs")
+
+
+def usage(pids: list[int]) -> dict:
+    """The kernel's account of processes ``pids`` (every thread), summed: user and system CPU
+    seconds, minor page faults, voluntary (waits) and involuntary (preemptions) context
+    switches; read from ``/proc`` (Linux), so it needs nothing from the workers. CPU in clock
+    ticks (10 ms): over a run of many steps only."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys(USAGE, 0.0)
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        out["minflt"] += int(st[7])
+        out["user"] += int(st[11]) / tick
+        out["sys"] += int(st[12]) / tick
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith("voluntary_ctxt_switches"):
+                            out["vol_cs"] += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches"):
+                            out["invol_cs"] += int(line.split()[1])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                pass
+    return out
 
 
 def open_run(runtime: str, workload: str, workers: int):

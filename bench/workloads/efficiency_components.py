@@ -16,6 +16,11 @@ a step are split into:
 * ``gather``: the output handles taking the workers' parts (``OutputHandle._gather``);
 * ``read``: ``delta()`` of every output (the driver's consolidation of the parts);
 * ``workers``: CPU of the worker processes other than the driver (``launcher``, ``processes``);
+* ``kernel``: the kernel's account of every process (``_efficiency.usage``, from ``/proc``):
+  user and system CPU, minor page faults and context switches (voluntary: a wait for a
+  message or a lock; involuntary: preempted) a step. Where ``total`` grows more than the
+  workers' extra instructions explain, these say whether it is system time (sockets,
+  wake-ups, faults) or user time running slower (cache misses of data moved between cores);
 * ``ops``: per operator kind, the CPU seconds the workers spent in it, summed over workers
   (the scheduler's per-operator clock is switched to the thread's CPU clock for the
   measurement; worker processes forked by the ``processes`` runtime inherit the switch, the
@@ -100,6 +105,8 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
                 t_in[0] += time.process_time() - t0
         ex.step = timed_step
         prof0 = _profile(circuit)
+        pids = E.pids_of(circuit, runtime)
+        u0 = E.usage(pids)
         c0 = E._cpu(circuit, runtime)
         d0 = time.process_time()
         clock.acc.clear()
@@ -109,6 +116,7 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
         clock.on = False
         driver = time.process_time() - d0
         total = E._cpu(circuit, runtime) - c0
+        u1 = E.usage(pids)
         prof = _profile(circuit)
         ops: dict = defaultdict(float)
         for name, s in prof.items():
@@ -120,6 +128,8 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
         out["workers"] = (total - driver) / n * 1e6 if runtime != "threads" else 0.0
         out["total"] = total / n * 1e6
         out["ops"] = {k: v / n * 1e6 for k, v in ops.items()}
+        out["kernel"] = {k: (u1[k] - u0[k]) / n * (1e6 if k in ("user", "sys") else 1)
+                         for k in E.USAGE}
         return out
     finally:
         (job or circuit).close()
@@ -159,6 +169,11 @@ def main(argv=None) -> None:
     for k in keys:
         m1, m2 = med(r[k] for r in runs[1]), med(r[k] for r in runs[2])
         print(f"{k:10s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
+    print("kernel (/proc, all processes; user and sys in us, the rest counts, a step):")
+    for k in E.USAGE:
+        m1 = med(r["kernel"][k] for r in runs[1])
+        m2 = med(r["kernel"][k] for r in runs[2])
+        print(f"  {k:18s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
     names = sorted(set().union(*(r["ops"] for rs in runs.values() for r in rs)))
     print("operators (CPU us a step, summed over workers; wall in the launcher):")
     for k in names:

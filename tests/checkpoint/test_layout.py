@@ -129,6 +129,12 @@ def test_scale_1_2_3_2_equals_a_fixed_scale_run(tmp_path):
         assert (ch["from_workers"], ch["to_workers"]) == (w0, w1)
         assert ch["step"] == 3 * [1, 2, 3][[(1, 2), (2, 3), (3, 2)].index((w0, w1))]
         assert 0 < ch["moved_rows"] < ch["moved_rows"] + ch["kept_rows"]
+        # the dynamic map moves about the minimum: the new worker's share 1/(W+1) on the way
+        # out, the removed worker's share on the way in (hash % W would move W/(W+1))
+        least = abs(w1 - w0) / max(w0, w1)
+        print(f"{w0} -> {w1}: state moved {ch['moved_fraction']:.3f}, minimum {least:.3f}, "
+              f"ratio {ch['moved_fraction'] / least:.2f}")
+        assert ch["moved_fraction"] <= 1.2 * least, (ch, least)
     # the layout of the last checkpoint: the 1-worker map resized to 2, 3, then 2 workers
     last = catalog(str(tmp_path))["checkpoints"][-1]
     want = as_shard_map(1).resize(2).resize(3).resize(2)

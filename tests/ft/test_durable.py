@@ -298,3 +298,75 @@ def test_pause_does_not_pickle_large_values(tmp_path):
     finally:
         cs._Pickler.dump = dump
     ctx.close()
+
+
+def _crash(ctx):
+    """The process vanishes without close (its lock dropped as by the kernel), after the
+    checkpoint being written is published."""
+    ctx.durable.wait_checkpoint()
+    ctx.circuit._lock.release()
+
+
+def test_checkpoint_cadence_counts_from_the_last_checkpoint_across_recoveries(tmp_path):
+    """A pipeline that crashes every two steps with ``checkpoint_every=3``: each recovery
+    counts the steps it replays as steps since the restored checkpoint, so the next one comes
+    at the cadence and no replay is longer than 3 steps (when the count restarted at each
+    open, the checkpoint never came and the replays grew 2, 4, 6, ...)."""
+    d = str(tmp_path)
+    ctx, s, agg, _ = make(d, checkpoint_every=3)
+    for i in range(5):
+        s.push([(i % 2, i)])
+        ctx.step()
+    ctx.durable.wait_checkpoint()
+    assert ctx.durable.last_checkpoint.step == 3
+    _crash(ctx)
+    replays = []
+    i = 5
+    for _ in range(4):
+        ctx, s, agg, _ = make(d, checkpoint_every=3)
+        ctx.open()
+        rec = ctx.durable.recovery
+        replays.append(rec["replayed_steps"])
+        assert rec.get("checkpointed") is None  # fewer than 3 steps replayed
+        for _ in range(2):
+            s.push([(i % 2, i)])
+            ctx.step()
+            i += 1
+        ctx.durable.wait_checkpoint()
+        cp = ctx.durable.last_checkpoint.step
+        assert ctx.steps - cp < 3, (ctx.steps, cp)  # a checkpoint at the cadence came
+        assert cp % 3 == 0  # counted from the step of the first one, 3
+        _crash(ctx)
+    assert replays == [2, 1, 0, 2]  # from checkpoints 3, 6, 9, 9
+    ctx, s, agg, _ = make(d, checkpoint_every=3)
+    ctx.open()
+    assert agg.view_dict() == {(k, len(vs), sum(vs), max(vs)): 1
+                               for k, vs in ((k, range(k, i, 2)) for k in (0, 1))}
+    ctx.close()
+
+
+def test_a_long_replay_commits_a_checkpoint_before_new_input(tmp_path):
+    """A recovery that replays ``checkpoint_every`` steps or more commits a checkpoint at its
+    end, before any new input: a crash right after it replays nothing."""
+    d = str(tmp_path)
+    ctx, s, _, _ = make(d, checkpoint_every=100)
+    for i in range(9):
+        s.push([(i % 2, i)])
+        ctx.step()
+        if i == 1:
+            ctx.checkpoint()
+    assert ctx.durable.last_checkpoint.step == 2
+    _crash(ctx)
+    ctx, s, agg, _ = make(d, checkpoint_every=3)
+    ctx.open()
+    rec = ctx.durable.recovery
+    assert (rec["checkpoint_step"], rec["replayed_steps"], rec["checkpointed"]) == (2, 7, 9)
+    assert ctx.durable.last_checkpoint.step == 9
+    view = agg.view_dict()
+    _crash(ctx)
+    ctx, s, agg, _ = make(d, checkpoint_every=3)
+    ctx.open()
+    rec = ctx.durable.recovery
+    assert (rec["checkpoint_step"], rec["replayed_steps"], rec["checkpointed"]) == (9, 0, None)
+    assert agg.view_dict() == view
+    ctx.close()

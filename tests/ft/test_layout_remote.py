@@ -73,6 +73,20 @@ def test_scale_1_2_3_2_on_the_launcher_equals_a_fixed_scale_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_scale_1_2_3_2_on_the_launcher_moves_about_the_minimum(tmp_path):
+    """A keyed count over 20K evenly spread keys: each change of 1 -> 2 -> 3 -> 2 processes
+    moves at most 1.2x the minimum |W'-W|/max(W, W') of the stored rows, and the output log
+    equals one embedded worker's step for step. (Each generation took the default map of its
+    W instead of the last checkpoint's map resized: 2 -> 3 moved 0.53 of the state, the
+    minimum being 1/3.)"""
+    steps = [{"events": P.keyed_events(4000, 20_000, seed=s)} for s in range(8)]
+    with launch_durable(P.keyed_count, 1, tmp_path, checkpoint_every=4) as job:
+        changes = crash.scale_run(job, [1, 2, 3, 2], steps, 2)
+    crash.check_moved(changes, "launcher, keyed count over 20K keys")
+    assert crash.logged_steps(str(tmp_path)) == crash.one_worker_steps(P.keyed_count, steps)
+
+
+@pytest.mark.slow
 def test_same_workers_recover_on_more_hosts(tmp_path):
     """Seed 000: the worker count is fixed for recovery, the hosts are not. 2 workers on 1 host
     checkpoint, run on and stop without a last checkpoint (as a crash would leave it); 2

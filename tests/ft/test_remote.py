@@ -133,7 +133,8 @@ def test_killed_workers_recover_exactly_once(tmp_path, workers, every, seed):
         # handshake timing out on a loaded machine): then one more starts
         assert len(kills) >= 1 and co.restarts == len(job.recovery_seconds) >= len(kills)
         assert job.restarts >= len(kills), kills
-        recs = crash.check_recoveries(job, kills, pieces_per_step=0)
+        recs = crash.check_recoveries(job, kills, pieces_per_step=0,
+                                      checkpoint_every=every)
         print(f"\nkills {kills}\nrecoveries {recs}")
         assert any(r["replayed_steps"] > 0 for r in recs), recs
     res = crash.check(str(tmp_path), EVENTS)
@@ -190,5 +191,48 @@ def test_a_generation_ended_mid_checkpoint_never_publishes_it_broken(tmp_path, d
         assert d.step_no == 7
         _feed(d, 7, STEPS)
     _checkpoints_whole(str(tmp_path))
+    res = crash.check(str(tmp_path), EVENTS)
+    assert res["ok"] > 0 and _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}
+
+
+def _kill_worker(job, w):
+    """kill -9 replica ``w`` of the current generation and wait until it is gone."""
+    import os
+    import signal
+    import time
+    pid = job.pids()[w]
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(500):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_checkpoint_cadence_survives_generations(tmp_path):
+    """``checkpoint_every=3`` on the launcher, a replica killed two steps into each of three
+    generations: each new generation counts the steps it replayed as steps since the
+    checkpoint it restored, so the next checkpoint comes at the cadence (steps 3, 6, 9, ...)
+    and no recovery replays more than 3 steps. When each generation restarted the count, its
+    first checkpoint came 3 steps after its recovery, after the next kill: the replays grew
+    2, 4, 6 from one checkpoint (the launcher run that replayed 9)."""
+    with launch_durable(P.crash_views, 2, tmp_path, checkpoint_every=3) as job:
+        d = job.open()
+        _feed(d, 0, 5)
+        d.wait_checkpoint()
+        assert d.last_checkpoint.step == 3
+        for _ in range(3):
+            _kill_worker(job, 1)
+            d = job.restart()
+            s = d.step_no
+            _feed(d, s, s + 2)
+            d.wait_checkpoint()
+            assert d.step_no - d.last_checkpoint.step < 3 and d.last_checkpoint.step % 3 == 0, \
+                (d.step_no, d.last_checkpoint.step)
+        _feed(d, d.step_no, STEPS)
+        recs = job.report()["recoveries"]
+        assert [r["replayed_steps"] for r in recs] == [0, 2, 1, 0], recs
     res = crash.check(str(tmp_path), EVENTS)
     assert res["ok"] > 0 and _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}

@@ -91,7 +91,7 @@ def test_killed_workers_reading_slices_recover_exactly_once(tmp_path, workers, e
                         max_restarts=10, sliced={"ev": src}) as job:
         kills = crash.run_killed(job, sliced_read(), STEPS, 3, seed)
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
-        recs = crash.check_recoveries(job, kills)
+        recs = crash.check_recoveries(job, kills, checkpoint_every=every)
         print(f"\nkills {kills}\nrecoveries {recs}")
         # the workers read the logged pieces of every replayed step again
         assert all(r["replayed_pieces"] >= r["replayed_steps"] for r in recs), recs

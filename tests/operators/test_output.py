@@ -173,3 +173,31 @@ def test_parts_sharing_a_key_are_merged_by_row_code():
     h._gather([a, b])
     assert h.delta().to_dict() == {(1, 1): 3, (1, 0): 1, (2, 5): 2, (3, 3): 1}
     assert h.delta().to_arrow().column("v").to_pylist() == [0, 1, 5, 3]
+
+
+
+@settings(max_examples=100)
+@given(schema=S.schemas(min_cols=2), data=st.data())
+def test_view_folds_many_steps_of_sorted_parts_to_the_full_consolidation(schema, data):
+    """A view folding several steps' sorted parts at once (they share keys: sorted from scratch
+    past two parts, no key merge tried) holds the full consolidation of all of them."""
+    nkey = data.draw(st.integers(1, len(schema) - 1))
+    w = data.draw(st.integers(1, 3))
+    steps = data.draw(st.integers(1, 5))
+    crossed = data.draw(st.booleans())
+    pool = data.draw(st.lists(S.rows(schema), min_size=1, max_size=6, unique=True))
+    h = OutputHandle(0, schema, "o", keep_view=True)
+    every = []
+    for _ in range(steps):
+        dicts = [data.draw(st.dictionaries(st.sampled_from(pool),
+                                           st.sampled_from([-2, -1, 1, 3]), max_size=6))
+                 for _ in range(w)]
+        parts = [_part(_zset(schema, d), nkey) for d in dicts]
+        if crossed:
+            parts = [_wire(p) if len(p) else p for p in parts]
+        every += parts
+        h._gather(parts)
+    got = h.view()
+    old = _old(schema, every)
+    _same(got, old)
+    _same_codes(got.codes, old.codes)

@@ -215,7 +215,8 @@ def _killed(spark, tmp_path, seed: int, parts: int, pick=None) -> None:
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
         # each recovery reloaded a checkpoint and its tasks read again, and checked, the
         # logged piece of every partition for each step after it
-        recs = crash.check_recoveries(job, kills, pieces_per_step=parts)
+        recs = crash.check_recoveries(job, kills, pieces_per_step=parts,
+                                      checkpoint_every=3)
         assert any(r["replayed_pieces"] > 0 for r in recs), recs
         print(f"\nP = {parts}: kills (generation, worker, step, pid, checkpoint) {kills}, "
               f"recoveries {recs}")

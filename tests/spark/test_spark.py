@@ -150,6 +150,8 @@ def test_killed_spark_tasks_recover_exactly_once(spark, tmp_path, seed):
         kills = run_killed(job, 2, seed)
         assert len(kills) >= 1 and job.restarts >= len(kills), kills
         assert len(job.recovery_seconds) >= len(kills)
+        recs = crash.check_recoveries(job, kills, pieces_per_step=0, checkpoint_every=4)
+        assert any(r["replayed_steps"] > 0 for r in recs), recs
     res = crash.check(str(tmp_path), EVENTS)
     assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
     assert res["ok"] > 0

@@ -16,7 +16,12 @@ what it already holds. Then each :meth:`DurableCircuit.step`
 4. every ``checkpoint_every`` steps (or ``checkpoint_seconds``), takes a checkpoint: the state is
    captured at this step boundary and written on a background thread (in worker processes and
    remote replicas, on a thread of each worker) while the circuit steps on; once published,
-   the input log is trimmed below the oldest checkpoint kept.
+   the input log is trimmed below the oldest checkpoint kept. The cadence counts from the last
+   committed checkpoint's step, across recoveries too: :meth:`DurableCircuit.open` counts the
+   replayed steps as steps since that checkpoint, and a replay of ``checkpoint_every`` steps or
+   more commits a checkpoint before any new input. So with ``checkpoint_every = n`` a recovery
+   replays at most ``2 n`` steps however often its replicas die (``n`` plus the steps run while
+   the checkpoint after them was written in the background, which a death may cut short).
 
 Resuming with another number of workers is a cold layout change (seed 000, "Layout changes"): the
 store re-shards the checkpoint's state for the new workers (each loads the shards it now owns,
@@ -235,8 +240,9 @@ class DurableCircuit:
         after it. Idempotent. What it did is :attr:`recovery`: ``checkpoint_step`` (the step of
         the checkpoint restored, None without one), ``replayed_steps`` (the logged steps run
         again after it), ``replayed_pieces`` (the pieces of sliced sources the workers read
-        again and checked against their logged checksums), ``step`` (the next step) and
-        ``seconds``."""
+        again and checked against their logged checksums), ``step`` (the next step),
+        ``seconds``, and ``checkpointed`` (the step of the checkpoint committed at the end of a
+        replay of ``checkpoint_every`` steps or more, else None)."""
         if self.opened:
             return self
         t0 = time.perf_counter()
@@ -299,11 +305,21 @@ class DurableCircuit:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+        # the cadence counts from the restored checkpoint, not from this open: a generation
+        # killed every few steps would otherwise push the next checkpoint further out each
+        # time and replay ever more. A replay of ``checkpoint_every`` steps or more ends with a
+        # checkpoint, committed before any new input (the next death replays none of it).
+        self._since = self.step_no - start
+        recovery_checkpoint = None
+        if self.checkpoint_every is not None and self._since >= self.checkpoint_every:
+            recovery_checkpoint = self._checkpoint_now()
         self.recovery_seconds = time.perf_counter() - t0
         self.opened = True
         self.recovery = {"checkpoint_step": None if self.last_checkpoint is None else start,
                          "replayed_steps": self.step_no - start, "replayed_pieces": pieces,
-                         "step": self.step_no, "seconds": self.recovery_seconds}
+                         "step": self.step_no, "seconds": self.recovery_seconds,
+                         "checkpointed": None if recovery_checkpoint is None
+                         else recovery_checkpoint.step}
         if self.on_open is not None:
             self.on_open(self.recovery)
         return self
@@ -490,17 +506,26 @@ class DurableCircuit:
         Returns the published checkpoint (``wait``) or None."""
         self.open()
         self.wait_checkpoint()
+        if wait:
+            return self._checkpoint_now()
+        pc = self._begin()
+        self._writer = threading.Thread(target=self._write_bg, args=(pc,),
+                                        name="dbsp-checkpoint", daemon=True)
+        self._writer.start()
+        return None
+
+    def _begin(self) -> Any:
+        """Capture the state at this step boundary (the pause); the cadence restarts here."""
         t0 = time.perf_counter()
         pc = self.store.begin(self.circuit, self.step_no)
         self.pauses.append(time.perf_counter() - t0)
         self._since = 0
         self._t_last = time.monotonic()
-        if wait:
-            return self._publish(pc)
-        self._writer = threading.Thread(target=self._write_bg, args=(pc,),
-                                        name="dbsp-checkpoint", daemon=True)
-        self._writer.start()
-        return None
+        return pc
+
+    def _checkpoint_now(self) -> Any:
+        """Capture and publish a checkpoint at this step boundary (no writer running)."""
+        return self._publish(self._begin())
 
     def _write_bg(self, pc: Any) -> None:
         try:

@@ -248,7 +248,10 @@ class OutputHandle(Stateful):
     def _fold_view(self) -> None:
         """Add the steps' deltas not yet in the view's spine to it."""
         if self._view is not None and self._view_pending:
-            b = _consolidate_parts(self.schema, self._codec, self._view_pending, self._kcodecs)
+            # the deltas of several steps share keys: no merge by key codes (it would give up
+            # only after sorting them all)
+            b = _consolidate_parts(self.schema, self._codec, self._view_pending, self._kcodecs,
+                                   disjoint=self._pending_steps <= 1)
             if type(b) is SortedPart:   # the spine keeps plain batches (codes built now)
                 b = OrdZSet(b.data, b.weights, b.codes, b.codec)
             self._view_pending = []
@@ -281,18 +284,23 @@ class OutputHandle(Stateful):
 
 
 def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list,
-                       kcodecs: Optional[dict] = None) -> OrdZSet:
+                       kcodecs: Optional[dict] = None, disjoint: bool = True) -> OrdZSet:
     """The parts summed and consolidated; ``codec``: the schema's row codec (the handle's,
     found once, not looked up by hashing the schema every step); ``kcodecs``: the handle's key
-    codecs by key width (filled here)."""
+    codecs by key width (filled here); ``disjoint``: try the merge by key codes of parts whose
+    keys are disjoint, and the k-way merge of more than two sorted parts (false for parts
+    known to share keys: several steps' deltas, sorted from scratch)."""
     if not parts:
         return OrdZSet.empty(schema)
     if len(parts) > 1 and all(_sorted_by(p, codec) for p in parts):
-        if all(type(p) is SortedPart for p in parts):
+        if disjoint and all(type(p) is SortedPart for p in parts):
             got = _merge_disjoint(parts, codec, {} if kcodecs is None else kcodecs)
             if got is not None:
                 return got
-        return OrdZSet.merge(parts)   # sorted runs of the same codes: a k-way merge, no sort
+        if disjoint or len(parts) <= 2:
+            return OrdZSet.merge(parts)   # sorted runs of the same codes: a k-way merge
+        # many steps' deltas (a view's fold): concatenated and sorted, faster than the k-way
+        # merge from three runs on (18 parts of 1.1M rows: 105 vs 165 ms)
     z = add(ZSetType(schema), parts)
     return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
 

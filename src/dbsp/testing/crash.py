@@ -259,13 +259,17 @@ def run_killed(job, read, steps, kills, seed, pick=None):
     return log
 
 
-def check_recoveries(job, kills, pieces_per_step=None) -> list[dict]:
+def check_recoveries(job, kills, pieces_per_step=None,
+                     checkpoint_every=None) -> list[dict]:
     """Assert that every kill of :func:`run_killed` was followed by a real recovery, as the
     driver's report (``job.report()["recoveries"]``) tells it: a later generation that restored
     a checkpoint no older than the killed generation's last one (when it had one), replayed the
     logged steps from there up to at least the step the kill interrupted, and, with
     ``pieces_per_step`` (the pieces of sliced sources each step logs), had its workers read
-    again that many pieces of each replayed step (0: no sliced source). Returns the
+    again that many pieces of each replayed step (0: no sliced source). With
+    ``checkpoint_every`` (the job's), no recovery replayed more than twice that many steps
+    (:mod:`dbsp.ft.durable`: the cadence counts from the last committed checkpoint, however
+    often the replicas die; one checkpoint may be lost while it is written). Returns the
     recoveries after the first opened generation's."""
     recs = job.report()["recoveries"]
     gens = [r["generation"] for r in recs]
@@ -275,6 +279,10 @@ def check_recoveries(job, kills, pieces_per_step=None) -> list[dict]:
         assert r["step"] == first + r["replayed_steps"], r
         if pieces_per_step is not None:
             assert r["replayed_pieces"] == pieces_per_step * r["replayed_steps"], r
+        if checkpoint_every is not None:
+            assert r["replayed_steps"] <= 2 * checkpoint_every, (
+                f"generation {r['generation']} replayed {r['replayed_steps']} steps with a "
+                f"checkpoint every {checkpoint_every}", recs)
     later = recs[1:]
     for g, w, step, pid, cp in kills:
         after = [r for r in later if r["generation"] > g]
@@ -339,6 +347,57 @@ def fixed_scale_steps(events: int, chunk: int) -> dict[int, dict[str, Counter]]:
             got[s] = {k: r for k, r in rows.items() if r}
             s += 1
     return got
+
+
+def one_worker_steps(pipeline: Any, steps: list[dict]) -> dict[int, dict[str, Counter]]:
+    """``pipeline``'s changes step by step on one embedded worker, fed ``steps`` (per step,
+    ``{input: RecordBatch}``), by output name as the output log names them: what
+    :func:`logged_steps` must give for a durable job fed the same steps at any scale."""
+    got = {}
+    with Circuit(workers=1) as c:
+        outs = build_outputs(c, pipeline)
+        for s, inp in enumerate(steps):
+            for name, batch in inp.items():
+                c.inputs[name].push(batch)
+            c.step()
+            rows = {o.name: _rows(o.delta().to_arrow()) for o in outs.values()}
+            got[s] = {k: r for k, r in rows.items() if r}
+    return got
+
+
+def scale_run(job, scales: list[int], steps: list[dict], per: int) -> list[dict]:
+    """Feed ``steps`` (per step, ``{input: RecordBatch}``) to ``job`` (a
+    :class:`dbsp.ft.remote.DurableJob` on ``scales[0]`` workers, stepped by hand), ``per``
+    steps per worker count of ``scales``, with a cold layout change (``job.relayout``) before
+    each new count. Returns the changes (what ``relayout`` reported)."""
+    d = job.open()
+    changes = []
+    for seg, W in enumerate(scales):
+        if W != job.workers:
+            changes.append(job.relayout(W))
+            d = job.durable
+        for inp in steps[seg * per:(seg + 1) * per]:
+            for name, batch in inp.items():
+                d.circuit.inputs[name].push(batch)
+            d.step()
+    return changes
+
+
+def check_moved(changes: list[dict], title: str, within: float = 1.2) -> None:
+    """Print the state moved at each layout change beside the minimum ``|W'-W| / max(W, W')``
+    (``1/(W+1)`` for ``W -> W+1``; the removed worker's share for ``W+1 -> W``) and assert it
+    is at most ``within`` times that (issue 13's target for the dynamic shard map; ``hash %
+    W`` moves ``W/(W+1)``)."""
+    print(f"\n{title}, state moved at each change (fraction of the stored rows):")
+    for c in changes:
+        w0, w1 = c["from_workers"], c["to_workers"]
+        least = abs(w1 - w0) / max(w0, w1)
+        print(f"  {w0} -> {w1}: {c['moved_fraction']:.3f}, minimum {least:.3f}, ratio "
+              f"{c['moved_fraction'] / least:.2f} ({c['moved_rows']} of "
+              f"{c['moved_rows'] + c['kept_rows']} rows), {c['seconds']:.1f} s")
+    for c in changes:
+        w0, w1 = c["from_workers"], c["to_workers"]
+        assert 0 < c["moved_fraction"] <= within * abs(w1 - w0) / max(w0, w1), c
 
 
 # -- the parent --------------------------------------------------------------------------------------
