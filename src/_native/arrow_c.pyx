@@ -501,3 +501,253 @@ def encode_u64(batch, list plan):
         if ssrc.release != NULL:
             ssrc.release(&ssrc)
     return out_a
+
+
+#: most rows :func:`group_rows` sorts (its merge sort is for small steps; larger ones take the
+#: radix sort of ``dbsp._native.sort``)
+GROUP_ROWS_MAX = 4096
+
+
+cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
+                      int64_t n) noexcept nogil:
+    """Sort ``c`` ascending, stably, carrying ``p`` along (``tc`` / ``tp``: scratch of ``n``)."""
+    cdef int64_t i, j, w, lo, mid, hi, a, b, k
+    cdef uint64_t x
+    cdef int64_t y
+    # runs of 16 by insertion sort, then bottom-up merges
+    lo = 0
+    while lo < n:
+        hi = lo + 16 if lo + 16 < n else n
+        for i in range(lo + 1, hi):
+            x = c[i]
+            y = p[i]
+            j = i - 1
+            while j >= lo and c[j] > x:
+                c[j + 1] = c[j]
+                p[j + 1] = p[j]
+                j -= 1
+            c[j + 1] = x
+            p[j + 1] = y
+        lo += 16
+    w = 16
+    while w < n:
+        lo = 0
+        while lo < n:
+            mid = lo + w if lo + w < n else n
+            hi = lo + 2 * w if lo + 2 * w < n else n
+            a, b, k = lo, mid, lo
+            while a < mid and b < hi:
+                if c[b] < c[a]:
+                    tc[k] = c[b]
+                    tp[k] = p[b]
+                    b += 1
+                else:
+                    tc[k] = c[a]
+                    tp[k] = p[a]
+                    a += 1
+                k += 1
+            while a < mid:
+                tc[k] = c[a]
+                tp[k] = p[a]
+                a += 1
+                k += 1
+            while b < hi:
+                tc[k] = c[b]
+                tp[k] = p[b]
+                b += 1
+                k += 1
+            lo += 2 * w
+        memcpy(c, tc, n * sizeof(uint64_t))
+        memcpy(p, tp, n * sizeof(int64_t))
+        w *= 2
+
+
+def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_schema,
+               list np_dtypes=None):
+    """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (``plan``: per
+    key column ``(byte width, signed, nullable)``, as :func:`encode_u64`), from one export of
+    the batch: ``(keys, codes, bounds, vals, weights)`` with the distinct codes ascending, the
+    first row of each group's key columns (a batch of ``key_schema``), group ``g``'s rows at
+    ``bounds[g]:bounds[g + 1]`` of ``vals`` (the columns ``val_cols``, a batch of ``val_schema``,
+    rows in a stable order) and of ``weights`` (``weights`` taken in that order). The schemas
+    must be the batch's fields of those columns. With ``np_dtypes`` (one numpy dtype per value
+    column, of its byte width), a sixth item: the value columns again, as numpy arrays of those
+    dtypes (for a caller that computes on them). None when a column read is not fixed-width
+    without nulls, a key column does not match its plan, or the batch has no row or more than
+    :data:`GROUP_ROWS_MAX` (the caller's general path)."""
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL
+    ssrc.release = NULL
+    cdef int64_t nk = len(key_cols), nv = len(val_cols), n, i, c, col, G, g, total = 0
+    cdef int w
+    cdef bint signed, nullable, first
+    cdef uint64_t flip
+    cdef int kcol[64]
+    cdef int vcol[64]
+    cdef int kw[64]
+    cdef int vw[64]
+    cdef ArrowArray* ch
+    cdef const uint8_t* base
+    cdef cnp.ndarray wa = contig(weights, cnp.NPY_INT64)
+    cdef uint8_t* kblock = NULL
+    cdef uint8_t* vblock = NULL
+    cdef ArrowArray* kids
+    cdef uint8_t* data
+    cdef size_t head, size
+    cdef uint64_t* codes
+    cdef int64_t* perm
+    cdef int64_t* bounds
+    cdef uint64_t* kc
+    cdef int64_t* ws
+    cdef const int64_t* pw
+    cdef int64_t* firsts
+    cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a, a
+    cdef list nps = None
+    if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk \
+            or batch.num_rows > GROUP_ROWS_MAX:
+        return None  # (a large step: no export)
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        n = src.length
+        if n == 0 or n > GROUP_ROWS_MAX or src.dictionary != NULL or wa.shape[0] != n:
+            return None
+        for c in range(nk):
+            col = key_cols[c]
+            if not 0 <= col < src.n_children:
+                raise IndexError(f"group_rows: no column {col}")
+            w = plan[c][0]
+            if w not in (1, 2, 4, 8) or _width(ssrc.children[col].format) != w \
+                    or not _check_gathered(src.children[col], w):
+                return None
+            kcol[c], kw[c] = col, w
+            total += w + (1 if plan[c][2] else 0)
+        if total > 8:
+            return None  # not a u64 code
+        for c in range(nv):
+            col = val_cols[c]
+            if not 0 <= col < src.n_children:
+                raise IndexError(f"group_rows: no column {col}")
+            w = _width(ssrc.children[col].format)
+            if w == 0 or ssrc.children[col].dictionary != NULL \
+                    or not _check_gathered(src.children[col], w):
+                return None
+            vcol[c], vw[c] = col, w
+        codes_a = empty1(n, cnp.NPY_UINT64)
+        perm_a = empty1(n, cnp.NPY_INT64)
+        tc_a = empty1(n, cnp.NPY_UINT64)
+        tp_a = empty1(n, cnp.NPY_INT64)
+        codes = <uint64_t*>cnp.PyArray_DATA(codes_a)
+        perm = <int64_t*>cnp.PyArray_DATA(perm_a)
+        # the codes (as encode_u64), then a stable sort of the rows by code
+        first = True
+        for c in range(nk):
+            w, signed, nullable = plan[c]
+            ch = src.children[kcol[c]]
+            base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
+            flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
+            with nogil:
+                if nullable:
+                    if first:
+                        for i in range(n):
+                            codes[i] = 1
+                    else:
+                        for i in range(n):
+                            codes[i] = (codes[i] << 8) | 1
+                    first = False
+                if first or w == 8:
+                    _widen(base, codes, w, flip, n)
+                elif w == 4:
+                    for i in range(n):
+                        codes[i] = (codes[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
+                elif w == 2:
+                    for i in range(n):
+                        codes[i] = (codes[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
+                else:
+                    for i in range(n):
+                        codes[i] = (codes[i] << 8) | ((base[i] ^ flip) & 0xFF)
+                first = False
+        with nogil:
+            for i in range(n):
+                perm[i] = i
+            _merge_sort(codes, perm, <uint64_t*>cnp.PyArray_DATA(tc_a),
+                        <int64_t*>cnp.PyArray_DATA(tp_a), n)
+            G = 1
+            for i in range(1, n):
+                G += codes[i] != codes[i - 1]
+        bounds_a = empty1(G + 1, cnp.NPY_INT64)
+        kc_a = empty1(G, cnp.NPY_UINT64)
+        ws_a = empty1(n, cnp.NPY_INT64)
+        bounds = <int64_t*>cnp.PyArray_DATA(bounds_a)
+        kc = <uint64_t*>cnp.PyArray_DATA(kc_a)
+        ws = <int64_t*>cnp.PyArray_DATA(ws_a)
+        pw = <const int64_t*>cnp.PyArray_DATA(wa)
+        firsts = <int64_t*>cnp.PyArray_DATA(tp_a)  # (scratch, free again)
+        with nogil:
+            g = 0
+            for i in range(n):
+                ws[i] = pw[perm[i]]
+                if i == 0 or codes[i] != codes[i - 1]:
+                    bounds[g] = i
+                    kc[g] = codes[i]
+                    firsts[g] = perm[i]
+                    g += 1
+            bounds[G] = n
+        # the keys of the groups' first rows, and the value columns in sorted order
+        head = _struct_head(nk)
+        size = head
+        for c in range(nk):
+            size += _up64(<size_t>kw[c] * <size_t>G)
+        kblock = _struct_block(nk, G, size)
+        kids = (<ArrowArray*>kblock) + 1
+        data = kblock + head
+        for c in range(nk):
+            ch = src.children[kcol[c]]
+            kids[c].buffers[1] = data
+            with nogil:
+                _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * kw[c], data,
+                        kw[c], firsts, G)
+            data += _up64(<size_t>kw[c] * <size_t>G)
+        head = _struct_head(nv)
+        size = head
+        for c in range(nv):
+            size += _up64(<size_t>vw[c] * <size_t>n)
+        vblock = _struct_block(nv, n, size)
+        kids = (<ArrowArray*>vblock) + 1
+        data = vblock + head
+        for c in range(nv):
+            ch = src.children[vcol[c]]
+            kids[c].buffers[1] = data
+            with nogil:
+                _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c], data,
+                        vw[c], perm, n)
+            data += _up64(<size_t>vw[c] * <size_t>n)
+        if np_dtypes is not None:
+            nps = []
+            for c in range(nv):
+                dt = np.dtype(np_dtypes[c])
+                if dt.itemsize != vw[c] or dt.kind not in "iufmM":
+                    raise ValueError(f"group_rows: numpy dtype {dt} for a column of {vw[c]} "
+                                     f"bytes")
+                a = np.empty(n, dtype=dt)
+                ch = src.children[vcol[c]]
+                with nogil:
+                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c],
+                            <uint8_t*>cnp.PyArray_DATA(a), vw[c], perm, n)
+                nps.append(a)
+        keys = _import_batch(<uintptr_t>kblock, key_schema)
+        kblock = NULL  # the import owns it now
+        vals = _import_batch(<uintptr_t>vblock, val_schema)
+        vblock = NULL
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
+        if kblock != NULL:
+            free(kblock)
+        if vblock != NULL:
+            free(vblock)
+    if nps is not None:
+        return keys, kc_a, bounds_a, vals, ws_a, nps
+    return keys, kc_a, bounds_a, vals, ws_a

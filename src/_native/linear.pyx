@@ -196,3 +196,190 @@ def delta_partials(bounds, weights, kinds, cols, values, valids):
                 return None
         out.append(res)
     return out
+
+
+cdef inline int _cmp_f64(double a, double b) noexcept nogil:
+    """-1, 0, 1 in the key-code order of float64: ``-0.0`` equals ``0.0``, every NaN equals
+    every NaN and sorts after every number."""
+    cdef bint na = a != a, nb = b != b
+    if na or nb:
+        return 0 if (na and nb) else (1 if na else -1)
+    return -1 if a < b else (1 if a > b else 0)
+
+
+cdef inline int _cmp_i64(int64_t a, int64_t b) noexcept nogil:
+    return -1 if a < b else (1 if a > b else 0)
+
+
+def finish_emit(old, new, eo, en, plan, is_int):
+    """The output rows of a linear aggregate's step, in row order and consolidated.
+
+    ``old`` / ``new``: the touched keys' partial columns (int64 where ``is_int[j]``, else
+    float64); ``eo`` / ``en``: the keys (ascending) whose old row is retracted / new row
+    inserted (:func:`combine_partials`). ``plan``: per output column ``(kind, c, s)``: kind 0
+    the count in partial column ``c``; 1 the sum in column ``s``, null where the count in ``c``
+    is 0; 2 the average ``float(s) / float(c)``, null where ``c`` is 0.
+
+    Returns ``(rows, weights, columns)``: ``rows`` the key of each output row (ascending; a key
+    in both ``eo`` and ``en`` gives its two rows in the key-code order of their values: nulls
+    first, ``-0.0 == 0.0``, NaN last; none when the two finished rows are equal), ``weights``
+    -1 (old) / +1 (new), and per output column ``(values, null mask or None)`` (values 0 where
+    null): rows in the order of the row codes of ``key ++ values``, each row once."""
+    cdef Py_ssize_t ncol = len(plan), nparts = len(old), j
+    if len(new) != nparts or len(is_int) != nparts or nparts == 0:
+        raise ValueError("finish_emit: old, new and is_int need one entry per partial column")
+    cdef cnp.ndarray ea = contig(eo, cnp.NPY_INT64)
+    cdef cnp.ndarray na_ = contig(en, cnp.NPY_INT64)
+    cdef int64_t no = ea.shape[0], nn = na_.shape[0], G = len(old[0]), i, a, b, m
+    cdef const int64_t* peo = <const int64_t*>cnp.PyArray_DATA(ea)
+    cdef const int64_t* pen = <const int64_t*>cnp.PyArray_DATA(na_)
+    # per output column: kind, count column, sum column, whether the sum is a float
+    cdef int64_t kinds[64]
+    cdef int64_t ccol[64]
+    cdef int64_t scol[64]
+    cdef bint sflt[64]
+    if ncol > 64:
+        raise ValueError("finish_emit: at most 64 output columns")
+    cdef const void* po[64]
+    cdef const void* pn[64]
+    keep = []
+    for j in range(nparts):
+        o = contig(old[j], cnp.NPY_INT64 if is_int[j] else cnp.NPY_FLOAT64)
+        n = contig(new[j], cnp.NPY_INT64 if is_int[j] else cnp.NPY_FLOAT64)
+        if o.shape[0] != G or n.shape[0] != G:
+            raise ValueError("finish_emit: partial columns differ in length")
+        keep.append((o, n))
+        po[j] = cnp.PyArray_DATA(o)
+        pn[j] = cnp.PyArray_DATA(n)
+    for j in range(ncol):
+        kinds[j], ccol[j], scol[j] = plan[j]
+        if kinds[j] < 0 or kinds[j] > 2 or not 0 <= ccol[j] < nparts or not is_int[ccol[j]] \
+                or (kinds[j] > 0 and not 0 <= scol[j] < nparts):
+            raise ValueError(f"finish_emit: bad plan entry {plan[j]!r}")
+        sflt[j] = kinds[j] > 0 and not is_int[scol[j]]
+    for i in range(no):
+        if peo[i] < 0 or peo[i] >= G or (i and peo[i] <= peo[i - 1]):
+            raise ValueError("finish_emit: eo must be ascending keys below the key count")
+    for i in range(nn):
+        if pen[i] < 0 or pen[i] >= G or (i and pen[i] <= pen[i - 1]):
+            raise ValueError("finish_emit: en must be ascending keys below the key count")
+    cdef cnp.ndarray rows_a = empty1(no + nn, cnp.NPY_INT64)
+    cdef cnp.ndarray w_a = empty1(no + nn, cnp.NPY_INT64)
+    cdef int64_t* prow = <int64_t*>cnp.PyArray_DATA(rows_a)
+    cdef int64_t* pw = <int64_t*>cnp.PyArray_DATA(w_a)
+    cdef int c
+    cdef int64_t k, cnt_o, cnt_n
+    cdef double fo, fn_
+    cdef bint nul_o, nul_n
+    with nogil:
+        a = b = m = 0
+        while a < no or b < nn:
+            if b >= nn or (a < no and peo[a] < pen[b]):
+                prow[m] = peo[a]
+                pw[m] = -1
+                m += 1
+                a += 1
+                continue
+            if a >= no or pen[b] < peo[a]:
+                prow[m] = pen[b]
+                pw[m] = 1
+                m += 1
+                b += 1
+                continue
+            # the key has both rows: compare the finished rows column by column
+            k = peo[a]
+            c = 0
+            for j in range(ncol):
+                cnt_o = (<const int64_t*>po[ccol[j]])[k]
+                cnt_n = (<const int64_t*>pn[ccol[j]])[k]
+                if kinds[j] == 0:
+                    c = _cmp_i64(cnt_o, cnt_n)
+                else:
+                    nul_o = cnt_o == 0
+                    nul_n = cnt_n == 0
+                    if nul_o or nul_n:
+                        c = 0 if (nul_o and nul_n) else (-1 if nul_o else 1)
+                    elif kinds[j] == 1 and not sflt[j]:
+                        c = _cmp_i64((<const int64_t*>po[scol[j]])[k],
+                                     (<const int64_t*>pn[scol[j]])[k])
+                    else:
+                        if sflt[j]:
+                            fo = (<const double*>po[scol[j]])[k]
+                            fn_ = (<const double*>pn[scol[j]])[k]
+                        else:
+                            fo = <double>(<const int64_t*>po[scol[j]])[k]
+                            fn_ = <double>(<const int64_t*>pn[scol[j]])[k]
+                        if kinds[j] == 2:
+                            fo = fo / <double>cnt_o
+                            fn_ = fn_ / <double>cnt_n
+                        c = _cmp_f64(fo, fn_)
+                if c != 0:
+                    break
+            a += 1
+            b += 1
+            if c == 0:
+                continue  # the same output row: -1 and +1 cancel
+            prow[m] = k
+            pw[m] = -1 if c < 0 else 1
+            prow[m + 1] = k
+            pw[m + 1] = -pw[m]
+            m += 2
+    # the finished values of the output rows
+    cols = []
+    cdef cnp.ndarray va, ma
+    cdef int64_t* vi
+    cdef double* vf
+    cdef uint8_t* pm
+    cdef int64_t nnull
+    cdef const void* src_c
+    cdef const void* src_s
+    for j in range(ncol):
+        ma = empty1(m, cnp.NPY_BOOL)
+        pm = <uint8_t*>cnp.PyArray_DATA(ma)
+        nnull = 0
+        if kinds[j] == 2 or sflt[j]:
+            va = empty1(m, cnp.NPY_FLOAT64)
+            vf = <double*>cnp.PyArray_DATA(va)
+            with nogil:
+                for i in range(m):
+                    k = prow[i]
+                    if pw[i] < 0:
+                        src_c = po[ccol[j]]
+                        src_s = po[scol[j]]
+                    else:
+                        src_c = pn[ccol[j]]
+                        src_s = pn[scol[j]]
+                    cnt_o = (<const int64_t*>src_c)[k]
+                    pm[i] = cnt_o == 0
+                    if cnt_o == 0:
+                        nnull += 1
+                        vf[i] = 0.0
+                        continue
+                    fo = (<const double*>src_s)[k] if sflt[j] else \
+                        <double>(<const int64_t*>src_s)[k]
+                    vf[i] = fo / <double>cnt_o if kinds[j] == 2 else fo
+        else:
+            va = empty1(m, cnp.NPY_INT64)
+            vi = <int64_t*>cnp.PyArray_DATA(va)
+            with nogil:
+                for i in range(m):
+                    k = prow[i]
+                    if pw[i] < 0:
+                        src_c = po[ccol[j]]
+                        src_s = po[scol[j]] if kinds[j] else NULL
+                    else:
+                        src_c = pn[ccol[j]]
+                        src_s = pn[scol[j]] if kinds[j] else NULL
+                    cnt_o = (<const int64_t*>src_c)[k]
+                    if kinds[j] == 0:
+                        pm[i] = 0
+                        vi[i] = cnt_o
+                    elif cnt_o == 0:
+                        pm[i] = 1
+                        nnull += 1
+                        vi[i] = 0
+                    else:
+                        pm[i] = 0
+                        vi[i] = (<const int64_t*>src_s)[k]
+        cols.append((va, ma if nnull else None))
+    return rows_a[:m], w_a[:m], cols

@@ -580,7 +580,8 @@ cdef class LiveTable:
     def get(self, kcodes, cnp.ndarray has, cnp.ndarray ver, list cols, list valids):
         """For each key code ``kcodes[i]`` with a row: ``has[i] = True``, ``ver[i]``, each
         ``cols[j][i]`` and ``valids[j][i]`` written in place (left as they are for a key without
-        a row: the caller passes zeros). Returns the number of keys found."""
+        a row: the caller passes zeros; a None validity array: not read back). Returns the
+        number of keys found."""
         cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
         cdef int64_t G = q.shape[0], i, j, at, found = 0, nc = self.ncols
         if has.ndim != 1 or has.shape[0] != G or has.itemsize != 1 or \
@@ -590,7 +591,7 @@ cdef class LiveTable:
                 not ver.flags.c_contiguous or not ver.flags.writeable:
             raise ValueError(f"LiveTable.get: ver must be a writable array of {G} u64")
         keep = []
-        cdef cnp.ndarray ptrs = self._pointers(cols, valids, G, "get", False, keep)
+        cdef cnp.ndarray ptrs = self._pointers(cols, valids, G, "get", True, keep)
         cdef size_t* pc = <size_t*>cnp.PyArray_DATA(ptrs)
         cdef size_t* pv = pc + nc + 1
         cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
@@ -612,7 +613,8 @@ cdef class LiveTable:
             for j in range(nc):
                 s = self.isz[j]
                 memcpy(<char*>pc[j] + i * s, r + self.coff[j], s)
-                (<uint8_t*>pv[j])[i] = r[self.voff + j]
+                if pv[j]:
+                    (<uint8_t*>pv[j])[i] = r[self.voff + j]
         return found
 
     def put(self, kcodes, rm, add, versions, list cols, list valids):

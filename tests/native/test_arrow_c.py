@@ -200,3 +200,83 @@ def test_encode_u64_refuses_a_batch_of_other_widths():
     b = pa.RecordBatch.from_arrays([pa.array([1, 2, 3], pa.int32())], names=["a"])
     assert arrow_c.encode_u64(b, [(8, True, False)]) is None
     assert arrow_c.encode_u64(b, [(4, True, False), (4, True, False)]) is None
+
+
+_INT_KEYS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32()]
+
+
+@st.composite
+def grouped_batch(draw):
+    """A batch of integer key columns (few distinct values: groups) and value columns, a
+    u64 key plan for some of its integer columns, and weights."""
+    n = draw(st.integers(1, 70))
+    kts = draw(st.lists(st.sampled_from(_INT_KEYS), min_size=1, max_size=2))
+    cols, fields = [], []
+    for i, t in enumerate(kts):
+        lo, hi = (0, 3) if pa.types.is_unsigned_integer(t) else (-2, 2)
+        cols.append(pa.array(draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), t))
+        fields.append(pa.field(f"k{i}", t, t.bit_width < 64 and draw(st.booleans())))
+    cols.append(pa.array(np.arange(n, dtype=np.int64) * 10))
+    fields.append(pa.field("v", pa.int64()))
+    cols.append(pa.array(np.linspace(0, 1, n)))
+    fields.append(pa.field("f", pa.float64()))
+    if draw(st.booleans()):  # a value column with a null: the general path
+        cols.append(pa.array([None] + [1] * (n - 1), pa.int32()))
+        fields.append(pa.field("z", pa.int32()))
+    batch = pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
+    key_cols = list(range(len(kts)))
+    plan = [(t.bit_width // 8, pa.types.is_signed_integer(t), fields[i].nullable)
+            for i, t in enumerate(kts)]
+    if sum(w + nl for w, _, nl in plan) > 8:
+        plan, key_cols = plan[:1], key_cols[:1]
+    val_cols = draw(st.lists(st.sampled_from(range(len(kts), len(cols))), min_size=1,
+                             max_size=3, unique=True))
+    w = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+    return batch, key_cols, plan, val_cols, w
+
+
+@given(grouped_batch())
+def test_group_rows_matches_reference(case):
+    batch, key_cols, plan, val_cols, w = case
+    ks = pa.schema([batch.schema.field(c) for c in key_cols])
+    vs = pa.schema([batch.schema.field(c) for c in val_cols])
+    got = arrow_c.group_rows(batch, key_cols, plan, val_cols, w, ks, vs)
+    want = R.group_rows(batch, key_cols, plan, val_cols, w, ks, vs)
+    assert (got is None) == (want is None)
+    if want is None:
+        return
+    assert got[0].equals(want[0]) and got[3].equals(want[3])
+    for a, b in zip(got[1:3] + got[4:], want[1:3] + want[4:]):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
+    # with numpy dtypes: the value columns again, as numpy arrays (bit for bit)
+    dts = [np.dtype(f"i{batch.schema.field(c).type.bit_width // 8}") for c in val_cols]
+    g2 = arrow_c.group_rows(batch, key_cols, plan, val_cols, w, ks, vs, dts)
+    w2 = R.group_rows(batch, key_cols, plan, val_cols, w, ks, vs, dts)
+    assert g2[3].equals(got[3]) and len(g2[5]) == len(w2[5]) == len(val_cols)
+    for a, b, c in zip(g2[5], w2[5], val_cols):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a.view(batch.column(c).to_numpy().dtype),
+                                      g2[3].column(val_cols.index(c)).to_numpy())
+    # the codes are the key codec's
+    from dbsp.algebra.codes import KeyCodec
+    np.testing.assert_array_equal(got[1], KeyCodec(list(ks)).encode_batch(got[0]))
+
+
+def test_group_rows_sorts_large_and_refuses_beyond_its_limit():
+    rng = np.random.default_rng(3)
+    n = arrow_c.GROUP_ROWS_MAX
+    k = rng.integers(-50, 50, n)
+    batch = pa.RecordBatch.from_arrays([pa.array(k), pa.array(np.arange(n))], names=["k", "v"])
+    ks, vs = pa.schema([batch.schema.field(0)]), pa.schema([batch.schema.field(1)])
+    plan = [(8, True, False)]
+    got = arrow_c.group_rows(batch, [0], plan, [1], np.ones(n, np.int64), ks, vs)
+    perm = np.argsort(k, kind="stable")
+    np.testing.assert_array_equal(got[3].column(0).to_numpy(), perm)
+    assert arrow_c.group_rows(batch, [0], [(8, True, True)], [1], np.ones(n, np.int64), ks,
+                              vs) is None  # 9 bytes: not a u64 code
+    big = pa.concat_batches([batch, batch.slice(0, 1)])
+    assert arrow_c.group_rows(big, [0], plan, [1], np.ones(n + 1, np.int64), ks, vs) is None
+    with pytest.raises(IndexError, match="no column 5"):
+        arrow_c.group_rows(batch, [5], plan, [1], np.ones(n, np.int64), ks, vs)

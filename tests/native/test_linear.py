@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from dbsp._native import linear as native
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -84,3 +85,53 @@ def test_delta_partials(case):
         for a, b in zip(got, want):
             _same(a, b)
             assert a.dtype == b.dtype
+
+
+@st.composite
+def finished(draw):
+    """(old, new, eo, en, plan, is_int): partial columns of G keys (small values, so that old
+    and new rows often finish equal), the emitted keys and an output plan over them."""
+    g = draw(st.integers(0, 10))
+    is_int = [True] + draw(st.lists(st.booleans(), max_size=3))
+    small_i = st.integers(-2, 2)
+    small_f = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, float("nan"), float("inf")])
+    cols = []
+    for _ in range(2):
+        cols.append([np.array(draw(st.lists(small_i if i else small_f, min_size=g, max_size=g)),
+                              dtype=np.int64 if i else np.float64) for i in is_int])
+    keys = st.lists(st.booleans(), min_size=g, max_size=g)
+    eo = np.flatnonzero(np.array(draw(keys), dtype=bool)).astype(np.int64)
+    en = np.flatnonzero(np.array(draw(keys), dtype=bool)).astype(np.int64)
+    ints = [j for j, i in enumerate(is_int) if i]
+    entry = st.tuples(st.sampled_from([0, 1, 2]), st.sampled_from(ints),
+                      st.integers(0, len(is_int) - 1))
+    plan = draw(st.lists(entry, min_size=1, max_size=4))
+    return cols[0], cols[1], eo, en, plan, is_int
+
+
+@given(finished())
+@example(([np.array([1], np.int64), np.array([-0.0])], [np.array([1], np.int64),
+          np.array([0.0])], np.array([0]), np.array([0]), [(1, 0, 1)], [True, False]))
+@example(([np.array([0, 2], np.int64)], [np.array([1, 2], np.int64)], np.array([0, 1]),
+          np.array([0, 1]), [(2, 0, 0), (0, 0, 0)], [True]))  # a null avg sorts first
+def test_finish_emit(case):
+    old, new, eo, en, plan, is_int = case
+    got = native.finish_emit(old, new, eo, en, plan, is_int)
+    want = ref.finish_emit(old, new, eo, en, plan, is_int)
+    _same(got[0], want[0])
+    _same(got[1], want[1])
+    assert got[0].dtype == np.int64 and got[1].dtype == np.int64
+    for (gv, gm), (wv, wm) in zip(got[2], want[2]):
+        assert gv.dtype == wv.dtype
+        _same(gv, wv)
+        assert (gm is None) == (wm is None)
+        if wm is not None:
+            _same(gm, wm)
+
+
+def test_finish_emit_rejects_bad_plan():
+    one = [np.array([1], np.int64)]
+    with pytest.raises(ValueError, match="bad plan entry"):
+        native.finish_emit(one, one, np.array([0]), np.array([0]), [(3, 0, 0)], [True])
+    with pytest.raises(ValueError, match="ascending"):
+        native.finish_emit(one, one, np.array([1]), np.array([0]), [(0, 0, 0)], [True])

@@ -253,6 +253,13 @@ def test_live_table_matches_ref_and_a_dict(case):
             if m is not None:
                 assert int(got[2][i]) == m[0]
                 assert [(c[i].item(), bool(o[i])) for c, o in zip(got[3], got[4])] == m[1]
+        # without validity arrays the same columns are read (the validity is not written)
+        for t in (nat, rf):
+            cols_only = [np.zeros(len(probe), dtype=d) for d in dts]
+            assert t.get(probe, np.zeros(len(probe), bool), np.zeros(len(probe), np.uint64),
+                         cols_only, [None] * len(dts)) == got[0]
+            for x, y in zip(cols_only, got[3]):
+                np.testing.assert_array_equal(x, y)
 
 
 def test_live_table_refuses_bad_arrays():

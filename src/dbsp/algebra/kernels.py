@@ -49,8 +49,10 @@ _NATIVE = {
     "LiveTable": "state",
     "combine_partials": "linear",
     "delta_partials": "linear",
+    "finish_emit": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
+    "group_rows": "arrow_c",
 }
 
 
@@ -148,8 +150,10 @@ LiveTable = _resolve("LiveTable")
 versioned_pairs = _resolve("versioned_pairs")
 pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
+finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
+group_rows = _resolve("group_rows")
 take_batch_runs = _resolve("take_batch_runs")
 
 

@@ -416,6 +416,61 @@ def combine_partials(old: list, delta: list, has_old: np.ndarray, is_int: list,
     return new, changed, keep, emit_old, emit_new
 
 
+def _code_order(x) -> tuple:
+    """A sort key of one finished output value in key-code order: null first, ``-0.0`` as
+    ``0.0``, every NaN equal and after every number."""
+    if x is None:
+        return (0,)
+    if isinstance(x, float) and x != x:
+        return (2,)
+    return (1, x + 0.0 if isinstance(x, float) else x)
+
+
+def finish_emit(old: list, new: list, eo: np.ndarray, en: np.ndarray, plan: list,
+                is_int: list):
+    """A linear aggregate's output rows of a step, in row order and consolidated (see
+    ``dbsp._native.linear.finish_emit``): ``(rows, weights, [(values, null mask or None)])``."""
+    def row(cols, k):
+        out = []
+        for kind, c, s in plan:
+            n = int(cols[c][k])
+            if kind == 0:
+                out.append(n)
+            elif n == 0:
+                out.append(None)
+            elif kind == 1:
+                out.append(int(cols[s][k]) if is_int[s] else float(cols[s][k]))
+            else:
+                out.append(float(cols[s][k]) / float(n))
+        return out
+
+    emitted = []  # (key, value order, weight, values)
+    for k in np.asarray(eo, np.int64).tolist():
+        r = row(old, k)
+        emitted.append((k, [_code_order(x) for x in r], -1, r))
+    for k in np.asarray(en, np.int64).tolist():
+        r = row(new, k)
+        emitted.append((k, [_code_order(x) for x in r], 1, r))
+    emitted.sort(key=lambda e: (e[0], e[1]))
+    kept = []
+    for e in emitted:  # an old and a new row of one key with equal values cancel
+        if kept and kept[-1][0] == e[0] and kept[-1][1] == e[1]:
+            kept.pop()
+        else:
+            kept.append(e)
+    rows = np.array([e[0] for e in kept], dtype=np.int64)
+    w = np.array([e[2] for e in kept], dtype=np.int64)
+    cols = []
+    for j, (kind, c, s) in enumerate(plan):
+        flt = kind == 2 or (kind == 1 and not is_int[s])
+        vals = [e[3][j] for e in kept]
+        mask = np.array([v is None for v in vals], dtype=bool)
+        arr = np.array([0 if v is None else v for v in vals],
+                       dtype=np.float64 if flt else np.int64)
+        cols.append((arr, mask if mask.any() else None))
+    return rows, w, cols
+
+
 def delta_partials(bounds: np.ndarray, weights: np.ndarray, kinds: list, cols: list,
                    values: list, valids: list):
     """Partials of a delta grouped by key (see ``dbsp._native.linear.delta_partials``): per
@@ -542,7 +597,8 @@ class LiveTable:
                                  f"of {G} items of {s} bytes")
 
     def get(self, kcodes, has: np.ndarray, ver: np.ndarray, cols: list, valids: list) -> int:
-        """Fill ``has``, ``ver``, ``cols`` and ``valids`` in place for the keys with a row."""
+        """Fill ``has``, ``ver``, ``cols`` and ``valids`` in place for the keys with a row (a
+        None validity array: not read back)."""
         self._check(cols, valids, len(kcodes), "get")
         found = 0
         for i, k in enumerate(np.asarray(kcodes, dtype=np.uint64).tolist()):
@@ -554,7 +610,8 @@ class LiveTable:
             ver[i] = row[0]
             for j, (x, ok) in enumerate(row[1]):
                 cols[j][i:i + 1] = np.frombuffer(x, dtype=cols[j].dtype)
-                valids[j][i] = ok
+                if valids[j] is not None:
+                    valids[j][i] = ok
         return found
 
     def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:
@@ -619,6 +676,59 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
                          mask=None if mask is None else np.asarray(mask, dtype=bool))
             cols.append(a.view(t))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+GROUP_ROWS_MAX = 4096
+
+
+def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema,
+               np_dtypes: Optional[list] = None):
+    """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (see
+    ``dbsp._native.arrow_c.group_rows``): ``(keys, codes, bounds, vals, weights)`` or None."""
+    n = batch.num_rows
+    if not key_cols or not val_cols or len(plan) != len(key_cols) or not 0 < n <= GROUP_ROWS_MAX:
+        return None
+    for c in list(key_cols) + list(val_cols):
+        if not 0 <= c < batch.num_columns:
+            raise IndexError(f"group_rows: no column {c}")
+    cols = batch.columns
+    if any(not _fixed_width(cols[c].type) or cols[c].null_count for c in val_cols):
+        return None
+    if sum(w + bool(nullable) for w, _, nullable in plan) > 8:
+        return None  # not a u64 code
+    codes = np.zeros(n, dtype=np.uint64)
+    for c, (w, signed, nullable) in zip(key_cols, plan):
+        a = cols[c]
+        if a.null_count or not _fixed_width(a.type) or a.type.bit_width != 8 * w:
+            return None
+        u = np.asarray(a.view(pa.from_numpy_dtype(np.dtype(f"u{w}"))).to_numpy(),
+                       dtype=np.uint64)
+        if signed:
+            u = u ^ np.uint64(1 << (8 * w - 1))
+        if nullable:
+            codes = (codes << np.uint64(8)) | np.uint64(1)
+        codes = (codes << np.uint64(8 * w)) | u if w < 8 else u
+    perm = np.argsort(codes, kind="stable")
+    sk = codes[perm]
+    start = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
+    bounds = np.append(start, n).astype(np.int64)
+    idx = pa.array(perm.astype(np.int64))
+    keys = pa.RecordBatch.from_arrays([cols[c].take(pa.array(perm[start])) for c in key_cols],
+                                      schema=key_schema)
+    vals = pa.RecordBatch.from_arrays([cols[c].take(idx) for c in val_cols], schema=val_schema)
+    out = keys, sk[start], bounds, vals, np.asarray(weights, np.int64)[perm]
+    if np_dtypes is None:
+        return out
+    nps = []
+    for c, dt in zip(val_cols, np_dtypes):
+        dt = np.dtype(dt)
+        a = cols[c]
+        if dt.itemsize * 8 != a.type.bit_width or dt.kind not in "iufmM":
+            raise ValueError(f"group_rows: numpy dtype {dt} for a column of "
+                             f"{a.type.bit_width // 8} bytes")
+        raw = a.view(pa.from_numpy_dtype(np.dtype(f"u{dt.itemsize}"))).to_numpy()
+        nps.append(np.ascontiguousarray(raw[perm]).view(dt))
+    return out + (nps,)
 
 
 def take_batch_runs(schema: pa.Schema, groups: list):

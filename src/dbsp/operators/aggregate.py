@@ -98,6 +98,7 @@ from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
 from .index import IndexOperator
+from .output import SortedPart
 
 KINDS = ("count", "sum", "avg", "min", "max", "count_distinct")
 LINEAR = ("count", "sum", "avg")
@@ -616,7 +617,7 @@ class VersionedRows(Stateful):
             has = np.zeros(G, dtype=bool)
             ver = np.zeros(G, dtype=np.uint64)
             cols = [np.zeros(G, dtype=dt) for dt in dtypes]
-            oks = [np.zeros(G, dtype=bool) for _ in dtypes]
+            oks = [np.zeros(G, dtype=bool) for _ in dtypes] if valid else [None] * len(dtypes)
             t.get(kcodes, has, ver, cols, oks)
             return (has, cols, ver, oks) if valid else (has, cols, ver)
         return self._get_numpy_spine(kcodes, G, dtypes, valid)
@@ -748,14 +749,25 @@ class VersionedRows(Stateful):
                                       pa.RecordBatch.from_arrays(new_vals.columns,
                                                                  schema=self.val_schema)])
             vals = take(both, np.where(is_old, g, g + G))  # old rows from the first half
+        self._insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes,
+                                    w, kcodec, self.vcodec),
+                     table if isinstance(old_vals, list) else None, kcodes, rm, add, start,
+                     new_vals, new_valid)
+
+    def _insert(self, b: OrdIndexedZSet, table, kcodes, rm: np.ndarray, add: np.ndarray,
+                start: int, new_vals: list, new_valid: Optional[list]) -> None:
+        """Insert the batch ``b`` of a put (the old rows where ``rm``, the new rows, versions
+        ``start, start + 1, ...`` in key order, where ``add``) into the spine and, when the flat
+        ``table`` (taken out of ``self._table`` by the caller before anything was written) was
+        current before it, apply the same change to the table in place; else the table stays
+        dropped (rebuilt at the next read that may use it)."""
         gen = self.trace.generation
-        self.trace.insert(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
-                                         vcodes, w, kcodec, self.vcodec))
-        if table is not None and isinstance(old_vals, list) and self._gen == gen \
+        self.trace.insert(b)
+        if table is not None and self._gen == gen \
                 and self.trace is self._spine and self.trace.generation == gen + 1:
-            # the table was current before this insert: apply the same change in place (new
-            # versions are start, start + 1, ... in key order, as versioned_pairs drew them)
-            ver = (start + np.cumsum(add, dtype=np.uint64) - np.uint64(1)).astype(np.uint64)
+            ver = np.cumsum(add, dtype=np.uint64)  # (wraps where no key was added yet: unread)
+            ver += np.uint64(start)
+            ver -= np.uint64(1)
             table.put(kcodes, rm, add, ver,
                       [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
                       new_valid if new_valid is not None else [None] * len(new_vals))
@@ -1019,6 +1031,14 @@ class LinearAggregateOperator(Operator):
     meet first (the sums are exact, so they are the same). Only when some key is refused (an
     overflow, a negative count) are the rows indexed as the unfused ``index_by`` would, so the
     rows reported are the same.
+
+    *A step's fixed cost.* Numeric partials are read through the versioned state's flat table
+    (one probe a touched key) and written back beside the spine; the output rows come out
+    finished, in the order of the output's row codes and consolidated
+    (:func:`~dbsp.algebra.kernels.finish_emit`), as a
+    :class:`~dbsp.operators.output.SortedPart` that an output handle reads as it is (no encode,
+    no sort: the keys were sorted by code when grouped). With u64 keys, a small step's rows are
+    grouped in one native pass (:func:`~dbsp.algebra.kernels.group_rows`).
     """
 
     state_attrs = ('state',)
@@ -1031,7 +1051,10 @@ class LinearAggregateOperator(Operator):
         self.positive = positive
         self.specs, self.out_schema = specs, out_schema
         self.partials = _Partials(specs)
-        self.state = VersionedRows("aggregate.partials", self.partials.schema)
+        # numeric partials: the live rows are read through a flat table (VersionedRows' flat),
+        # one probe a touched key instead of a search in every batch of the spine
+        self.state = VersionedRows("aggregate.partials", self.partials.schema,
+                                   flat=self.partials.dtypes is not None)
         nk = len(out_schema) - len(specs)
         self.agg_schema = pa.schema(list(out_schema)[nk:])
         self.key_schema = pa.schema(list(out_schema)[:nk])
@@ -1047,15 +1070,29 @@ class LinearAggregateOperator(Operator):
         self._np_plan = self._plan_native()
         #: (the fused index's plan, the codec of the value columns read), see _group
         self._vcodec: Optional[tuple] = None
+        #: how _group groups the rows of the last input schema (see _plan_group)
+        self._group_plan: Optional[tuple] = None
+        #: (the batch _group made this step, its value columns as numpy), or None
+        self._grouped: Optional[tuple] = None
         #: value columns the partials read (each once, in first use order)
         self._used = list(dict.fromkeys(s.column for s in specs if s.column is not None))
-        #: whether :meth:`_step_numeric` builds its output natively: every result's type is
-        #: the numpy dtype :meth:`_finish_numeric` gives it (int64 counts and integer sums,
-        #: float64 averages and float sums), so the values are appended as they are
-        self._native_out = self.partials.dtypes is not None and all(
+        #: how :func:`~dbsp.algebra.kernels.finish_emit` finishes each output column from the
+        #: partials (kind 0 count, 1 sum, 2 avg; count column; sum column), when every
+        #: result's type is the numpy dtype it computes (int64 counts and integer sums, float64
+        #: averages and float sums), so the values are appended as they are; else None
+        native_out = self.partials.dtypes is not None and all(
             f.type == (pa.float64() if s.kind == "avg" or (
                 s.kind == "sum" and self.partials.dtypes[si] is np.float64) else pa.int64())
             for s, (_, si, _), f in zip(specs, self.partials.plan, self.agg_schema))
+        self._fin_plan = None if not native_out else [
+            (0, 0 if ci is None else ci, 0) if s.kind == "count" else
+            (1 if s.kind == "sum" else 2, ci, si)
+            for s, (ci, si, _) in zip(specs, self.partials.plan)]
+        #: the output's row codec (the one an output handle sorts by)
+        self._row_codec = codec_for(out_schema, out_schema.names)
+        self._nk = nk
+        #: the key codec last seen whose order is the output's key order (see _step_numeric)
+        self._ordered_kcodec: Optional[KeyCodec] = None
 
     @property
     def passes_empty(self) -> bool:  # type: ignore[override]
@@ -1082,6 +1119,18 @@ class LinearAggregateOperator(Operator):
             return ix.eval(z)  # raises naming the column
         kc = p[1]
         data = z.data
+        g = self._group_plan
+        if g is None or g[0] is not p:  # once per input schema
+            g = self._group_plan = self._plan_group(p, data.schema)
+        if g[1] is not None:  # u64 keys: one native pass (None: a null, or a large step)
+            got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4], g[6])
+            if got is not None:
+                keys, kcodes, bounds, vals, w = got[:5]
+                d = OrdIndexedZSet(keys, kcodes, bounds, vals, np.zeros(len(w), np.uint64), w,
+                                   kc, g[5])
+                if g[6] is not None:  # the value columns as the partials read them
+                    self._grouped = (d, got[5])
+                return d
         keys = data.select(ix.key)
         kcodes = kc.encode_batch(keys)
         perm = K.argsort(kcodes)
@@ -1094,6 +1143,34 @@ class LinearAggregateOperator(Operator):
         return OrdIndexedZSet(take(keys, perm[first]), K.take(sk, first), bounds, vals,
                               np.zeros(len(perm), np.uint64), z.weights[perm], kc,
                               self._vcodec[1])
+
+    def _plan_group(self, p: tuple, schema: pa.Schema) -> tuple:
+        """How :meth:`_group` groups rows of ``schema`` (``p``: the fused index's plan):
+        ``(p, key column indices or None, value column indices, key schema, value schema,
+        value codec)``; the indices are None unless the key codes are u64 read from the
+        columns' buffers (:func:`~dbsp.algebra.kernels.group_rows`)."""
+        names = schema.names
+        kidx = [names.index(k) for k in self._index.key]  # type: ignore[union-attr]
+        vidx = [names.index(c) for c in self._used]
+        ks = pa.schema([schema.field(i) for i in kidx])
+        vs = pa.schema([schema.field(i) for i in vidx])
+        native = p[1]._native_plan is not None and bool(vidx)
+        # numpy copies of the value columns for _native_partials, when it reads each used
+        # column as a number (not only its validity), of the column's own width and kind
+        np_dts = None
+        if native and self._np_plan is not None and \
+                [n for n, _ in self._np_plan[2]] == self._used:
+            np_dts = []
+            for (_, dt), i in zip(self._np_plan[2], vidx):
+                t = schema.field(i).type
+                own = np.dtype(t.to_pandas_dtype()) if pa.types.is_integer(t) or \
+                    pa.types.is_floating(t) else None
+                if dt is None or own is None or own.itemsize != np.dtype(dt).itemsize \
+                        or own.kind != np.dtype(dt).kind:
+                    np_dts = None
+                    break
+                np_dts.append(own)
+        return p, kidx if native else None, vidx, ks, vs, codec_for(vs), np_dts
 
     def _plan_native(self) -> Optional[tuple]:
         """How :func:`~dbsp.algebra.kernels.delta_partials` computes this operator's partials:
@@ -1121,6 +1198,12 @@ class LinearAggregateOperator(Operator):
         if plan is None:
             return None
         kinds, cols, used = plan
+        got = self._grouped
+        if got is not None:
+            self._grouped = None
+            if got[0] is d:  # grouped natively this step: the columns as numpy already
+                return K.delta_partials(d.offsets, d.weights, kinds, cols, got[1],
+                                        [None] * len(got[1]))
         values, valids = [], []
         for name, dt in used:
             arr = d.vals.column(name)
@@ -1221,9 +1304,13 @@ class LinearAggregateOperator(Operator):
         st = self.state
         st._versions(0)  # (sets the version counter after a restore)
         add = changed & keep
-        kk, offsets, idx, src, vcodes, w = K.versioned_pairs(changed & has_old, add, old_ver,
-                                                             st._next)
-        if len(kk):
+        rm = changed & has_old
+        start = st._next
+        table, st._table = st._table, None  # current again only once both are written
+        kk, offsets, idx, src, vcodes, w = K.versioned_pairs(rm, add, old_ver, start)
+        if not len(kk):
+            st._table = table  # nothing written
+        else:
             st._next += int(np.count_nonzero(add))
             picked = [K.pick_rows(idx, src, o, n) for o, n in zip(old, new)]
             # one native import of the numpy partials (int64 / float64: the partials' dtypes)
@@ -1232,28 +1319,54 @@ class LinearAggregateOperator(Operator):
                 vals = pa.RecordBatch.from_arrays(
                     [pa.array(x, f.type) for x, f in zip(picked, st.val_schema)],
                     schema=st.val_schema)
-            b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
-                               kcodec, st.vcodec)
+            if len(kk) == len(has_old):  # every touched key changed (kk: ascending, distinct)
+                b = OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kcodec, st.vcodec)
+            else:
+                b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
+                                   kcodec, st.vcodec)
             # the numpy columns just written are what get_numpy reads of this batch next step
+            # (when it reads the spine, not the flat table)
             b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
-            st.trace.insert(b)
+            st._insert(b, table, kcodes, rm, add, start, new, None)
         n_old = len(eo)
         if n_old + len(en) == 0:
             return ZSet.empty(self.out_schema)
+        if self._fin_plan is not None:
+            return self._emit_sorted(keys, kcodec, old, new, eo, en)
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
         is_old = ow < 0  # (once, not once per partial column)
         parts = [K.pick_rows(rows, is_old, o, n) for o, n in zip(old, new)]
-        fin = self._finish_numeric(parts)
-        out = None
-        if self._native_out:  # keys gathered and results appended in one native import
-            out = K.take_batch(keys, rows, fin, self.out_schema)
-        if out is None:
+        fin = self._finish_numeric(parts)  # (a result type other than int64 / float64)
+        cols = list(take(keys, rows).columns) + [
+            pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]
+        return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
+
+    def _emit_sorted(self, keys: pa.RecordBatch, kcodec: KeyCodec, old: list, new: list,
+                     eo: np.ndarray, en: np.ndarray) -> ZSet:
+        """The output rows of :meth:`_step_numeric` (``-old`` where ``eo``, ``+new`` where
+        ``en``) finished, ordered and consolidated in one native pass
+        (:func:`~dbsp.algebra.kernels.finish_emit`: a key whose old and new rows finish equal
+        emits nothing) and gathered with the keys in one native import. The keys are sorted by
+        their codes, so the rows come out in the order of the output's row codes: a
+        :class:`~dbsp.operators.output.SortedPart` (codes built only if something reads them),
+        which an output handle takes as it is, without encoding and sorting the rows again."""
+        rows, ow, fin = K.finish_emit(old, new, eo, en, self._fin_plan, self._is_int)
+        if not len(rows):
+            return ZSet.empty(self.out_schema)
+        out = K.take_batch(keys, rows, fin, self.out_schema)
+        if out is None:  # (keys with nulls or of variable width)
             cols = list(take(keys, rows).columns) + [
                 pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]
             out = pa.RecordBatch.from_arrays(cols, schema=self.out_schema)
-        return ZSet(out, ow)
+        if kcodec is not self._ordered_kcodec:
+            # the key codes order the keys as the output's row codes order its key columns
+            # when the column types are the same (a null flag keeps the order of the values)
+            if [f.type for f in kcodec.fields] != [f.type for f in self.key_schema]:
+                return ZSet(out, ow)
+            self._ordered_kcodec = kcodec
+        return SortedPart(out, ow, self._row_codec, self._nk)
 
     def _finish_numeric(self, parts: list) -> list:
         """:meth:`_Partials.finish` of numpy partials (no decimal) as ``(values, null mask or

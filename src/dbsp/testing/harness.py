@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import Circuit
+from ..algebra.codes import Codes
 from . import reference as ref
 
 
@@ -32,6 +33,19 @@ def push_dict(inp, z: dict) -> None:
 
 def _fmt(z: dict) -> str:
     return "{" + ", ".join(f"{r!r}: {w}" for r, w in sorted(z.items(), key=lambda p: repr(p))) + "}"
+
+
+def check_consolidated(z: Any, ctx: str = "") -> None:
+    """Assert the invariant of a consolidated Z-set (an output's delta): its rows, encoded
+    afresh with its codec, strictly ascend (sorted, each row once) and no weight is zero.
+    An operator that hands an already sorted batch on (the output then neither encodes nor
+    sorts it) must keep it."""
+    if not len(z):
+        return
+    codes = Codes.to_list(z.codec.encode_batch(z.data))
+    assert all(a < b for a, b in zip(codes, codes[1:])), \
+        f"{ctx}\ndelta rows not in code order or repeated: {z.data.to_pylist()}"
+    assert (np.asarray(z.weights) != 0).all(), f"{ctx}\ndelta has a zero weight"
 
 
 def check_steps(workers: int, schemas: dict[str, Any], build: Callable[..., Any],
@@ -65,6 +79,7 @@ def check_steps(workers: int, schemas: dict[str, Any], build: Callable[..., Any]
             got_delta = out.to_dict()
             want_delta = ref.sub(want, prev)
             ctx = f"step {t} with {workers} worker(s); inputs so far {integ!r}"
+            check_consolidated(out.delta(), ctx)
             assert norm(got_delta) == norm(want_delta), (
                 f"{ctx}\ndelta: got  {_fmt(got_delta)}\n       want {_fmt(want_delta)}")
             if linear:
