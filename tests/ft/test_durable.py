@@ -370,3 +370,100 @@ def test_a_long_replay_commits_a_checkpoint_before_new_input(tmp_path):
     assert (rec["checkpoint_step"], rec["replayed_steps"], rec["checkpointed"]) == (9, 0, None)
     assert agg.view_dict() == view
     ctx.close()
+
+
+class _Clock:
+    """A wall clock the test moves by hand (starting at the real time: the input log's file
+    times are real)."""
+
+    def __init__(self):
+        import time
+        self.now = time.time()
+
+    def __call__(self):
+        return self.now
+
+
+def _make_timed(d, clock, **kw):
+    ctx, s, agg, raw = make(d, checkpoint_every=None, checkpoint_seconds=100, **kw)
+    ctx.durable.clock = clock
+    return ctx, s, agg, raw
+
+
+def test_time_cadence_counts_from_the_last_checkpoint_across_recoveries(tmp_path):
+    """``checkpoint_seconds=100``, 30 s a step by the clock, a crash every two steps (60 s, less
+    than the cadence): each recovery counts the time since the restored checkpoint was taken
+    (its wall time is in the catalog; before the first, since the first logged step), so
+    checkpoints still come and replays stay short. When the time restarted at each open, no
+    checkpoint ever came and the replays grew 2, 4, 6, 8."""
+    d = str(tmp_path)
+    clock = _Clock()
+    replays, checkpoints = [], []
+    i = 0
+    for _ in range(5):
+        ctx, s, agg, _ = _make_timed(d, clock)
+        ctx.open()
+        replays.append(ctx.durable.recovery["replayed_steps"])
+        for _ in range(2):
+            clock.now += 30
+            s.push([(i % 2, i)])
+            ctx.step()
+            i += 1
+        ctx.durable.wait_checkpoint()
+        cp = ctx.durable.last_checkpoint
+        checkpoints.append(None if cp is None else cp.step)
+        _crash(ctx)
+    # steps 0-3 at +30..+120 from the first logged step: a checkpoint at step 4 (age 120);
+    # then steps 4-7 at +30..+120 from it: one at step 8
+    assert checkpoints == [None, 4, 4, 8, 8], checkpoints
+    assert replays == [0, 2, 0, 2, 0], replays
+    ctx, s, agg, _ = _make_timed(d, clock)
+    ctx.open()
+    assert agg.view_dict() == {(k, len(vs), sum(vs), max(vs)): 1
+                               for k, vs in ((k, range(k, i, 2)) for k in (0, 1))}
+    ctx.close()
+
+
+def test_a_recovery_past_the_time_cadence_commits_a_checkpoint_before_new_input(tmp_path):
+    """A pipeline down longer than ``checkpoint_seconds`` since its last checkpoint was taken
+    commits one at the end of its replay, before any new input; a checkpoint taken "in the
+    future" (a clock set back) counts from now."""
+    d = str(tmp_path)
+    clock = _Clock()
+    ctx, s, _, _ = _make_timed(d, clock)
+    for i in range(3):
+        clock.now += 10
+        s.push([(i % 2, i)])
+        ctx.step()
+        if i == 0:
+            ctx.checkpoint()
+    taken = ctx.durable.last_checkpoint.time
+    assert (ctx.durable.last_checkpoint.step, taken) == (1, clock.now - 20)
+    _crash(ctx)
+    clock.now += 85  # 105 s since step 1's checkpoint was taken
+    ctx, s, agg, _ = _make_timed(d, clock)
+    ctx.open()
+    rec = ctx.durable.recovery
+    assert (rec["checkpoint_step"], rec["replayed_steps"], rec["checkpointed"]) == (1, 2, 3)
+    assert rec["checkpoint_age"] == 105
+    assert ctx.durable.last_checkpoint.time == clock.now
+    view = agg.view_dict()
+    _crash(ctx)
+    clock.now -= 1000  # the clock set back: the last checkpoint's time is ahead of it
+    ctx, s, agg, _ = _make_timed(d, clock)
+    ctx.open()
+    rec = ctx.durable.recovery
+    assert (rec["checkpoint_step"], rec["replayed_steps"], rec["checkpointed"],
+            rec["checkpoint_age"]) == (3, 0, None, 0)
+    assert agg.view_dict() == view
+    clock.now += 99
+    s.push([(0, 50)])
+    ctx.step()
+    ctx.durable.wait_checkpoint()
+    assert ctx.durable.last_checkpoint.step == 3  # 99 s: not due yet
+    clock.now += 1
+    s.push([(0, 51)])
+    ctx.step()
+    ctx.durable.wait_checkpoint()
+    assert ctx.durable.last_checkpoint.step == 5
+    ctx.close()

@@ -236,3 +236,52 @@ def test_checkpoint_cadence_survives_generations(tmp_path):
         assert [r["replayed_steps"] for r in recs] == [0, 2, 1, 0], recs
     res = crash.check(str(tmp_path), EVENTS)
     assert res["ok"] > 0 and _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}
+
+
+class _Clock:
+    """The driver's wall clock, moved by hand (from the real time: log file times are real)."""
+
+    def __init__(self):
+        import time
+        self.now = time.time()
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.slow
+def test_time_cadence_survives_generations(tmp_path):
+    """``checkpoint_seconds=100`` on the launcher, 30 s a step by the driver's clock, a replica
+    killed two steps (60 s) into each generation and 20 s down: each generation counts the
+    time since the restored checkpoint was taken (the catalog's wall time), so checkpoints
+    still come (steps 4, 7, 9), and the one that recovers 100 s after its checkpoint commits
+    one before new input. When each generation restarted the time, no checkpoint came after
+    the first and the replays grew 1, 3, 5."""
+    clock = _Clock()
+
+    def feed(d, n):
+        for _ in range(n):
+            clock.now += 30
+            _feed(d, d.step_no, d.step_no + 1)
+        d.wait_checkpoint()
+
+    with launch_durable(P.crash_views, 2, tmp_path, checkpoint_seconds=100,
+                        clock=clock) as job:
+        d = job.open()
+        feed(d, 5)
+        assert d.last_checkpoint.step == 4
+        cps = []
+        for _ in range(3):
+            _kill_worker(job, 1)
+            clock.now += 20
+            d = job.restart()
+            feed(d, 2)
+            cps.append(d.last_checkpoint.step)
+        assert cps == [7, 7, 9], cps
+        recs = job.report()["recoveries"]
+        assert [(r["replayed_steps"], r["checkpointed"]) for r in recs] == \
+            [(0, None), (1, None), (0, None), (2, 9)], recs
+        crash.check_recoveries(job, [], pieces_per_step=0, checkpoint_seconds=100)
+        _feed(d, d.step_no, STEPS)
+    res = crash.check(str(tmp_path), EVENTS)
+    assert res["ok"] > 0 and _clean(res) == {"lost": 0, "duplicated": 0, "unexpected": 0}

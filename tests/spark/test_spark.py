@@ -157,6 +157,35 @@ def test_killed_spark_tasks_recover_exactly_once(spark, tmp_path, seed):
     assert res["ok"] > 0
 
 
+def test_killed_spark_tasks_keep_the_time_cadence(spark, tmp_path):
+    """``checkpoint_seconds=100`` on Spark, 30 s a step by the driver's clock (moved by the
+    input reader), tasks killed at random steps: every generation counts the time from when the
+    restored checkpoint was taken, so a recovery past due commits one before new input and no
+    recovery replays more than about twice the cadence (4 steps of 30 s)."""
+    import time
+
+    class Clock:
+        now = time.time()
+
+        def __call__(self):
+            return self.now
+
+    clock = Clock()
+
+    def read(step, token):
+        clock.now += 30
+        return crash.step_input(step, EVENTS, CHUNK)
+
+    with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_seconds=100,
+                 clock=clock, max_restarts=10) as job:
+        kills = crash.run_killed(job, read, STEPS, 2, 3)
+        assert len(kills) >= 1 and job.restarts >= len(kills), kills
+        recs = crash.check_recoveries(job, kills, pieces_per_step=0, checkpoint_seconds=100)
+        assert all(r["replayed_steps"] <= 8 for r in recs), recs
+    res = crash.check(str(tmp_path), EVENTS)
+    assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
+
+
 # -- Structured Streaming source ---------------------------------------------------------------
 
 def _durable_steps(d, lo, hi, chunk=10):

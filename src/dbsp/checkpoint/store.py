@@ -84,6 +84,10 @@ class CheckpointInfo:
 
     name: str
     step: int
+    #: wall-clock time (``time.time()``, or the clock the caller of :meth:`CheckpointStore.begin`
+    #: gave) at which the state was captured, the step boundary the checkpoint holds; the time
+    #: cadence of :mod:`dbsp.ft.durable` counts from it across restarts. (Catalogs written
+    #: before it was the capture time hold the publish time, a little later: still a bound.)
     time: float
     bytes: int
     files: list = field(default_factory=list)
@@ -147,8 +151,11 @@ class PendingCheckpoint:
     """A checkpoint captured at a step boundary, being written (see :meth:`finish`)."""
 
     def __init__(self, store: "CheckpointStore", circuit: Any, name: str, step: int,
-                 driver: Any, paused: float, layout: Optional[dict] = None):
+                 driver: Any, paused: float, layout: Optional[dict] = None,
+                 taken: Optional[float] = None):
         self.store, self.circuit, self.name, self.step = store, circuit, name, step
+        #: wall-clock time of the capture (:attr:`CheckpointInfo.time`)
+        self.time = time.time() if taken is None else taken
         self.driver = driver
         self.layout = layout
         self.pause_seconds = paused
@@ -336,8 +343,10 @@ class CheckpointStore:
         raise CheckpointError(f"no checkpoint {name!r} in {self.root} (known: {known})")
 
     # -- writing -----------------------------------------------------------------------------
-    def begin(self, circuit: Any, step: int) -> PendingCheckpoint:
-        """Capture ``circuit``'s state at this step boundary (the pause the circuit sees)."""
+    def begin(self, circuit: Any, step: int, at: Optional[float] = None) -> PendingCheckpoint:
+        """Capture ``circuit``'s state at this step boundary (the pause the circuit sees).
+        ``at``: the wall-clock time of the capture to record (default: ``time.time()`` now)."""
+        at = time.time() if at is None else at
         if self.failed is not None:
             raise CheckpointError(f"an earlier checkpoint failed ({self.failed}); storage "
                                   f"cannot be trusted until the pipeline restarts from the "
@@ -357,7 +366,7 @@ class CheckpointStore:
             raise
         layout = circuit.layout_info() if hasattr(circuit, "layout_info") else None
         pc = PendingCheckpoint(self, circuit, name, step, driver, time.perf_counter() - t0,
-                               layout)
+                               layout, taken=at)
         pc.writes = writes
         return pc
 
@@ -384,7 +393,7 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint at step {pc.step} failed: {e}; the previous "
                                   f"checkpoint stands") from e
         files = sorted({f for r in results for f in r["files"]})
-        info = CheckpointInfo(name, pc.step, time.time(), sum(r["bytes"] for r in results),
+        info = CheckpointInfo(name, pc.step, pc.time, sum(r["bytes"] for r in results),
                               files, pc.layout)
         with self._lock, self._root_lock:
             cps = self.checkpoints + [info]

@@ -22,6 +22,11 @@ what it already holds. Then each :meth:`DurableCircuit.step`
    more commits a checkpoint before any new input. So with ``checkpoint_every = n`` a recovery
    replays at most ``2 n`` steps however often its replicas die (``n`` plus the steps run while
    the checkpoint after them was written in the background, which a death may cut short).
+   ``checkpoint_seconds`` follows the same rule by the wall clock: it counts from the time the
+   last committed checkpoint was taken (recorded in the catalog), and a recovery that ends past
+   it commits a checkpoint before any new input: a recovery replays the steps of about
+   ``checkpoint_seconds`` (plus a background write a death cut short), however often the
+   replicas die.
 
 Resuming with another number of workers is a cold layout change (seed 000, "Layout changes"): the
 store re-shards the checkpoint's state for the new workers (each loads the shards it now owns,
@@ -91,7 +96,7 @@ class StateStore(Protocol):
 
     def restore(self, circuit: Any, name: Any = None) -> Any: ...
 
-    def begin(self, circuit: Any, step: int) -> Any: ...
+    def begin(self, circuit: Any, step: int, at: Optional[float] = None) -> Any: ...
 
     def close(self) -> Any: ...
 
@@ -108,7 +113,8 @@ class DurableCircuit:
                  checkpoint_seconds: Optional[float] = None,
                  check_output: bool = False, background: Optional[bool] = None,
                  checkpoint_on_close: bool = True,
-                 fence: Optional[Callable[[str], None]] = None, max_restarts: int = 5):
+                 fence: Optional[Callable[[str], None]] = None, max_restarts: int = 5,
+                 clock: Callable[[], float] = time.time):
         if checkpoint_every is not None and checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1 step, got {checkpoint_every}")
         if checkpoint_seconds is not None and checkpoint_seconds <= 0:
@@ -131,6 +137,10 @@ class DurableCircuit:
         #: of an old generation, :mod:`dbsp.ft.remote`); called before every append
         self.fence = fence
         self.max_restarts = max_restarts
+        #: the wall clock of the time cadence (``checkpoint_seconds``), also recorded in each
+        #: checkpoint (:attr:`~dbsp.checkpoint.CheckpointInfo.time`): a wall clock, because the
+        #: age of a checkpoint taken by an earlier process must be read after a restart
+        self.clock = clock
         #: worker processes that died and were replaced (the pipeline went on)
         self.restarts = 0
         self.step_no = 0
@@ -140,7 +150,7 @@ class DurableCircuit:
         self.last_checkpoint: Any = None
         self.pauses: list[float] = []
         self._since = 0
-        self._t_last = time.monotonic()
+        self._t_last = clock()
         self._writer: Optional[threading.Thread] = None
         self._writer_error: Optional[BaseException] = None
         #: a step's input record that could not be made durable: no step runs any more
@@ -241,8 +251,10 @@ class DurableCircuit:
         the checkpoint restored, None without one), ``replayed_steps`` (the logged steps run
         again after it), ``replayed_pieces`` (the pieces of sliced sources the workers read
         again and checked against their logged checksums), ``step`` (the next step),
-        ``seconds``, and ``checkpointed`` (the step of the checkpoint committed at the end of a
-        replay of ``checkpoint_every`` steps or more, else None)."""
+        ``seconds``, ``checkpoint_age`` (the wall seconds, by :attr:`clock`, since the restored
+        checkpoint was taken, at the end of the replay) and ``checkpointed`` (the step of the
+        checkpoint committed at the end of a replay of ``checkpoint_every`` steps or more, or
+        when ``checkpoint_age`` reached ``checkpoint_seconds``, else None)."""
         if self.opened:
             return self
         t0 = time.perf_counter()
@@ -259,7 +271,7 @@ class DurableCircuit:
         self.layout_change = getattr(self.store, "layout_change", None)
         if self.layout_change is not None:  # the new layout's first commit, before any input
             self.step_no = start
-            info = self._publish(self.store.begin(c, start))
+            info = self._publish(self.store.begin(c, start, at=self.clock()))
         log = self.input_log
         if log.end == log.first:  # empty: continue at the checkpoint
             log.start_at(max(start, log.end))
@@ -309,20 +321,43 @@ class DurableCircuit:
         # killed every few steps would otherwise push the next checkpoint further out each
         # time and replay ever more. A replay of ``checkpoint_every`` steps or more ends with a
         # checkpoint, committed before any new input (the next death replays none of it).
+        # The time cadence too counts from when the restored checkpoint was taken (its wall
+        # time is in the catalog), or without one from when the first logged step was: a
+        # generation killed more often than every ``checkpoint_seconds`` would otherwise never
+        # checkpoint again. Past due after the replay, a checkpoint comes before new input.
         self._since = self.step_no - start
+        now = self.clock()
+        self._t_last = min(now, self._taken(now))  # (a clock set back: count from now)
+        age = now - self._t_last
         recovery_checkpoint = None
-        if self.checkpoint_every is not None and self._since >= self.checkpoint_every:
+        if (self.checkpoint_every is not None and self._since >= self.checkpoint_every) or \
+                (self.checkpoint_seconds is not None and age >= self.checkpoint_seconds):
             recovery_checkpoint = self._checkpoint_now()
         self.recovery_seconds = time.perf_counter() - t0
         self.opened = True
         self.recovery = {"checkpoint_step": None if self.last_checkpoint is None else start,
                          "replayed_steps": self.step_no - start, "replayed_pieces": pieces,
                          "step": self.step_no, "seconds": self.recovery_seconds,
+                         "checkpoint_age": age,
                          "checkpointed": None if recovery_checkpoint is None
                          else recovery_checkpoint.step}
         if self.on_open is not None:
             self.on_open(self.recovery)
         return self
+
+    def _taken(self, now: float) -> float:
+        """The wall time the cadence counts from at open: when the last committed checkpoint was
+        taken; without one, when the first logged step was written (the job has run since,
+        maybe over several deaths); with neither, ``now``."""
+        if self.last_checkpoint is not None:
+            return float(self.last_checkpoint.time)
+        log = self.input_log
+        if log.end > log.first:
+            try:
+                return os.stat(log.path(log.first)).st_mtime
+            except OSError:
+                pass
+        return now
 
     # -- stepping ----------------------------------------------------------------------------
     def recorded_position(self, name: str) -> Optional[int]:
@@ -492,7 +527,7 @@ class DurableCircuit:
         if self.checkpoint_every is not None and self._since >= self.checkpoint_every:
             return True
         if self.checkpoint_seconds is None or \
-                time.monotonic() - self._t_last < self.checkpoint_seconds:
+                self.clock() - self._t_last < self.checkpoint_seconds:
             return False
         # a periodic checkpoint while the last one is still being written waits for it to
         # finish rather than making the step wait
@@ -517,10 +552,11 @@ class DurableCircuit:
     def _begin(self) -> Any:
         """Capture the state at this step boundary (the pause); the cadence restarts here."""
         t0 = time.perf_counter()
-        pc = self.store.begin(self.circuit, self.step_no)
+        now = self.clock()
+        pc = self.store.begin(self.circuit, self.step_no, at=now)
         self.pauses.append(time.perf_counter() - t0)
         self._since = 0
-        self._t_last = time.monotonic()
+        self._t_last = now
         return pc
 
     def _checkpoint_now(self) -> Any:

@@ -183,6 +183,8 @@ class DurableJob:
     ``checkpoint_seconds``: when to checkpoint; ``max_restarts``: replica deaths in a row
     before giving up. ``sliced``: ``{input: SlicedSource}``, inputs the replicas read
     themselves (:mod:`dbsp.runtime.slices`; a step's input names ``SourceStep(k)`` for them).
+    ``clock``: the driver's wall clock for ``checkpoint_seconds`` (every generation's
+    :attr:`DurableCircuit.clock <dbsp.ft.durable.DurableCircuit.clock>`; tests move one by hand).
 
     Drive it with :meth:`run` (the fault-tolerance coordinator: ``read(step, token)`` gives
     each step's input) or step it by hand: :meth:`open` gives the current generation's
@@ -194,7 +196,7 @@ class DurableJob:
                  checkpoint_every: Optional[int] = None,
                  checkpoint_seconds: Optional[float] = None, keep_checkpoints: int = 2,
                  max_restarts: int = 5, check_output: bool = False,
-                 sliced: Optional[dict] = None):
+                 sliced: Optional[dict] = None, clock: Callable[[], float] = time.time):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if storage is None:
@@ -213,6 +215,7 @@ class DurableJob:
         self.keep = keep_checkpoints
         self.max_restarts = max_restarts
         self.check_output = check_output
+        self.clock = clock
         #: inputs the replicas read from sliced sources: ``{input: SlicedSource}``
         self.sliced = dict(sliced or {})
         base = MeshAuth.new()
@@ -276,7 +279,7 @@ class DurableJob:
                                       fence=check,
                                       # a dead replica ends this generation: the job starts the
                                       # next one (run), not the circuit its workers in place
-                                      max_restarts=0)
+                                      max_restarts=0, clock=self.clock)
         for name, src in self.sliced.items():
             self.durable.sliced(name, src)
         self.durable.on_open = lambda rec: self.recoveries.append({"generation": g, **rec})

@@ -260,7 +260,7 @@ def run_killed(job, read, steps, kills, seed, pick=None):
 
 
 def check_recoveries(job, kills, pieces_per_step=None,
-                     checkpoint_every=None) -> list[dict]:
+                     checkpoint_every=None, checkpoint_seconds=None) -> list[dict]:
     """Assert that every kill of :func:`run_killed` was followed by a real recovery, as the
     driver's report (``job.report()["recoveries"]``) tells it: a later generation that restored
     a checkpoint no older than the killed generation's last one (when it had one), replayed the
@@ -269,8 +269,11 @@ def check_recoveries(job, kills, pieces_per_step=None,
     again that many pieces of each replayed step (0: no sliced source). With
     ``checkpoint_every`` (the job's), no recovery replayed more than twice that many steps
     (:mod:`dbsp.ft.durable`: the cadence counts from the last committed checkpoint, however
-    often the replicas die; one checkpoint may be lost while it is written). Returns the
-    recoveries after the first opened generation's."""
+    often the replicas die; one checkpoint may be lost while it is written). With
+    ``checkpoint_seconds`` (the job's), every recovery that ended ``checkpoint_seconds`` or
+    more after its restored checkpoint was taken (``checkpoint_age``, by the job's clock)
+    committed a checkpoint before any new input. Returns the recoveries after the first opened
+    generation's."""
     recs = job.report()["recoveries"]
     gens = [r["generation"] for r in recs]
     assert gens == sorted(set(gens)), recs  # (the first may be 2: 1 failed while forming)
@@ -283,6 +286,11 @@ def check_recoveries(job, kills, pieces_per_step=None,
             assert r["replayed_steps"] <= 2 * checkpoint_every, (
                 f"generation {r['generation']} replayed {r['replayed_steps']} steps with a "
                 f"checkpoint every {checkpoint_every}", recs)
+        if checkpoint_seconds is not None and r["checkpoint_age"] >= checkpoint_seconds:
+            assert r["checkpointed"] == r["step"], (
+                f"generation {r['generation']} recovered {r['checkpoint_age']:.1f} s after its "
+                f"checkpoint was taken, with a checkpoint every {checkpoint_seconds} s, and "
+                f"committed none before new input", recs)
     later = recs[1:]
     for g, w, step, pid, cp in kills:
         after = [r for r in later if r["generation"] > g]
