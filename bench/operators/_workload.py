@@ -66,3 +66,32 @@ def wait_for_merges() -> None:
     from dbsp.trace import spine
     for sp in list(spine._spines):
         sp.wait_merges()
+
+
+def in_forked_child(fn, *args) -> dict:
+    """``fn(*args)`` in a forked child (fresh allocator state, the peak RSS its own), its dict
+    result sent back; an exception in the child is raised here with the child's traceback."""
+    import multiprocessing as mp
+    import os
+    import sys
+    import traceback
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def target(conn):
+        try:
+            conn.send(fn(*args))
+        except BaseException as e:  # reported to the parent
+            conn.send({"error": repr(e), "traceback": traceback.format_exc()})
+        conn.close()
+        os._exit(0)
+
+    sys.stdout.flush()
+    proc = ctx.Process(target=target, args=(child,))
+    proc.start()
+    child.close()
+    res = parent.recv()
+    proc.join()
+    if "error" in res:
+        raise RuntimeError(res["error"] + "\n" + res["traceback"])
+    return res

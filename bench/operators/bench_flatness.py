@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 import numpy as np
 import pyarrow as pa

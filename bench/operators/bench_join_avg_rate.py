@@ -30,12 +30,11 @@ from __future__ import annotations
 import os
 import resource
 import statistics
-import sys
 import time
 
 import pytest
 
-from _workload import build_query, iter_workload_steps
+from _workload import build_query, in_forked_child, iter_workload_steps
 
 N_BIDS = int(os.environ.get("DBSP_BENCH_BIDS", 10_000_000))
 N_AUCTIONS = N_BIDS // 10
@@ -67,28 +66,7 @@ def _child() -> dict:
 
 
 def _forked() -> dict:
-    import multiprocessing as mp
-    import traceback
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-
-    def target(conn):
-        try:
-            conn.send(_child())
-        except BaseException as e:  # reported to the parent
-            conn.send({"error": repr(e), "traceback": traceback.format_exc()})
-        conn.close()
-        os._exit(0)
-
-    sys.stdout.flush()
-    proc = ctx.Process(target=target, args=(child,))
-    proc.start()
-    child.close()
-    res = parent.recv()
-    proc.join()
-    if "error" in res:
-        raise RuntimeError(res["error"] + "\n" + res["traceback"])
-    return res
+    return in_forked_child(_child)
 
 
 @pytest.mark.slow

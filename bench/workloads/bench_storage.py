@@ -73,7 +73,8 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "operators"))
-from _workload import build_query, iter_workload_steps, workload_steps  # noqa: E402
+from _workload import (build_query, in_forked_child, iter_workload_steps,  # noqa: E402
+                       workload_steps)
 
 N_BIDS = int(os.environ.get("DBSP_BENCH_BIDS", 1_000_000))
 N_AUCTIONS = N_BIDS // 10
@@ -142,33 +143,9 @@ def _child(data, case: str) -> dict:
 
 
 def _forked(data, case: str) -> dict:
-    return _forked_fn(_child, data, case)
+    return in_forked_child(_child, data, case)
 
 
-def _forked_fn(fn, *args) -> dict:
-    """``fn(*args)`` in a forked child (fresh allocator state), its dict result sent back."""
-    import multiprocessing as mp
-    import traceback
-    ctx = mp.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-
-    def target(conn):
-        try:
-            conn.send(fn(*args))
-        except BaseException as e:  # reported to the parent
-            conn.send({"error": repr(e), "traceback": traceback.format_exc()})
-        conn.close()
-        os._exit(0)
-
-    sys.stdout.flush()
-    proc = ctx.Process(target=target, args=(child,))
-    proc.start()
-    child.close()
-    res = parent.recv()
-    proc.join()
-    if "error" in res:
-        raise RuntimeError(res["error"] + "\n" + res["traceback"])
-    return res
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -283,8 +260,8 @@ def test_join_avg_history_on_disk(benchmark):
     runs: dict = {}
 
     def once():
-        runs["disk"] = _forked_fn(_history_child, "disk")
-        runs["memory"] = _forked_fn(_history_child, "memory")
+        runs["disk"] = in_forked_child(_history_child, "disk")
+        runs["memory"] = in_forked_child(_history_child, "memory")
 
     benchmark.pedantic(once, rounds=1, iterations=1, warmup_rounds=0)
     d, m = runs["disk"], runs["memory"]
