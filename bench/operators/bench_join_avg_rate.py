@@ -65,15 +65,12 @@ def _child() -> dict:
             "load": os.getloadavg()[0]}
 
 
-def _forked() -> dict:
-    return in_forked_child(_child)
-
 
 @pytest.mark.slow
 def test_join_avg_rate(benchmark):
     benchmark.group = "join-avg-rate"
     runs: list = []
-    benchmark.pedantic(lambda: runs.append(_forked()), rounds=ROUNDS, iterations=1)
+    benchmark.pedantic(lambda: runs.append(in_forked_child(_child)), rounds=ROUNDS, iterations=1)
     rates = [EVENTS / r["seconds"] for r in runs]
     info = {"bids": N_BIDS, "auctions": N_AUCTIONS, "steps": STEPS,
             "events_per_s": statistics.median(rates), "best_events_per_s": max(rates),

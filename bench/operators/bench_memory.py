@@ -74,15 +74,12 @@ def _child() -> dict:
                                              "arrow_bytes_per_row")} for m in mem]}
 
 
-def _forked() -> dict:
-    return in_forked_child(_child)
-
 
 @pytest.mark.slow
 def test_join_avg_memory(benchmark):
     benchmark.group = "memory-join-avg"
     runs: list = []
-    benchmark.pedantic(lambda: runs.append(_forked()), rounds=1, iterations=1)
+    benchmark.pedantic(lambda: runs.append(in_forked_child(_child)), rounds=1, iterations=1)
     r = runs[-1]
     info = {"bids": N_BIDS, "auctions": N_AUCTIONS, "steps": STEPS,
             "events_per_s": (N_BIDS + N_AUCTIONS) / r["seconds"],
