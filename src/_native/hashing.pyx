@@ -15,7 +15,9 @@ x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a 
 128-bit reciprocal (Lemire's fastmod) instead of a division per row, when the compiler has
 128-bit integers.
 
-Every loop runs without the GIL.
+Every loop runs without the GIL from ``NOGIL_MIN`` rows on (below it, releasing the GIL costs the
+threads runtime a hand-off to another worker, and waiting to take it back, worth more than the
+loop).
 """
 cimport numpy as cnp
 from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
@@ -107,6 +109,13 @@ cdef enum:
     BLOCK = 2048       # rows hashed at a time before the modulo pass over them (stays in L1)
 
 
+cdef enum:
+    #: rows below which a kernel keeps the GIL: a release is a hand-off to a thread waiting for
+    #: it (the threads runtime's other workers), and taking it back waits for that thread's
+    #: next release or its switch interval (5 ms): dearer than hashing a few thousand rows
+    NOGIL_MIN = 1 << 14
+
+
 cdef void hash_codes(const codes_t* c, uint64_t seed, uint64_t* out) noexcept nogil:
     cdef int64_t i
     if c.u64 != NULL:
@@ -154,7 +163,10 @@ def hash64(codes, seed=0):
     cdef uint64_t s = as_seed(seed)
     cdef cnp.ndarray out = np.empty(c.n, dtype=np.uint64)
     cdef uint64_t* o = <uint64_t*>cnp.PyArray_DATA(out)
-    with nogil:
+    if c.n >= NOGIL_MIN:
+        with nogil:
+            hash_codes(&c, s, o)
+    else:
         hash_codes(&c, s, o)
     return out
 
@@ -169,18 +181,32 @@ def shard(codes, nshards, seed=0):
     cdef uint64_t d = <uint64_t>int(nshards)
     cdef cnp.ndarray out = np.empty(c.n, dtype=np.int64)
     cdef uint64_t* o = <uint64_t*>cnp.PyArray_DATA(out)
-    with nogil:
+    if c.n >= NOGIL_MIN:
+        with nogil:
+            shard_codes(&c, s, d, o)
+    else:
         shard_codes(&c, s, d, o)
     return out
 
 
-cdef int owner_dest(const codes_t* c, const int32_t* owners, int bits, int64_t workers,
-                    int32_t* dest, int64_t* counts) noexcept nogil:
+ctypedef fused dest_t:
+    uint8_t
+    int32_t
+
+
+cdef void owner_dest(const codes_t* c, const int32_t* owners, int bits, dest_t* dest,
+                     int64_t* counts) noexcept nogil:
     """dest[i] = owners[hash(row i) >> (64 - bits)] (owners[0] when bits == 0), counting rows
-    per worker; -1 when an owner is out of ``0..workers-1``."""
-    cdef int64_t i, lo, hi, n = c.n
-    cdef int32_t d
+    per worker (``owners``: checked to be workers already)."""
+    cdef int64_t i, lo, hi, n = c.n, c1 = 0
+    cdef dest_t d
     cdef uint64_t tmp[BLOCK]
+    cdef int shift = 64 - bits
+    if bits == 0:
+        for i in range(n):
+            dest[i] = <dest_t>owners[0]
+        counts[owners[0]] += n
+        return
     lo = 0
     while lo < n:
         hi = lo + BLOCK if lo + BLOCK < n else n
@@ -189,20 +215,48 @@ cdef int owner_dest(const codes_t* c, const int32_t* owners, int bits, int64_t w
         else:
             for i in range(lo, hi):
                 tmp[i - lo] = hash_row(c, i, 0)
-        for i in range(lo, hi):
-            d = owners[tmp[i - lo] >> (64 - bits)] if bits else owners[0]
-            if d < 0 or d >= workers:
-                return -1
-            dest[i] = d
-            counts[d] += 1
+        if dest_t is uint8_t:
+            for i in range(lo, hi):
+                d = <dest_t>owners[tmp[i - lo] >> shift]
+                dest[i] = d
+                c1 += d   # rows of worker 1 (uint8: two workers)
+        else:
+            for i in range(lo, hi):
+                d = <dest_t>owners[tmp[i - lo] >> shift]
+                dest[i] = d
+                counts[d] += 1
         lo = hi
-    return 0
+    if dest_t is uint8_t:  # (two workers)
+        counts[0] += n - c1
+        counts[1] += c1
+
+
+cdef void scatter_rows(const dest_t* dest, int64_t n, int64_t workers, int64_t* pos,
+                       int64_t* o) noexcept nogil:
+    """o[pos[dest[i]]++] = i for every row in order (``pos``: each worker's first slot). Two
+    workers: two cursors in registers and no branch on the (random) worker of a row."""
+    cdef int64_t i, p0, p1, d, p
+    if workers == 2:
+        p0, p1 = pos[0], pos[1]
+        for i in range(n):
+            d = dest[i]
+            o[p0 ^ ((p0 ^ p1) & -d)] = i   # p1 if d else p0, without a branch
+            p1 += d
+            p0 += 1 - d
+        return
+    for i in range(n):
+        d = dest[i]
+        p = pos[d]   # (read once: the store to o might alias pos for the compiler)
+        o[p] = i
+        pos[d] = p + 1
 
 
 def owner_rows(codes, owners, int bits, int64_t workers):
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (int32, ``2 ** bits``
-    entries): ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0)."""
+    entries): ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0).
+    An owner outside ``0..workers-1`` is refused (ValueError) whether or not a row maps to
+    it. The GIL is released only for :data:`NOGIL_MIN` rows or more."""
     co = as_codes(codes)
     cdef codes_t c = codes_view(co)
     cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
@@ -210,34 +264,54 @@ def owner_rows(codes, owners, int bits, int64_t workers):
         raise ValueError(f"owner_rows: {len(own)} owners for {bits} bits")
     if workers < 1:
         raise ValueError("owner_rows: workers must be >= 1")
-    cdef int64_t n = c.n, i, w
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
+    cdef int64_t n = c.n, i, w, S = len(own)
+    for i in range(S):
+        if op[i] < 0 or op[i] >= workers:
+            raise ValueError(f"owner_rows: owner {op[i]} of shard {i} is not a worker in "
+                             f"0..{workers - 1}")
     cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
     cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
     cdef int64_t* b = <int64_t*>cnp.PyArray_DATA(bounds)
-    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int32_t* dest = NULL
+    cdef void* dest = NULL
     cdef int64_t* pos = NULL
-    cdef int bad = 0
+    cdef bint small = workers <= 2
     if n == 0:
         return order, bounds
-    dest = <int32_t*>malloc(n * sizeof(int32_t))
+    if workers == 1:
+        for i in range(n):
+            o[i] = i
+        b[1] = n
+        return order, bounds
+    dest = malloc(n * (sizeof(uint8_t) if small else sizeof(int32_t)))
     pos = <int64_t*>calloc(workers, sizeof(int64_t))
     if dest == NULL or pos == NULL:
         free(dest)
         free(pos)
         raise MemoryError()
-    with nogil:
-        bad = owner_dest(&c, op, bits, workers, dest, pos)
-        if not bad:
-            for w in range(workers):  # counts -> start of each worker's run
-                b[w + 1] = b[w] + pos[w]
-                pos[w] = b[w]
-            for i in range(n):
-                o[pos[dest[i]]] = i
-                pos[dest[i]] += 1
+    if n >= NOGIL_MIN:
+        with nogil:
+            _owner_rows(&c, op, bits, workers, small, dest, pos, b, o)
+    else:
+        _owner_rows(&c, op, bits, workers, small, dest, pos, b, o)
     free(dest)
     free(pos)
-    if bad:
-        raise ValueError(f"owner_rows: an owner is not a worker in 0..{workers - 1}")
     return order, bounds
+
+
+cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t workers,
+                      bint small, void* dest, int64_t* pos, int64_t* b,
+                      int64_t* o) noexcept nogil:
+    cdef int64_t w, n = c.n
+    if small:
+        owner_dest(c, op, bits, <uint8_t*>dest, pos)
+    else:
+        owner_dest(c, op, bits, <int32_t*>dest, pos)
+    for w in range(workers):  # counts -> start of each worker's run
+        b[w + 1] = b[w] + pos[w]
+        pos[w] = b[w]
+    if small:
+        scatter_rows(<const uint8_t*>dest, n, workers, pos, o)
+    else:
+        scatter_rows(<const int32_t*>dest, n, workers, pos, o)

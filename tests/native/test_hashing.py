@@ -76,3 +76,18 @@ def test_owner_rows_refuses_bad_maps():
             kern(k, np.zeros(3, np.int32), 2, 2)   # 3 owners for 4 shards
         with pytest.raises(ValueError):
             kern(k, np.array([0, 5], np.int32), 1, 2)  # owner 5 of 2 workers
+        with pytest.raises(ValueError, match="owner -1 of shard 3"):  # no row needs shard 3
+            kern(np.zeros(0, np.uint64), np.array([0, 1, 0, -1], np.int32), 2, 2)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 300])
+def test_owner_rows_long_inputs(workers):
+    """Past NOGIL_MIN rows (the GIL released), several hash blocks and a tail; two workers take
+    the branch-free scatter, more than 255 the int32 worker numbers."""
+    rng = np.random.default_rng(workers)
+    k = rng.integers(0, 2 ** 64 - 1, 40_003, dtype=np.uint64, endpoint=True)
+    owners = rng.integers(0, workers, 1 << 10).astype(np.int32)
+    order, bounds = native.owner_rows(k, owners, 10, workers)
+    dest = owners[ref.hash64(k) >> np.uint64(54)]
+    same(order, np.argsort(dest, kind="stable").astype(np.int64))
+    same(bounds, np.concatenate([[0], np.cumsum(np.bincount(dest, minlength=workers))]))

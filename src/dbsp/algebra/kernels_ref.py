@@ -310,17 +310,20 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
                workers: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (``2 ** bits`` entries):
-    ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0)."""
+    ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0). An owner
+    outside ``0..workers-1`` is refused whether or not a row maps to it."""
     owners = np.asarray(owners, np.int64)
     if not 0 <= bits <= 63 or len(owners) != 1 << bits:
         raise ValueError(f"owner_rows: {len(owners)} owners for {bits} bits")
     if workers < 1:
         raise ValueError("owner_rows: workers must be >= 1")
+    bad = np.flatnonzero((owners < 0) | (owners >= workers))
+    if len(bad):
+        raise ValueError(f"owner_rows: owner {owners[bad[0]]} of shard {bad[0]} is not a "
+                         f"worker in 0..{workers - 1}")
     h = hash64(codes)
     shard = [int(x) >> (64 - bits) if bits else 0 for x in h.tolist()]
     dest = np.array([int(owners[s]) for s in shard], np.int64)
-    if len(dest) and (dest.min() < 0 or dest.max() >= workers):
-        raise ValueError(f"owner_rows: an owner is not a worker in 0..{workers - 1}")
     order = np.argsort(dest, kind="stable").astype(np.int64)
     bounds = np.zeros(workers + 1, np.int64)
     np.cumsum(np.bincount(dest, minlength=workers), out=bounds[1:])
