@@ -6,6 +6,8 @@ Definitions (bit-exact with the reference; every process and worker must agree):
 * var codes: FNV-1a-64 over the bytes, starting from ``seed ^ 0xcbf29ce484222325``, then
   ``splitmix64`` of that;
 * ``shard = hash64 % nshards``;
+* ``merge_sum_runs``: the other side of a combiner's exchange: the sorted parts of partial sums
+  that every worker sent, merged by key and summed (exactly: int64 sums checked);
 * ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
   worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
   and one scatter pass (the exchange's and the driver's split by key).
@@ -20,7 +22,7 @@ threads runtime a hand-off to another worker, and waiting to take it back, worth
 loop).
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN, INT64_MAX
 from libc.stdlib cimport malloc, calloc, free
 
 from _native.types cimport codes_t
@@ -82,6 +84,13 @@ cdef extern from *:
     void dbsp_splitmix_block(const uint64_t* codes, uint64_t* out, int64_t n, uint64_t seed) nogil
     void dbsp_fastmod_init(uint64_t d, uint64_t* mlo, uint64_t* mhi) nogil
     uint64_t dbsp_fastmod(uint64_t x, uint64_t mlo, uint64_t mhi, uint64_t d) nogil
+
+
+cdef extern from *:
+    """
+    typedef __int128 dbsp_i128;   /* exact sums of int64 partials */
+    """
+    ctypedef long long dbsp_i128
 
 
 cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
@@ -315,3 +324,111 @@ cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t wor
         scatter_rows(<const uint8_t*>dest, n, workers, pos, o)
     else:
         scatter_rows(<const int32_t*>dest, n, workers, pos, o)
+
+
+def merge_sum_runs(list kruns, list cols, list is_int):
+    """The parts a combiner receives, summed per key (twin of ``kernels_ref.merge_sum_runs``):
+    ``kruns``: W runs of u64 codes, each ascending and distinct; ``cols[c][w]``: partial column
+    ``c`` of run ``w`` (int64 where ``is_int[c]``, else float64), aligned with ``kruns[w]``.
+    Returns ``(keys, first, sums, over)``: the distinct codes ascending, the position of each
+    one's first row in the concatenation of the runs, every column summed per key (floats in run
+    order from the first value; int64 sums exact, stored wrapped), and a bool mask of the keys
+    some int64 sum of which is out of int64 (None when there is none).
+
+    One k-way merge over the heads of the W runs (W is the worker count: a scan of the heads
+    per key), in place of concatenating, sorting, grouping and summing column by column (a
+    dozen calls a column on a few dozen keys). Keeps the GIL (a combiner's parts are small)."""
+    cdef int64_t W = len(kruns), C = len(cols), w, c, n = 0, g = 0, i, best
+    if len(is_int) != C:
+        raise ValueError(f"merge_sum_runs: {len(is_int)} is_int flags for {C} columns")
+    cdef list ks = [], vs = []
+    cdef cnp.ndarray a
+    for w in range(W):
+        a = np.ascontiguousarray(kruns[w], dtype=np.uint64)
+        if a.ndim != 1:
+            raise ValueError("merge_sum_runs: key runs must be 1-d")
+        ks.append(a)
+        n += a.shape[0]
+    for c in range(C):
+        if len(cols[c]) != W:
+            raise ValueError(f"merge_sum_runs: column {c} has {len(cols[c])} runs for {W}")
+        for w in range(W):
+            a = np.ascontiguousarray(cols[c][w], dtype=np.int64 if is_int[c] else np.float64)
+            if a.ndim != 1 or a.shape[0] != (<cnp.ndarray>ks[w]).shape[0]:
+                raise ValueError(f"merge_sum_runs: column {c} of run {w} has {len(a)} values "
+                                 f"for {(<cnp.ndarray>ks[w]).shape[0]} keys")
+            vs.append(a)
+    cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
+    cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* pos = <int64_t*>calloc(max(W, 1), sizeof(int64_t))
+    cdef void** vp = <void**>malloc(max(W * C, 1) * sizeof(void*))
+    cdef uint8_t* isi = <uint8_t*>malloc(max(C, 1))
+    cdef void** sp = <void**>malloc(max(C, 1) * sizeof(void*))
+    if kp == NULL or kn == NULL or base == NULL or pos == NULL or vp == NULL or isi == NULL \
+            or sp == NULL:
+        free(kp); free(kn); free(base); free(pos); free(vp); free(isi); free(sp)
+        raise MemoryError()
+    cdef cnp.ndarray keys = np.empty(n, dtype=np.uint64)
+    cdef cnp.ndarray first = np.empty(n, dtype=np.int64)
+    cdef cnp.ndarray overm = np.zeros(n, dtype=bool)
+    cdef list sums = [np.empty(n, dtype=np.int64 if is_int[c] else np.float64) for c in range(C)]
+    cdef uint64_t* ko = <uint64_t*>cnp.PyArray_DATA(keys)
+    cdef int64_t* fo = <int64_t*>cnp.PyArray_DATA(first)
+    cdef uint8_t* oo = <uint8_t*>cnp.PyArray_DATA(overm)
+    cdef uint64_t k, bk
+    cdef int64_t b = 0
+    cdef bint unsorted = False, any_over = False
+    cdef dbsp_i128 acc
+    cdef double facc
+    for w in range(W):
+        a = ks[w]
+        kp[w] = <const uint64_t*>cnp.PyArray_DATA(a)
+        kn[w] = a.shape[0]
+        base[w] = b
+        b += kn[w]
+        for i in range(1, kn[w]):
+            if kp[w][i] <= kp[w][i - 1]:
+                unsorted = True
+    for c in range(C):
+        isi[c] = 1 if is_int[c] else 0
+        sp[c] = cnp.PyArray_DATA(<cnp.ndarray>sums[c])
+        for w in range(W):
+            vp[c * W + w] = cnp.PyArray_DATA(<cnp.ndarray>vs[c * W + w])
+    if not unsorted:
+        while True:
+            best = -1
+            for w in range(W):  # the run whose head is the smallest code (the first such run)
+                if pos[w] < kn[w]:
+                    k = kp[w][pos[w]]
+                    if best < 0 or k < bk:
+                        best, bk = w, k
+            if best < 0:
+                break
+            ko[g] = bk
+            fo[g] = base[best] + pos[best]
+            for c in range(C):
+                if isi[c]:
+                    acc = (<const int64_t*>vp[c * W + best])[pos[best]]
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and kp[w][pos[w]] == bk:
+                            acc += (<const int64_t*>vp[c * W + w])[pos[w]]
+                    (<int64_t*>sp[c])[g] = <int64_t>acc
+                    if acc < <dbsp_i128>INT64_MIN or acc > <dbsp_i128>INT64_MAX:
+                        oo[g] = 1
+                        any_over = True
+                else:
+                    facc = (<const double*>vp[c * W + best])[pos[best]]
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and kp[w][pos[w]] == bk:
+                            facc += (<const double*>vp[c * W + w])[pos[w]]
+                    (<double*>sp[c])[g] = facc
+            pos[best] += 1
+            for w in range(best + 1, W):
+                if pos[w] < kn[w] and kp[w][pos[w]] == bk:
+                    pos[w] += 1
+            g += 1
+    free(kp); free(kn); free(base); free(pos); free(vp); free(isi); free(sp)
+    if unsorted:
+        raise ValueError("merge_sum_runs: a key run is not ascending and distinct")
+    return (keys[:g], first[:g], [s[:g] for s in sums], overm[:g] if any_over else None)

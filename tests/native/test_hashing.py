@@ -91,3 +91,51 @@ def test_owner_rows_long_inputs(workers):
     dest = owners[ref.hash64(k) >> np.uint64(54)]
     same(order, np.argsort(dest, kind="stable").astype(np.int64))
     same(bounds, np.concatenate([[0], np.cumsum(np.bincount(dest, minlength=workers))]))
+
+
+@st.composite
+def _sum_runs(draw):
+    """W runs of ascending distinct u64 codes drawn from a small pool (so runs share keys), an
+    int64 and a float64 partial column each; int values near the int64 bounds now and then."""
+    W = draw(st.integers(1, 4))
+    pool = draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=1, max_size=12, unique=True))
+    big = st.sampled_from([2 ** 63 - 1, -2 ** 63, 2 ** 62, -2 ** 62])
+    kruns, ints, floats = [], [], []
+    for _ in range(W):
+        ks = sorted(draw(st.lists(st.sampled_from(pool), max_size=len(pool), unique=True)))
+        kruns.append(np.array(ks, np.uint64))
+        ints.append(np.array(draw(st.lists(st.integers(-5, 5) | big, min_size=len(ks),
+                                           max_size=len(ks))), np.int64))
+        floats.append(np.array(draw(st.lists(st.floats(-1e6, 1e6), min_size=len(ks),
+                                             max_size=len(ks))), np.float64))
+    return kruns, ints, floats
+
+
+@given(_sum_runs())
+@example(([np.array([1, 5], np.uint64), np.array([5], np.uint64)],
+          [np.array([2 ** 63 - 1, 1], np.int64), np.array([1], np.int64)],
+          [np.array([0.5, 1.0], np.float64), np.array([2.0], np.float64)]))
+@example(([np.array([3], np.uint64)] * 3,
+          [np.array([2 ** 63 - 1], np.int64), np.array([1], np.int64),
+           np.array([-1], np.int64)],   # a partial sum wraps, the exact sum fits
+          [np.zeros(1)] * 3))
+def test_merge_sum_runs(runs):
+    kruns, ints, floats = runs
+    got = native.merge_sum_runs(kruns, [ints, floats], [True, False])
+    want = ref.merge_sum_runs(kruns, [ints, floats], [True, False])
+    same(got[0], want[0])
+    same(got[1], want[1])
+    same(got[2][0], want[2][0])
+    same(got[2][1], want[2][1])
+    if want[3] is None:
+        assert got[3] is None
+    else:
+        same(got[3], want[3])
+
+
+def test_merge_sum_runs_refuses_bad_runs():
+    for kern in (native.merge_sum_runs,):
+        with pytest.raises(ValueError, match="not ascending"):
+            kern([np.array([2, 1], np.uint64)], [[np.zeros(2, np.int64)]], [True])
+        with pytest.raises(ValueError, match="column 0 of run 0"):
+            kern([np.array([1, 2], np.uint64)], [[np.zeros(3, np.int64)]], [True])

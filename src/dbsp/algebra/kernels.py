@@ -39,6 +39,7 @@ _NATIVE = {
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
+    "merge_sum_runs": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
     "join_matched_pairs": "step",
@@ -141,6 +142,7 @@ take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
+merge_sum_runs = _resolve("merge_sum_runs")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")

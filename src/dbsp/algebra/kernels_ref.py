@@ -330,6 +330,46 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
     return order, bounds
 
 
+def merge_sum_runs(kruns: Sequence[np.ndarray], cols: Sequence[Sequence[np.ndarray]],
+                   is_int: Sequence[bool]) -> tuple:
+    """The parts an exchange's combiner receives, summed per key: ``kruns`` are W runs of u64
+    codes, each ascending and distinct; ``cols[c][w]`` is partial column ``c`` of run ``w``
+    (int64 where ``is_int[c]``, else float64), aligned with ``kruns[w]``. Returns ``(keys,
+    first, sums, over)``: the distinct codes ascending, the position of each one's first row in
+    the concatenation of the runs, each column summed per key (int64 sums wrapped), and a bool
+    mask of the keys some int64 sum of which is out of int64 (None when there is none)."""
+    flat = [int(x) for r in kruns for x in np.asarray(r, np.uint64).tolist()]
+    order = sorted(range(len(flat)), key=lambda i: (flat[i], i))
+    keys, first, groups = [], [], []
+    for i in order:
+        if not keys or keys[-1] != flat[i]:
+            keys.append(flat[i])
+            first.append(i)
+            groups.append([])
+        groups[-1].append(i)
+    sums, over = [], [False] * len(keys)
+    for c, runs in enumerate(cols):
+        vals = [v for r in runs for v in np.asarray(r).tolist()]
+        if is_int[c]:
+            out = []
+            for g, rows in enumerate(groups):
+                t = sum(int(vals[i]) for i in rows)
+                if not -2 ** 63 <= t < 2 ** 63:
+                    over[g] = True
+                out.append((t + 2 ** 63) % 2 ** 64 - 2 ** 63)
+            sums.append(np.array(out, np.int64))
+        else:
+            out = []
+            for rows in groups:  # in run order, from the first value (as np.add.reduceat)
+                t = float(vals[rows[0]])
+                for i in rows[1:]:
+                    t += float(vals[i])
+                out.append(t)
+            sums.append(np.array(out, np.float64))
+    return (np.array(keys, np.uint64), np.array(first, np.int64), sums,
+            np.array(over, bool) if any(over) else None)
+
+
 def is_identity(idx: np.ndarray) -> bool:
     """Whether the integer array ``idx`` is ``0, 1, ..., len(idx) - 1``."""
     idx = np.asarray(idx)

@@ -1409,6 +1409,14 @@ class LinearAggregateOperator(Operator):
         codec = d.kcodec if len(d) else KeyCodec(list(self.key_schema))
         if len(got) == 1:  # one consolidated part: keys already sorted and distinct
             return got[0][0], got[0][1], codec, got[0][2]
+        if P.dtypes is not None and all(type(g[1]) is np.ndarray for g in got):
+            # u64 key codes and numpy partials: the sorted parts merged and summed in one
+            # native pass (a dozen numpy and Arrow calls a column on a few dozen keys, else)
+            kc, first, sums, over = K.merge_sum_runs(
+                [g[1] for g in got], [[g[2][i] for g in got] for i in range(len(P.schema))],
+                self._is_int)
+            if over is None:
+                return take(pa.concat_batches([g[0] for g in got]), first), kc, codec, sums
         kcodes = K.concat([g[1] for g in got])
         perm = K.argsort(kcodes)
         sk = K.take(kcodes, perm)
