@@ -8,6 +8,8 @@ Definitions (bit-exact with the reference; every process and worker must agree):
 * ``shard = hash64 % nshards``;
 * ``merge_sum_runs``: the other side of a combiner's exchange: the sorted parts of partial sums
   that every worker sent, merged by key and summed (exactly: int64 sums checked);
+* ``merge_disjoint_runs``: the order that merges the workers' sorted parts of an output whose
+  keys are disjoint (the driver's gather side);
 * ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
   worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
   and one scatter pass (the exchange's and the driver's split by key).
@@ -432,3 +434,63 @@ def merge_sum_runs(list kruns, list cols, list is_int):
     if unsorted:
         raise ValueError("merge_sum_runs: a key run is not ascending and distinct")
     return (keys[:g], first[:g], [s[:g] for s in sums], overm[:g] if any_over else None)
+
+
+def merge_disjoint_runs(list kruns):
+    """The order merging W runs of u64 key codes, each non-decreasing, whose keys are disjoint
+    (twin of ``kernels_ref.merge_disjoint_runs``): positions (int64) into the concatenation of
+    the runs, ascending by code, a key's rows in their run's order; None when a key is in two
+    runs. One k-way merge over the runs' heads (W: the worker count), in place of
+    concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
+    cdef int64_t W = len(kruns), w, n = 0, g = 0, i, best, b = 0
+    cdef list ks = []
+    cdef cnp.ndarray a
+    for w in range(W):
+        a = np.ascontiguousarray(kruns[w], dtype=np.uint64)
+        if a.ndim != 1:
+            raise ValueError("merge_disjoint_runs: key runs must be 1-d")
+        ks.append(a)
+        n += a.shape[0]
+    cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
+    cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* pos = <int64_t*>calloc(max(W, 1), sizeof(int64_t))
+    if kp == NULL or kn == NULL or base == NULL or pos == NULL:
+        free(kp); free(kn); free(base); free(pos)
+        raise MemoryError()
+    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
+    cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
+    cdef uint64_t k, bk = 0
+    cdef bint unsorted = False, shared = False
+    for w in range(W):
+        a = ks[w]
+        kp[w] = <const uint64_t*>cnp.PyArray_DATA(a)
+        kn[w] = a.shape[0]
+        base[w] = b
+        b += kn[w]
+        for i in range(1, kn[w]):
+            if kp[w][i] < kp[w][i - 1]:
+                unsorted = True
+    if not unsorted:
+        while True:
+            best = -1
+            for w in range(W):
+                if pos[w] < kn[w]:
+                    k = kp[w][pos[w]]
+                    if best < 0 or k < bk:
+                        best, bk = w, k
+                    elif k == bk:
+                        shared = True
+                        break
+            if shared or best < 0:
+                break
+            i = pos[best]
+            while i < kn[best] and kp[best][i] == bk:  # the key's rows, together
+                o[g] = base[best] + i
+                g += 1
+                i += 1
+            pos[best] = i
+    free(kp); free(kn); free(base); free(pos)
+    if unsorted:
+        raise ValueError("merge_disjoint_runs: a key run is not ascending")
+    return None if shared else order

@@ -139,3 +139,35 @@ def test_merge_sum_runs_refuses_bad_runs():
             kern([np.array([2, 1], np.uint64)], [[np.zeros(2, np.int64)]], [True])
         with pytest.raises(ValueError, match="column 0 of run 0"):
             kern([np.array([1, 2], np.uint64)], [[np.zeros(3, np.int64)]], [True])
+
+
+@st.composite
+def _key_runs(draw):
+    """W non-decreasing runs of u64 codes (a key's rows together), disjoint or not."""
+    W = draw(st.integers(1, 4))
+    pool = draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=1, max_size=10, unique=True))
+    disjoint = draw(st.booleans())
+    runs = []
+    for w in range(W):
+        mine = [k for i, k in enumerate(pool) if not disjoint or i % W == w]
+        ks = sorted(draw(st.lists(st.sampled_from(mine), max_size=8)) if mine else [])
+        runs.append(np.array(ks, np.uint64))
+    return runs
+
+
+@given(_key_runs())
+@example([np.array([1, 1, 4], np.uint64), np.array([2, 3, 3], np.uint64)])
+@example([np.array([1, 5], np.uint64), np.array([2], np.uint64), np.array([5], np.uint64)])
+@example([np.zeros(0, np.uint64), np.array([7, 7], np.uint64)])
+def test_merge_disjoint_runs(runs):
+    got, want = native.merge_disjoint_runs(runs), ref.merge_disjoint_runs(runs)
+    if want is None:
+        assert got is None
+    else:
+        same(got, want)
+
+
+def test_merge_disjoint_runs_refuses_an_unsorted_run():
+    for kern in (native.merge_disjoint_runs, ref.merge_disjoint_runs):
+        with pytest.raises(ValueError, match="not ascending"):
+            kern([np.array([3, 1], np.uint64)])

@@ -40,6 +40,7 @@ _NATIVE = {
     "shard": "hashing",
     "owner_rows": "hashing",
     "merge_sum_runs": "hashing",
+    "merge_disjoint_runs": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
     "join_matched_pairs": "step",
@@ -143,6 +144,7 @@ hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
 merge_sum_runs = _resolve("merge_sum_runs")
+merge_disjoint_runs = _resolve("merge_disjoint_runs")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")

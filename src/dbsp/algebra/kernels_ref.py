@@ -330,6 +330,24 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
     return order, bounds
 
 
+def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
+    """The order that merges W runs of u64 key codes, each non-decreasing (a key's rows
+    together), whose keys are disjoint: positions (int64) into the concatenation of the runs,
+    ascending by code and, within a key, in run order; None when some key is in two runs (the
+    parts then share keys and must be summed)."""
+    runs = [np.asarray(r, np.uint64) for r in kruns]
+    for r in runs:
+        if len(r) > 1 and (r[1:] < r[:-1]).any():
+            raise ValueError("merge_disjoint_runs: a key run is not ascending")
+    owner: dict = {}
+    for w, r in enumerate(runs):
+        for k in set(r.tolist()):
+            if owner.setdefault(k, w) != w:
+                return None
+    flat = np.concatenate(runs) if runs else np.zeros(0, np.uint64)
+    return np.argsort(flat, kind="stable").astype(np.int64)
+
+
 def merge_sum_runs(kruns: Sequence[np.ndarray], cols: Sequence[Sequence[np.ndarray]],
                    is_int: Sequence[bool]) -> tuple:
     """The parts an exchange's combiner receives, summed per key: ``kruns`` are W runs of u64

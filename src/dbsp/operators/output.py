@@ -29,7 +29,8 @@ import pyarrow as pa
 
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
 from ..algebra.codes import KeyCodec, VarCodes, codec_for
-from ..algebra.schema import WEIGHT, take_batches
+from ..algebra import kernels as K
+from ..algebra.schema import WEIGHT, concat_batches, take
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
@@ -319,16 +320,14 @@ def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[Sor
         kc = kcodecs[nkey] = KeyCodec(codec.fields[:nkey])
     if not kc.u64:
         return None
-    keys = np.concatenate([p.key_codes(kc) for p in parts])
-    gidx = np.argsort(keys, kind="stable")   # timsort: W sorted runs merged in linear time
-    sk = keys[gidx]
-    lens = [len(p) for p in parts]
-    run = np.repeat(np.arange(len(parts), dtype=np.int32), lens)[gidx]
-    if ((sk[1:] == sk[:-1]) & (run[1:] != run[:-1])).any():
-        return None   # a key on two workers (a stream not sharded by this key)
+    # one k-way merge of the W sorted runs of key codes (None: a key on two workers, a stream
+    # not sharded by this key); the rows then in one take of the concatenated parts
+    gidx = K.merge_disjoint_runs([p.key_codes(kc) for p in parts])
+    if gidx is None:
+        return None
     w = np.concatenate([p.weights for p in parts])[gidx]
-    return SortedPart(take_batches(parts[0].schema, [p.data for p in parts], gidx), w, codec,
-                      nkey)
+    return SortedPart(take(concat_batches(parts[0].schema, [p.data for p in parts]), gidx), w,
+                      codec, nkey)
 
 
 def _row_codes(b: OrdIndexedZSet, codec: KeyCodec):
