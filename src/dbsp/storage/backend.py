@@ -313,7 +313,7 @@ class _PooledBackend(Backend):
         return buf
 
     def read_blocks(self, fh, extents):
-        ext = np.asarray(extents, dtype=np.int64).reshape(-1, 2)
+        ext = _nb.extents_array(extents)
         n = len(ext)
         out: list = [None] * n
         if n == 0:
@@ -427,8 +427,11 @@ class _PooledBackend(Backend):
         if len(ok):
             refs = pool.complete_many(m_slots[ok].astype(np.int32),
                                       lengths[ok].astype(np.uint32))
-            for i, r in zip(m_idx[ok].tolist(), refs):
-                out[i] = r
+            if len(refs) == len(out):        # every block a miss (indices ascend: 0..n-1)
+                out[:] = refs
+            else:
+                for i, r in zip(m_idx[ok].tolist(), refs):
+                    out[i] = r
         return error
 
     # -- prefetch: a background thread loads blocks into the pool ----------------------------
