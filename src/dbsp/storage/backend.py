@@ -364,6 +364,10 @@ class _PooledBackend(Backend):
                 else:
                     out[i] = r
             if error is not None:
+                # unpin the good blocks of the failed batch now: the traceback keeps this frame
+                # (and ``out``, shared with read_blocks) alive for as long as the error lives
+                out[:] = [None] * len(out)
+                refs = None
                 raise error
             if not retry:
                 return
