@@ -11,7 +11,10 @@ and never reaches a caller as data).
 Why here and not python-liburing: that binding holds the GIL while it waits for the kernel
 (every cold read stalls all Python threads) and costs about 0.6 µs of Python per read; this
 loop costs neither (see ``shared/research/io-limits.md`` §3-4). No SQPOLL (it halves IOPS on a
-2-vCPU machine); ``SINGLE_ISSUER | COOP_TASKRUN`` when the kernel accepts them.
+2-vCPU machine); ``SINGLE_ISSUER | DEFER_TASKRUN`` (else ``COOP_TASKRUN``) when the kernel
+accepts them, so completions are run when this thread waits rather than by interrupting it.
+The loop waits for a quarter of the queue at a time (``wait_batch``), not for each read: the
+device keeps 3/4 of ``qd`` queued while the thread sleeps, and wakes a quarter as often.
 
 Result codes (``results[i]``): the number of bytes read (== length) on success, ``-errno`` on an
 I/O error, ``-1000 - reason`` when the block fails verification (reason as in
