@@ -53,6 +53,7 @@ _NATIVE = {
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
     "group_rows": "arrow_c",
+    "index_rows": "arrow_c",
 }
 
 
@@ -154,6 +155,7 @@ finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
 group_rows = _resolve("group_rows")
+index_rows = _resolve("index_rows")
 take_batch_runs = _resolve("take_batch_runs")
 
 
