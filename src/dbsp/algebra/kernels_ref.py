@@ -616,8 +616,13 @@ class LiveTable:
 
     def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:
         """Where ``add[i]``: key ``kcodes[i]``'s row becomes the row ``i`` of the arrays (a None
-        validity array: all valid; a null value is stored as 0); else where ``rm[i]``: its row is deleted."""
+        validity array: all valid; a null value is stored as 0); else where ``rm[i]``: its row is deleted.
+        ``versions`` may be an int ``v``: the added keys' versions are ``v, v + 1, ...`` in order."""
         self._check(cols, valids, len(kcodes), "put")
+        if isinstance(versions, int):
+            if not 0 <= versions < 1 << 64:
+                raise OverflowError(f"LiveTable.put: version {versions} is not a u64")
+            versions = [versions + c - 1 for c in np.cumsum(np.asarray(add, dtype=np.int64)).tolist()]
         for i, k in enumerate(np.asarray(kcodes, dtype=np.uint64).tolist()):
             if add[i]:
                 row = []

@@ -765,10 +765,8 @@ class VersionedRows(Stateful):
         self.trace.insert(b)
         if table is not None and self._gen == gen \
                 and self.trace is self._spine and self.trace.generation == gen + 1:
-            ver = np.cumsum(add, dtype=np.uint64)  # (wraps where no key was added yet: unread)
-            ver += np.uint64(start)
-            ver -= np.uint64(1)
-            table.put(kcodes, rm, add, ver,
+            # the added keys' versions: start, start + 1, ... in key order (as in the batch)
+            table.put(kcodes, rm, add, int(start),
                       [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
                       new_valid if new_valid is not None else [None] * len(new_vals))
             self._table, self._gen = table, self.trace.generation
