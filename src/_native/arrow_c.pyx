@@ -1033,3 +1033,86 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
         if vblock != NULL:
             free(vblock)
     return keys, okc_a, offs_a, vals, ovc_a, ow_a
+
+
+def pick_batch(g, is_old, list olds, list news, schema):
+    """A record batch of ``schema`` whose column ``j`` row ``r`` is ``olds[j][g[r]]`` where
+    ``is_old[r]``, else ``news[j][g[r]]`` (numpy arrays whose itemsize is the byte width of the
+    column's fixed-width type; their bits are taken as they are, no nulls): the rows of a
+    state's put (``versioned_pairs``) in one import, without a numpy array per column and a
+    ``take_batch`` of them. None when a column of ``schema`` is not fixed-width. Raises
+    IndexError for ``g[r]`` outside its array, ValueError for arrays that do not match."""
+    cdef cnp.ndarray ga = contig(g, cnp.NPY_INT64)
+    cdef cnp.ndarray oa = contig(is_old, cnp.NPY_BOOL)
+    cdef int64_t m = ga.shape[0], r, k = len(olds), c, lo, ln
+    cdef const int64_t* pg = <const int64_t*>cnp.PyArray_DATA(ga)
+    cdef const uint8_t* po = <const uint8_t*>cnp.PyArray_DATA(oa)
+    cdef ArrowSchema sout
+    sout.release = NULL
+    cdef int widths[64]
+    cdef list xs = []
+    cdef cnp.ndarray xo, xn
+    cdef uint8_t* block = NULL
+    cdef ArrowArray* kids
+    cdef uint8_t* data
+    cdef const uint8_t* so
+    cdef const uint8_t* sn
+    cdef size_t head, size
+    cdef int w
+    cdef bint bad = False
+    if oa.shape[0] != m:
+        raise ValueError("pick_batch: g and is_old differ in length")
+    if len(news) != k or k == 0 or k > 64:
+        raise ValueError(f"pick_batch: {k} old and {len(news)} new columns (1 to 64, as many)")
+    schema._export_to_c(<uintptr_t>&sout)
+    try:
+        if sout.n_children != k:
+            raise ValueError(f"pick_batch: the schema has {sout.n_children} columns, not {k}")
+        for c in range(k):
+            w = _width(sout.children[c].format)
+            if w == 0 or sout.children[c].dictionary != NULL:
+                return None
+            xo = np.ascontiguousarray(olds[c])
+            xn = np.ascontiguousarray(news[c])
+            if xo.ndim != 1 or xn.ndim != 1 or xo.itemsize != w or xn.itemsize != w:
+                raise ValueError(f"pick_batch: column {c} is {w} bytes a value, its arrays "
+                                 f"{xo.itemsize} and {xn.itemsize}")
+            lo, ln = xo.shape[0], xn.shape[0]
+            with nogil:
+                for r in range(m):
+                    if pg[r] < 0 or pg[r] >= (lo if po[r] else ln):
+                        bad = True
+                        break
+            if bad:
+                raise IndexError(f"pick_batch: row index out of range in column {c}")
+            widths[c] = w
+            xs.append(xo)
+            xs.append(xn)
+        head = _struct_head(k)
+        size = head
+        for c in range(k):
+            size += _up64(<size_t>widths[c] * <size_t>m)
+        block = _struct_block(k, m, size)
+        kids = (<ArrowArray*>block) + 1
+        data = block + head
+        for c in range(k):
+            w = widths[c]
+            kids[c].buffers[1] = data
+            so = <const uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>xs[2 * c])
+            sn = <const uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>xs[2 * c + 1])
+            with nogil:
+                if w == 8:
+                    for r in range(m):
+                        (<uint64_t*>data)[r] = (<const uint64_t*>(so if po[r] else sn))[pg[r]]
+                else:
+                    for r in range(m):
+                        memcpy(data + r * w, (so if po[r] else sn) + pg[r] * w, w)
+            data += _up64(<size_t>w * <size_t>m)
+        out = _import_batch(<uintptr_t>block, schema)
+        block = NULL  # the import owns it now
+    finally:
+        if sout.release != NULL:
+            sout.release(&sout)
+        if block != NULL:
+            free(block)
+    return out

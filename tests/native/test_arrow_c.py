@@ -355,3 +355,42 @@ def test_index_rows_refuses_what_it_does_not_index():
     assert arrow_c.index_rows(s, [0], p, [1], p, top, ks, vs) is None  # sums wrap
     with pytest.raises(IndexError, match="no column 5"):
         arrow_c.index_rows(s, [5], p, [1], p, one[:n], ks, vs)
+
+
+@given(st.lists(st.sampled_from([pa.int64(), pa.float64(), pa.int32(), pa.timestamp("us")]),
+                min_size=1, max_size=4), st.integers(0, 30), st.integers(1, 20), st.data())
+def test_pick_batch_matches_reference_and_pick_rows(types, m, G, data):
+    """``pick_batch`` against its reference twin and ``pick_rows`` column by column: row ``r``
+    from the old arrays where ``is_old[r]``, else from the new ones, bit for bit."""
+    rng = np.random.default_rng(m * 31 + G)
+    dts = [np.dtype(f"i{t.bit_width // 8}") if t != pa.float64() else np.dtype("f8")
+           for t in types]
+    olds = [rng.integers(-9, 9, G).astype(d) for d in dts]
+    news = [rng.integers(-9, 9, G).astype(d) for d in dts]
+    g = np.asarray(data.draw(st.lists(st.integers(0, G - 1), min_size=m, max_size=m)), np.int64)
+    is_old = rng.random(m) < 0.5
+    schema = pa.schema([pa.field(f"c{i}", t) for i, t in enumerate(types)])
+    got = arrow_c.pick_batch(g, is_old, olds, news, schema)
+    want = R.pick_batch(g, is_old, olds, news, schema)
+    assert got.equals(want) and got.schema == schema
+    for c, (o, n) in enumerate(zip(olds, news)):
+        np.testing.assert_array_equal(
+            np.asarray(got.column(c).view(pa.from_numpy_dtype(np.dtype(f"i{o.itemsize}")))
+                       .to_numpy()).view(o.dtype),
+            R.pick_rows(g, is_old, o, n))
+
+
+def test_pick_batch_refuses_bad_arrays():
+    """None for a column that is not fixed-width; IndexError past an array's end; ValueError for
+    arrays that do not match the schema."""
+    s = pa.schema([pa.field("x", pa.int64())])
+    a = np.arange(3, dtype=np.int64)
+    g, old = np.array([0, 2], np.int64), np.array([True, False])
+    for mod in (arrow_c, R):
+        assert mod.pick_batch(g, old, [a], [a], pa.schema([pa.field("s", pa.string())])) is None
+        with pytest.raises(IndexError):
+            mod.pick_batch(np.array([0, 3], np.int64), old, [a], [a], s)
+        with pytest.raises(ValueError):
+            mod.pick_batch(g, old, [a.astype(np.int32)], [a], s)
+        with pytest.raises(ValueError):
+            mod.pick_batch(g, old[:1], [a], [a], s)

@@ -799,6 +799,35 @@ def index_rows(batch, key_cols: list, key_plan: list, val_cols: list, val_plan: 
     return keys, sk[start], offsets, vals, vc[perm], ws
 
 
+def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema):
+    """A record batch of ``schema``: column ``j`` row ``r`` is ``olds[j][g[r]]`` where
+    ``is_old[r]``, else ``news[j][g[r]]``, the arrays' bits taken as the column's type (see
+    ``dbsp._native.arrow_c.pick_batch``); None when a column is not fixed-width."""
+    g = np.asarray(g, dtype=np.int64)
+    is_old = np.asarray(is_old, dtype=bool)
+    if len(is_old) != len(g):
+        raise ValueError("pick_batch: g and is_old differ in length")
+    if len(olds) != len(news) or not 0 < len(olds) <= 64:
+        raise ValueError(f"pick_batch: {len(olds)} old and {len(news)} new columns")
+    if len(schema) != len(olds):
+        raise ValueError(f"pick_batch: the schema has {len(schema)} columns, not {len(olds)}")
+    if not all(_fixed_width(t) for t in schema.types):
+        return None
+    cols = []
+    for c, (o, n, f) in enumerate(zip(olds, news, schema)):
+        o, n = np.ascontiguousarray(o), np.ascontiguousarray(n)
+        w = f.type.bit_width // 8
+        if o.ndim != 1 or n.ndim != 1 or o.itemsize != w or n.itemsize != w:
+            raise ValueError(f"pick_batch: column {c} is {w} bytes a value, its arrays "
+                             f"{o.itemsize} and {n.itemsize}")
+        if len(g) and (g.min() < 0 or (g[is_old] >= len(o)).any() or
+                       (g[~is_old] >= len(n)).any()):
+            raise IndexError(f"pick_batch: row index out of range in column {c}")
+        x = pick_rows(g, is_old, o.view(f"u{w}"), n.view(f"u{w}"))
+        cols.append(pa.Array.from_buffers(f.type, len(g), [None, pa.py_buffer(x.tobytes())]))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
 def take_batch_runs(schema: pa.Schema, groups: list):
     """One record batch of ``schema`` from column groups side by side, each group's rows the
     rows ``idx`` of its ``(batch, idx)`` runs one after another; None when a column is not

@@ -1310,21 +1310,19 @@ class LinearAggregateOperator(Operator):
             st._table = table  # nothing written
         else:
             st._next += int(np.count_nonzero(add))
-            picked = [K.pick_rows(idx, src, o, n) for o, n in zip(old, new)]
-            # one native import of the numpy partials (int64 / float64: the partials' dtypes)
-            vals = K.take_batch(None, None, [(x, None) for x in picked], st.val_schema)
+            # the old / new partials of each row picked straight into one native import
+            # (int64 / float64: the partials' dtypes); the numpy columns are views of it for
+            # a later read of this batch (_np_column), made only if the spine is read
+            vals = K.pick_batch(idx, src, old, new, st.val_schema)
             if vals is None:
                 vals = pa.RecordBatch.from_arrays(
-                    [pa.array(x, f.type) for x, f in zip(picked, st.val_schema)],
-                    schema=st.val_schema)
+                    [pa.array(K.pick_rows(idx, src, o, n), f.type)
+                     for o, n, f in zip(old, new, st.val_schema)], schema=st.val_schema)
             if len(kk) == len(has_old):  # every touched key changed (kk: ascending, distinct)
                 b = OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kcodec, st.vcodec)
             else:
                 b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
                                    kcodec, st.vcodec)
-            # the numpy columns just written are what get_numpy reads of this batch next step
-            # (when it reads the spine, not the flat table)
-            b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
             st._insert(b, table, kcodes, rm, add, start, new, None)
         n_old = len(eo)
         if n_old + len(en) == 0:
