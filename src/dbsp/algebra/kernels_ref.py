@@ -737,7 +737,7 @@ def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_s
 
 
 #: most rows ``index_rows`` indexes (larger batches: the caller's general path)
-INDEX_ROWS_MAX = 4096
+INDEX_ROWS_MAX = 512
 
 
 def _plan_codes(cols: list, plan: list) -> Optional[np.ndarray]:
