@@ -55,6 +55,8 @@ _NATIVE = {
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
     "group_rows": "arrow_c",
+    "index_rows": "arrow_c",
+    "pick_batch": "arrow_c",
 }
 
 
@@ -158,6 +160,8 @@ finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
 group_rows = _resolve("group_rows")
+index_rows = _resolve("index_rows")
+pick_batch = _resolve("pick_batch")
 take_batch_runs = _resolve("take_batch_runs")
 
 
