@@ -763,6 +763,7 @@ def take_runs(parts, idx):
     cdef char* o = <char*>cnp.PyArray_DATA(out)
     cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
     cdef bint bad = False
+    cdef int64_t j
     with nogil:
         r = 0
         for i in range(m):
@@ -770,7 +771,14 @@ def take_runs(parts, idx):
             if t < 0 or t >= total:
                 bad = True
                 break
-            r = run_of(starts, k, t, r)
+            if k <= 8:  # a few runs (a gather of W workers' parts): a branchless count of the
+                # starts at or below t; the search below mispredicts at every change of run,
+                # which a merge's row index makes at about every other row
+                r = 0   # (an empty run shares its start with the next: the last one counts)
+                for j in range(1, k):
+                    r += starts[j] <= t
+            else:
+                r = run_of(starts, k, t, r)
             t -= starts[r]
             if w == 8:
                 (<uint64_t*>o)[i] = (<const uint64_t*>base[r])[t]

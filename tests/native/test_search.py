@@ -262,7 +262,7 @@ def test_large_sorted_probes_gallop(kind):
              expect[::-1])
 
 
-@given(st.lists(st.lists(st.integers(-2**63, 2**63 - 1), max_size=12), min_size=1, max_size=6),
+@given(st.lists(st.lists(st.integers(-2**63, 2**63 - 1), max_size=12), min_size=1, max_size=12),
        st.sampled_from([np.int64, np.uint64, np.int32, np.uint8, np.float64]), st.data())
 def test_take_runs_matches_reference(parts, dtype, data):
     arrs = [np.asarray(p, dtype=np.int64).astype(dtype) for p in parts]

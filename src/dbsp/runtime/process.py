@@ -51,6 +51,7 @@ from ..storage import wire
 from ..storage.wire import portable_exception
 from .slices import SLICES
 from .socket_transport import SocketTransport, socketpair_mesh
+from . import wire_types  # noqa: F401  (batches cross processes by their buffers)
 
 
 class WorkerDied(RuntimeError):
