@@ -211,10 +211,17 @@ cdef inline int _cmp_i64(int64_t a, int64_t b) noexcept nogil:
     return -1 if a < b else (1 if a > b else 0)
 
 
-cdef inline const void* _side(const void* old, const void* new, int64_t w) noexcept nogil:
-    """The partial column an output row of weight ``w`` is finished from: the old partials'
-    for a retraction, the new ones' for an insertion (:func:`finish_emit`)."""
-    return old if w < 0 else new
+cdef inline int64_t _row_count(const void* o_c, const void* n_c, const void* o_s,
+                               const void* n_s, int64_t w, int64_t k,
+                               const void** sums) noexcept nogil:
+    """The count partial of key ``k``'s output row of weight ``w`` (:func:`finish_emit`): the
+    old partials' (count column ``o_c``, sum column ``o_s``) for a retraction, the new ones'
+    (``n_c``, ``n_s``) for an insertion; the sum column in ``sums[0]``."""
+    if w < 0:
+        sums[0] = o_s
+        return (<const int64_t*>o_c)[k]
+    sums[0] = n_s
+    return (<const int64_t*>n_c)[k]
 
 
 def finish_emit(old, new, eo, en, plan, is_int):
@@ -339,7 +346,6 @@ def finish_emit(old, new, eo, en, plan, is_int):
     cdef double* vf
     cdef uint8_t* pm
     cdef int64_t nnull
-    cdef const void* src_c
     cdef const void* src_s
     cdef const void* o_c
     cdef const void* n_c
@@ -360,9 +366,7 @@ def finish_emit(old, new, eo, en, plan, is_int):
             with nogil:
                 for i in range(m):
                     k = prow[i]
-                    src_c = _side(o_c, n_c, pw[i])
-                    src_s = _side(o_s, n_s, pw[i])
-                    cnt_o = (<const int64_t*>src_c)[k]
+                    cnt_o = _row_count(o_c, n_c, o_s, n_s, pw[i], k, &src_s)
                     pm[i] = cnt_o == 0
                     if cnt_o == 0:
                         nnull += 1
@@ -377,9 +381,7 @@ def finish_emit(old, new, eo, en, plan, is_int):
             with nogil:
                 for i in range(m):
                     k = prow[i]
-                    src_c = _side(o_c, n_c, pw[i])
-                    src_s = _side(o_s, n_s, pw[i])
-                    cnt_o = (<const int64_t*>src_c)[k]
+                    cnt_o = _row_count(o_c, n_c, o_s, n_s, pw[i], k, &src_s)
                     if kinds[j] == 0:
                         pm[i] = 0
                         vi[i] = cnt_o
