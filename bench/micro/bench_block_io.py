@@ -20,7 +20,9 @@ up to 2x within minutes). Without fio the comparison is skipped with a message
 (``ci/install-system.sh`` installs it).
 
 ``default`` is ``make_backend("auto")`` as storage builds it (uring, O_DIRECT where the file
-system takes it). Targets on the project machine: the default >= 0.8x fio at both sizes;
+system takes it: direct won or tied at both sizes and costs less CPU, see the backend's module
+doc), so ``default`` and ``uring-direct`` run the same code: their spread within one session is
+the noise of the machine (on a loaded 2-core VM it reached 0.76 against 0.98x of fio). Targets on the project machine: the default >= 0.8x fio at both sizes;
 64 KiB >= 1.0 GB/s, 4 KiB >= 65k reads/s (the device gives
 ~1.1 GB/s and ~67-74k reads/s; it is noisy, up to 2x between runs).
 ``extra_info``: ``GBps`` / ``reads_per_s`` (median round), ``fio_*`` and ``ratio_to_fio``.

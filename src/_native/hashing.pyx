@@ -6,6 +6,10 @@ Definitions (bit-exact with the reference; every process and worker must agree):
 * var codes: FNV-1a-64 over the bytes, starting from ``seed ^ 0xcbf29ce484222325``, then
   ``splitmix64`` of that;
 * ``shard = hash64 % nshards``;
+* ``merge_sum_runs``: the other side of a combiner's exchange: the sorted parts of partial sums
+  that every worker sent, merged by key and summed (exactly: int64 sums checked);
+* ``merge_disjoint_runs``: the order that merges the workers' sorted parts of an output whose
+  keys are disjoint (the driver's gather side);
 * ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
   worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
   and one scatter pass (the exchange's and the driver's split by key).
@@ -15,10 +19,12 @@ x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a 
 128-bit reciprocal (Lemire's fastmod) instead of a division per row, when the compiler has
 128-bit integers.
 
-Every loop runs without the GIL.
+Every loop runs without the GIL from ``NOGIL_MIN`` rows on (below it, releasing the GIL costs the
+threads runtime a hand-off to another worker, and waiting to take it back, worth more than the
+loop).
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN, INT64_MAX
 from libc.stdlib cimport malloc, calloc, free
 
 from _native.types cimport codes_t
@@ -82,6 +88,13 @@ cdef extern from *:
     uint64_t dbsp_fastmod(uint64_t x, uint64_t mlo, uint64_t mhi, uint64_t d) nogil
 
 
+cdef extern from *:
+    """
+    typedef __int128 dbsp_i128;   /* exact sums of int64 partials */
+    """
+    ctypedef long long dbsp_i128
+
+
 cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
     """The splitmix64 finalizer."""
     x = (x ^ (x >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
@@ -105,6 +118,13 @@ cdef inline uint64_t hash_row(const codes_t* c, int64_t i, uint64_t seed) noexce
 
 cdef enum:
     BLOCK = 2048       # rows hashed at a time before the modulo pass over them (stays in L1)
+
+
+cdef enum:
+    #: rows below which a kernel keeps the GIL: a release is a hand-off to a thread waiting for
+    #: it (the threads runtime's other workers), and taking it back waits for that thread's
+    #: next release or its switch interval (5 ms): dearer than hashing a few thousand rows
+    NOGIL_MIN = 1 << 14
 
 
 cdef void hash_codes(const codes_t* c, uint64_t seed, uint64_t* out) noexcept nogil:
@@ -154,7 +174,10 @@ def hash64(codes, seed=0):
     cdef uint64_t s = as_seed(seed)
     cdef cnp.ndarray out = np.empty(c.n, dtype=np.uint64)
     cdef uint64_t* o = <uint64_t*>cnp.PyArray_DATA(out)
-    with nogil:
+    if c.n >= NOGIL_MIN:
+        with nogil:
+            hash_codes(&c, s, o)
+    else:
         hash_codes(&c, s, o)
     return out
 
@@ -169,18 +192,32 @@ def shard(codes, nshards, seed=0):
     cdef uint64_t d = <uint64_t>int(nshards)
     cdef cnp.ndarray out = np.empty(c.n, dtype=np.int64)
     cdef uint64_t* o = <uint64_t*>cnp.PyArray_DATA(out)
-    with nogil:
+    if c.n >= NOGIL_MIN:
+        with nogil:
+            shard_codes(&c, s, d, o)
+    else:
         shard_codes(&c, s, d, o)
     return out
 
 
-cdef int owner_dest(const codes_t* c, const int32_t* owners, int bits, int64_t workers,
-                    int32_t* dest, int64_t* counts) noexcept nogil:
+ctypedef fused dest_t:
+    uint8_t
+    int32_t
+
+
+cdef void owner_dest(const codes_t* c, const int32_t* owners, int bits, dest_t* dest,
+                     int64_t* counts) noexcept nogil:
     """dest[i] = owners[hash(row i) >> (64 - bits)] (owners[0] when bits == 0), counting rows
-    per worker; -1 when an owner is out of ``0..workers-1``."""
-    cdef int64_t i, lo, hi, n = c.n
-    cdef int32_t d
+    per worker (``owners``: checked to be workers already)."""
+    cdef int64_t i, lo, hi, n = c.n, c1 = 0
+    cdef dest_t d
     cdef uint64_t tmp[BLOCK]
+    cdef int shift = 64 - bits
+    if bits == 0:
+        for i in range(n):
+            dest[i] = <dest_t>owners[0]
+        counts[owners[0]] += n
+        return
     lo = 0
     while lo < n:
         hi = lo + BLOCK if lo + BLOCK < n else n
@@ -189,20 +226,48 @@ cdef int owner_dest(const codes_t* c, const int32_t* owners, int bits, int64_t w
         else:
             for i in range(lo, hi):
                 tmp[i - lo] = hash_row(c, i, 0)
-        for i in range(lo, hi):
-            d = owners[tmp[i - lo] >> (64 - bits)] if bits else owners[0]
-            if d < 0 or d >= workers:
-                return -1
-            dest[i] = d
-            counts[d] += 1
+        if dest_t is uint8_t:
+            for i in range(lo, hi):
+                d = <dest_t>owners[tmp[i - lo] >> shift]
+                dest[i] = d
+                c1 += d   # rows of worker 1 (uint8: two workers)
+        else:
+            for i in range(lo, hi):
+                d = <dest_t>owners[tmp[i - lo] >> shift]
+                dest[i] = d
+                counts[d] += 1
         lo = hi
-    return 0
+    if dest_t is uint8_t:  # (two workers)
+        counts[0] += n - c1
+        counts[1] += c1
+
+
+cdef void scatter_rows(const dest_t* dest, int64_t n, int64_t workers, int64_t* pos,
+                       int64_t* o) noexcept nogil:
+    """o[pos[dest[i]]++] = i for every row in order (``pos``: each worker's first slot). Two
+    workers: two cursors in registers and no branch on the (random) worker of a row."""
+    cdef int64_t i, p0, p1, d, p
+    if workers == 2:
+        p0, p1 = pos[0], pos[1]
+        for i in range(n):
+            d = dest[i]
+            o[p0 ^ ((p0 ^ p1) & -d)] = i   # p1 if d else p0, without a branch
+            p1 += d
+            p0 += 1 - d
+        return
+    for i in range(n):
+        d = dest[i]
+        p = pos[d]   # (read once: the store to o might alias pos for the compiler)
+        o[p] = i
+        pos[d] = p + 1
 
 
 def owner_rows(codes, owners, int bits, int64_t workers):
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (int32, ``2 ** bits``
-    entries): ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0)."""
+    entries): ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0).
+    An owner outside ``0..workers-1`` is refused (ValueError) whether or not a row maps to
+    it. The GIL is released only for :data:`NOGIL_MIN` rows or more."""
     co = as_codes(codes)
     cdef codes_t c = codes_view(co)
     cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
@@ -210,34 +275,222 @@ def owner_rows(codes, owners, int bits, int64_t workers):
         raise ValueError(f"owner_rows: {len(own)} owners for {bits} bits")
     if workers < 1:
         raise ValueError("owner_rows: workers must be >= 1")
-    cdef int64_t n = c.n, i, w
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
+    cdef int64_t n = c.n, i, w, S = len(own)
+    for i in range(S):
+        if op[i] < 0 or op[i] >= workers:
+            raise ValueError(f"owner_rows: owner {op[i]} of shard {i} is not a worker in "
+                             f"0..{workers - 1}")
     cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
     cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
     cdef int64_t* b = <int64_t*>cnp.PyArray_DATA(bounds)
-    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int32_t* dest = NULL
+    cdef void* dest = NULL
     cdef int64_t* pos = NULL
-    cdef int bad = 0
+    cdef bint small = workers <= 2
     if n == 0:
         return order, bounds
-    dest = <int32_t*>malloc(n * sizeof(int32_t))
+    if workers == 1:
+        for i in range(n):
+            o[i] = i
+        b[1] = n
+        return order, bounds
+    dest = malloc(n * (sizeof(uint8_t) if small else sizeof(int32_t)))
     pos = <int64_t*>calloc(workers, sizeof(int64_t))
     if dest == NULL or pos == NULL:
         free(dest)
         free(pos)
         raise MemoryError()
-    with nogil:
-        bad = owner_dest(&c, op, bits, workers, dest, pos)
-        if not bad:
-            for w in range(workers):  # counts -> start of each worker's run
-                b[w + 1] = b[w] + pos[w]
-                pos[w] = b[w]
-            for i in range(n):
-                o[pos[dest[i]]] = i
-                pos[dest[i]] += 1
+    if n >= NOGIL_MIN:
+        with nogil:
+            _owner_rows(&c, op, bits, workers, small, dest, pos, b, o)
+    else:
+        _owner_rows(&c, op, bits, workers, small, dest, pos, b, o)
     free(dest)
     free(pos)
-    if bad:
-        raise ValueError(f"owner_rows: an owner is not a worker in 0..{workers - 1}")
     return order, bounds
+
+
+cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t workers,
+                      bint small, void* dest, int64_t* pos, int64_t* b,
+                      int64_t* o) noexcept nogil:
+    cdef int64_t w, n = c.n
+    if small:
+        owner_dest(c, op, bits, <uint8_t*>dest, pos)
+    else:
+        owner_dest(c, op, bits, <int32_t*>dest, pos)
+    for w in range(workers):  # counts -> start of each worker's run
+        b[w + 1] = b[w] + pos[w]
+        pos[w] = b[w]
+    if small:
+        scatter_rows(<const uint8_t*>dest, n, workers, pos, o)
+    else:
+        scatter_rows(<const int32_t*>dest, n, workers, pos, o)
+
+
+def merge_sum_runs(list kruns, list cols, list is_int):
+    """The parts a combiner receives, summed per key (twin of ``kernels_ref.merge_sum_runs``):
+    ``kruns``: W runs of u64 codes, each ascending and distinct; ``cols[c][w]``: partial column
+    ``c`` of run ``w`` (int64 where ``is_int[c]``, else float64), aligned with ``kruns[w]``.
+    Returns ``(keys, first, sums, over)``: the distinct codes ascending, the position of each
+    one's first row in the concatenation of the runs, every column summed per key (floats in run
+    order from the first value; int64 sums exact, stored wrapped), and a bool mask of the keys
+    some int64 sum of which is out of int64 (None when there is none).
+
+    One k-way merge over the heads of the W runs (W is the worker count: a scan of the heads
+    per key), in place of concatenating, sorting, grouping and summing column by column (a
+    dozen calls a column on a few dozen keys). Keeps the GIL (a combiner's parts are small)."""
+    cdef int64_t W = len(kruns), C = len(cols), w, c, n = 0, g = 0, i, best
+    if len(is_int) != C:
+        raise ValueError(f"merge_sum_runs: {len(is_int)} is_int flags for {C} columns")
+    cdef list ks = [], vs = []
+    cdef cnp.ndarray a
+    for w in range(W):
+        a = np.ascontiguousarray(kruns[w], dtype=np.uint64)
+        if a.ndim != 1:
+            raise ValueError("merge_sum_runs: key runs must be 1-d")
+        ks.append(a)
+        n += a.shape[0]
+    for c in range(C):
+        if len(cols[c]) != W:
+            raise ValueError(f"merge_sum_runs: column {c} has {len(cols[c])} runs for {W}")
+        for w in range(W):
+            a = np.ascontiguousarray(cols[c][w], dtype=np.int64 if is_int[c] else np.float64)
+            if a.ndim != 1 or a.shape[0] != (<cnp.ndarray>ks[w]).shape[0]:
+                raise ValueError(f"merge_sum_runs: column {c} of run {w} has {len(a)} values "
+                                 f"for {(<cnp.ndarray>ks[w]).shape[0]} keys")
+            vs.append(a)
+    cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
+    cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* pos = <int64_t*>calloc(max(W, 1), sizeof(int64_t))
+    cdef void** vp = <void**>malloc(max(W * C, 1) * sizeof(void*))
+    cdef uint8_t* isi = <uint8_t*>malloc(max(C, 1))
+    cdef void** sp = <void**>malloc(max(C, 1) * sizeof(void*))
+    if kp == NULL or kn == NULL or base == NULL or pos == NULL or vp == NULL or isi == NULL \
+            or sp == NULL:
+        free(kp); free(kn); free(base); free(pos); free(vp); free(isi); free(sp)
+        raise MemoryError()
+    cdef cnp.ndarray keys = np.empty(n, dtype=np.uint64)
+    cdef cnp.ndarray first = np.empty(n, dtype=np.int64)
+    cdef cnp.ndarray overm = np.zeros(n, dtype=bool)
+    cdef list sums = [np.empty(n, dtype=np.int64 if is_int[c] else np.float64) for c in range(C)]
+    cdef uint64_t* ko = <uint64_t*>cnp.PyArray_DATA(keys)
+    cdef int64_t* fo = <int64_t*>cnp.PyArray_DATA(first)
+    cdef uint8_t* oo = <uint8_t*>cnp.PyArray_DATA(overm)
+    cdef uint64_t k, bk
+    cdef int64_t b = 0
+    cdef bint unsorted = False, any_over = False
+    cdef dbsp_i128 acc
+    cdef double facc
+    for w in range(W):
+        a = ks[w]
+        kp[w] = <const uint64_t*>cnp.PyArray_DATA(a)
+        kn[w] = a.shape[0]
+        base[w] = b
+        b += kn[w]
+        for i in range(1, kn[w]):
+            if kp[w][i] <= kp[w][i - 1]:
+                unsorted = True
+    for c in range(C):
+        isi[c] = 1 if is_int[c] else 0
+        sp[c] = cnp.PyArray_DATA(<cnp.ndarray>sums[c])
+        for w in range(W):
+            vp[c * W + w] = cnp.PyArray_DATA(<cnp.ndarray>vs[c * W + w])
+    if not unsorted:
+        while True:
+            best = -1
+            for w in range(W):  # the run whose head is the smallest code (the first such run)
+                if pos[w] < kn[w]:
+                    k = kp[w][pos[w]]
+                    if best < 0 or k < bk:
+                        best, bk = w, k
+            if best < 0:
+                break
+            ko[g] = bk
+            fo[g] = base[best] + pos[best]
+            for c in range(C):
+                if isi[c]:
+                    acc = (<const int64_t*>vp[c * W + best])[pos[best]]
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and kp[w][pos[w]] == bk:
+                            acc += (<const int64_t*>vp[c * W + w])[pos[w]]
+                    (<int64_t*>sp[c])[g] = <int64_t>acc
+                    if acc < <dbsp_i128>INT64_MIN or acc > <dbsp_i128>INT64_MAX:
+                        oo[g] = 1
+                        any_over = True
+                else:
+                    facc = (<const double*>vp[c * W + best])[pos[best]]
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and kp[w][pos[w]] == bk:
+                            facc += (<const double*>vp[c * W + w])[pos[w]]
+                    (<double*>sp[c])[g] = facc
+            pos[best] += 1
+            for w in range(best + 1, W):
+                if pos[w] < kn[w] and kp[w][pos[w]] == bk:
+                    pos[w] += 1
+            g += 1
+    free(kp); free(kn); free(base); free(pos); free(vp); free(isi); free(sp)
+    if unsorted:
+        raise ValueError("merge_sum_runs: a key run is not ascending and distinct")
+    return (keys[:g], first[:g], [s[:g] for s in sums], overm[:g] if any_over else None)
+
+
+def merge_disjoint_runs(list kruns):
+    """The order merging W runs of u64 key codes, each non-decreasing, whose keys are disjoint
+    (twin of ``kernels_ref.merge_disjoint_runs``): positions (int64) into the concatenation of
+    the runs, ascending by code, a key's rows in their run's order; None when a key is in two
+    runs. One k-way merge over the runs' heads (W: the worker count), in place of
+    concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
+    cdef int64_t W = len(kruns), w, n = 0, g = 0, i, best, b = 0
+    cdef list ks = []
+    cdef cnp.ndarray a
+    for w in range(W):
+        a = np.ascontiguousarray(kruns[w], dtype=np.uint64)
+        if a.ndim != 1:
+            raise ValueError("merge_disjoint_runs: key runs must be 1-d")
+        ks.append(a)
+        n += a.shape[0]
+    cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
+    cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
+    cdef int64_t* pos = <int64_t*>calloc(max(W, 1), sizeof(int64_t))
+    if kp == NULL or kn == NULL or base == NULL or pos == NULL:
+        free(kp); free(kn); free(base); free(pos)
+        raise MemoryError()
+    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
+    cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
+    cdef uint64_t k, bk = 0
+    cdef bint unsorted = False, shared = False
+    for w in range(W):
+        a = ks[w]
+        kp[w] = <const uint64_t*>cnp.PyArray_DATA(a)
+        kn[w] = a.shape[0]
+        base[w] = b
+        b += kn[w]
+        for i in range(1, kn[w]):
+            if kp[w][i] < kp[w][i - 1]:
+                unsorted = True
+    if not unsorted:
+        while True:
+            best = -1
+            for w in range(W):
+                if pos[w] < kn[w]:
+                    k = kp[w][pos[w]]
+                    if best < 0 or k < bk:
+                        best, bk = w, k
+                    elif k == bk:
+                        shared = True
+                        break
+            if shared or best < 0:
+                break
+            i = pos[best]
+            while i < kn[best] and kp[best][i] == bk:  # the key's rows, together
+                o[g] = base[best] + i
+                g += 1
+                i += 1
+            pos[best] = i
+    free(kp); free(kn); free(base); free(pos)
+    if unsorted:
+        raise ValueError("merge_disjoint_runs: a key run is not ascending")
+    return None if shared else order

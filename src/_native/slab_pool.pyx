@@ -856,8 +856,13 @@ cdef inline BlockRef _make_ref(SlabPool pool, int32_t s):
 
 @cython.final
 @cython.freelist(256)
+@cython.no_gc
 cdef class BlockRef:
     """A pinned, read-only view of one pooled block (buffer protocol).
+
+    Not tracked by the cyclic GC (``no_gc``): its only object field is the pool, which holds
+    no Python references back, so it can be in no cycle; tracking it cost a cold 4 KiB read
+    ~470 instructions a block in gen-0 collections (callgrind), one per 700 refs made.
 
     The pin is held while this object lives: views made from it (``memoryview``,
     ``np.frombuffer``, ``pa.py_buffer``) keep it alive. ``release()`` unpins early."""

@@ -622,13 +622,21 @@ cdef class LiveTable:
         where ``add[i]`` the key's row becomes ``(versions[i], cols[j][i], valids[j][i])``
         (inserted or overwritten; a None validity array: all valid; a null value is stored
         as 0), else where ``rm[i]`` the
-        key's row is deleted; other keys are left as they are."""
+        key's row is deleted; other keys are left as they are. ``versions`` may be an int
+        ``v``: the added keys' versions are then ``v, v + 1, ...`` in order (those of
+        ``versioned_pairs(..., v)``), without an array of them."""
         cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
         cdef cnp.ndarray ra = np.ascontiguousarray(rm, dtype=np.bool_)
         cdef cnp.ndarray aa = np.ascontiguousarray(add, dtype=np.bool_)
-        cdef cnp.ndarray va = np.ascontiguousarray(versions, dtype=np.uint64)
+        cdef cnp.ndarray va = None
+        cdef bint counted = isinstance(versions, int)
+        cdef uint64_t nxt = 0
         cdef int64_t G = q.shape[0], i, j, at, nadd = 0, nc = self.ncols, s
-        if ra.shape[0] != G or aa.shape[0] != G or va.shape[0] != G:
+        if counted:
+            nxt = versions  # (OverflowError below 0 or past 2**64 - 1)
+        else:
+            va = np.ascontiguousarray(versions, dtype=np.uint64)
+        if ra.shape[0] != G or aa.shape[0] != G or (not counted and va.shape[0] != G):
             raise ValueError("LiveTable.put: kcodes, rm, add and versions differ in length")
         keep = []
         cdef cnp.ndarray ptrs = self._pointers(cols, valids, G, "put", True, keep)
@@ -637,7 +645,7 @@ cdef class LiveTable:
         cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
         cdef const uint8_t* pr = <const uint8_t*>cnp.PyArray_DATA(ra)
         cdef const uint8_t* pa_ = <const uint8_t*>cnp.PyArray_DATA(aa)
-        cdef const uint64_t* pver = <const uint64_t*>cnp.PyArray_DATA(va)
+        cdef const uint64_t* pver = NULL if counted else <const uint64_t*>cnp.PyArray_DATA(va)
         cdef char* r
         for i in range(G):
             nadd += pa_[i] != 0
@@ -653,7 +661,11 @@ cdef class LiveTable:
                     self.n += 1
                 r = self.rows + at * self.rowsize
                 (<uint64_t*>r)[0] = pq[i]
-                (<uint64_t*>r)[1] = pver[i]
+                if counted:
+                    (<uint64_t*>r)[1] = nxt
+                    nxt += 1
+                else:
+                    (<uint64_t*>r)[1] = pver[i]
                 for j in range(nc):
                     s = self.isz[j]
                     if pv[j] and not (<const uint8_t*>pv[j])[i]:

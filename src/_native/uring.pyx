@@ -11,7 +11,10 @@ and never reaches a caller as data).
 Why here and not python-liburing: that binding holds the GIL while it waits for the kernel
 (every cold read stalls all Python threads) and costs about 0.6 µs of Python per read; this
 loop costs neither (see ``shared/research/io-limits.md`` §3-4). No SQPOLL (it halves IOPS on a
-2-vCPU machine); ``SINGLE_ISSUER | COOP_TASKRUN`` when the kernel accepts them.
+2-vCPU machine); ``SINGLE_ISSUER | DEFER_TASKRUN`` (else ``COOP_TASKRUN``) when the kernel
+accepts them, so completions are run when this thread waits rather than by interrupting it.
+The loop waits for a quarter of the queue at a time (``wait_batch``), not for each read: the
+device keeps 3/4 of ``qd`` queued while the thread sleeps, and wakes a quarter as often.
 
 Result codes (``results[i]``): the number of bytes read (== length) on success, ``-errno`` on an
 I/O error, ``-1000 - reason`` when the block fails verification (reason as in
@@ -51,6 +54,7 @@ cdef extern from "liburing.h" nogil:
     void io_uring_cq_advance(io_uring *ring, unsigned nr)
     unsigned IORING_SETUP_SINGLE_ISSUER
     unsigned IORING_SETUP_COOP_TASKRUN
+    unsigned IORING_SETUP_DEFER_TASKRUN
 
 cdef enum:
     MAX_CQES = 256
@@ -87,9 +91,14 @@ cdef class Ring:
         cdef unsigned flags = 0
         self.ok = False
         if single_issuer:
-            flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN
+            # DEFER_TASKRUN (6.1+): completions are run when this thread waits, not by
+            # interrupting it; else COOP_TASKRUN (5.19+); else nothing (EINVAL from older kernels)
+            flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN
             ret = io_uring_queue_init(entries, &self.ring, flags)
-            if ret == -22:    # EINVAL: an older kernel without these flags
+            if ret == -22:
+                flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN
+                ret = io_uring_queue_init(entries, &self.ring, flags)
+            if ret == -22:
                 flags = 0
                 ret = io_uring_queue_init(entries, &self.ring, flags)
         else:
@@ -112,11 +121,15 @@ cdef class Ring:
 
     def read(self, const int32_t[::1] fds, const int64_t[::1] offsets,
              const uint32_t[::1] lengths, const uint64_t[::1] addrs, int32_t[::1] results,
-             int qd=32, bint verify=True):
+             int qd=32, bint verify=True, int wait_batch=0):
         """Read ``lengths[i]`` bytes at ``offsets[i]`` of ``fds[i]`` into ``addrs[i]``.
 
         Keeps ``qd`` reads in flight; fills ``results`` (see the module doc) and returns the
-        number of reads that did not succeed. The GIL is released for the whole batch."""
+        number of reads that did not succeed. The GIL is released for the whole batch.
+
+        ``wait_batch``: how many completions to wait for before refilling (capped by what is in
+        flight); 0 means ``max(1, qd // 4)``, so the device keeps 3/4 of ``qd`` queued while
+        this thread sleeps through a quarter of them instead of waking for each one."""
         cdef Py_ssize_t n = offsets.shape[0]
         cdef Py_ssize_t i
         cdef int64_t *done_b
@@ -126,6 +139,7 @@ cdef class Ring:
         cdef io_uring_cqe *cqes[MAX_CQES]
         cdef unsigned got, c
         cdef int ret, res, v
+        cdef unsigned want
         cdef uint64_t k
         cdef int64_t rem
         if not self.ok:
@@ -138,6 +152,8 @@ cdef class Ring:
             qd = 1
         if <unsigned>qd > self.entries:
             qd = self.entries
+        if wait_batch < 1:
+            wait_batch = qd // 4 if qd >= 4 else 1
         done_b = <int64_t *>malloc(n * sizeof(int64_t))
         retry = <int64_t *>malloc(n * sizeof(int64_t))
         if done_b == NULL or retry == NULL:
@@ -166,7 +182,8 @@ cdef class Ring:
                                        <unsigned long long>(offsets[k] + done_b[k]))
                     io_uring_sqe_set_data64(sqe, k)
                     inflight += 1
-                ret = io_uring_submit_and_wait(&self.ring, 1)
+                want = <unsigned>(inflight if inflight < wait_batch else wait_batch)
+                ret = io_uring_submit_and_wait(&self.ring, want if want > 0 else 1)
                 if ret < 0 and ret != -EINTR and ret != -EAGAIN:
                     break
                 got = io_uring_peek_batch_cqe(&self.ring, cqes, MAX_CQES)

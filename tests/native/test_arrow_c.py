@@ -306,3 +306,117 @@ def test_group_rows_sorts_large_and_refuses_beyond_its_limit():
     assert arrow_c.group_rows(big, [0], plan, [1], np.ones(n + 1, np.int64), ks, vs) is None
     with pytest.raises(IndexError, match="no column 5"):
         arrow_c.group_rows(batch, [5], plan, [1], np.ones(n, np.int64), ks, vs)
+
+
+@st.composite
+def indexed_batch(draw):
+    """A batch of integer key and value columns (few distinct values: equal rows meet), its
+    codecs' u64 plans, and weights (sometimes cancelling, sometimes near the int64 edge)."""
+    n = draw(st.integers(1, 70))
+    types = draw(st.lists(st.sampled_from(_INT_KEYS + [pa.int64(), pa.date32()]), min_size=2,
+                          max_size=4))
+    cols, fields = [], []
+    for i, t in enumerate(types):
+        lo, hi = (0, 3) if pa.types.is_unsigned_integer(t) or t == pa.date32() else (-2, 2)
+        vals = draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
+        if draw(st.integers(0, 9)) == 0:  # a null: the general path
+            vals[0] = None
+        cols.append(pa.array(vals, t))
+        fields.append(pa.field(f"c{i}", t, draw(st.booleans())))
+    batch = pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields))
+    nk = draw(st.integers(1, len(types) - 1))
+    big = draw(st.integers(0, 9)) == 0
+    w = np.array(draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), np.int64)
+    if big:
+        w[: n // 2] = np.iinfo(np.int64).max
+    return batch, list(range(nk)), list(range(nk, len(types))), w
+
+
+@given(indexed_batch())
+def test_index_rows_matches_reference_and_from_parts(case):
+    """``index_rows`` against its reference twin (same batches, codes, offsets, weights, or the
+    same None), and what it returns is ``OrdIndexedZSet.from_parts`` of the same rows."""
+    from dbsp.algebra.codes import KeyCodec
+    from dbsp.trace.batch import OrdIndexedZSet
+    batch, kcols, vcols, w = case
+    ks = pa.schema([batch.schema.field(c) for c in kcols])
+    vs = pa.schema([batch.schema.field(c) for c in vcols])
+    kc, vc = KeyCodec(list(ks)), KeyCodec(list(vs))
+    if kc._native_plan is None or vc._native_plan is None:
+        return
+    args = (batch, kcols, kc._native_plan, vcols, vc._native_plan, w, ks, vs)
+    got, want = arrow_c.index_rows(*args), R.index_rows(*args)
+    assert (got is None) == (want is None)
+    if got is None:
+        return
+    assert got[0].equals(want[0]) and got[3].equals(want[3])
+    for a, b in zip(got[1:3] + got[4:], want[1:3] + want[4:]):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
+    if not len(got[5]):
+        return
+    o = OrdIndexedZSet.from_parts(batch.select(kcols), batch.select(vcols), w, kc, vc)
+    assert got[0].equals(o.keys) and got[3].equals(o.vals)
+    for a, b in ((got[1], o.kcodes), (got[2], o.offsets), (got[4], o.vcodes),
+                 (got[5], o.weights)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_index_rows_refuses_what_it_does_not_index():
+    """None for a large batch, wide codes, a null, or a wrapping weight sum; IndexError for a
+    column that is not there."""
+    n = arrow_c.INDEX_ROWS_MAX
+    k = pa.array(np.arange(n + 1) % 7)
+    b = pa.RecordBatch.from_arrays([k, k], schema=pa.schema([pa.field("k", pa.int64(), False),
+                                                             pa.field("v", pa.int64(), False)]))
+    ks, vs = pa.schema([b.schema.field(0)]), pa.schema([b.schema.field(1)])
+    p = [(8, True, False)]
+    one = np.ones(n + 1, np.int64)
+    assert arrow_c.index_rows(b, [0], p, [1], p, one, ks, vs) is None  # past the limit
+    s = b.slice(0, n)
+    got = arrow_c.index_rows(s, [0], p, [1], p, one[:n], ks, vs)
+    assert got is not None and len(got[1]) == 7 and int(got[5].sum()) == n
+    assert arrow_c.index_rows(s, [0], [(8, True, True)], [1], p, one[:n], ks, vs) is None
+    top = np.full(n, np.iinfo(np.int64).max, np.int64)
+    assert arrow_c.index_rows(s, [0], p, [1], p, top, ks, vs) is None  # sums wrap
+    with pytest.raises(IndexError, match="no column 5"):
+        arrow_c.index_rows(s, [5], p, [1], p, one[:n], ks, vs)
+
+
+@given(st.lists(st.sampled_from([pa.int64(), pa.float64(), pa.int32(), pa.timestamp("us")]),
+                min_size=1, max_size=4), st.integers(0, 30), st.integers(1, 20), st.data())
+def test_pick_batch_matches_reference_and_pick_rows(types, m, G, data):
+    """``pick_batch`` against its reference twin and ``pick_rows`` column by column: row ``r``
+    from the old arrays where ``is_old[r]``, else from the new ones, bit for bit."""
+    rng = np.random.default_rng(m * 31 + G)
+    dts = [np.dtype(f"i{t.bit_width // 8}") if t != pa.float64() else np.dtype("f8")
+           for t in types]
+    olds = [rng.integers(-9, 9, G).astype(d) for d in dts]
+    news = [rng.integers(-9, 9, G).astype(d) for d in dts]
+    g = np.asarray(data.draw(st.lists(st.integers(0, G - 1), min_size=m, max_size=m)), np.int64)
+    is_old = rng.random(m) < 0.5
+    schema = pa.schema([pa.field(f"c{i}", t) for i, t in enumerate(types)])
+    got = arrow_c.pick_batch(g, is_old, olds, news, schema)
+    want = R.pick_batch(g, is_old, olds, news, schema)
+    assert got.equals(want) and got.schema == schema
+    for c, (o, n) in enumerate(zip(olds, news)):
+        np.testing.assert_array_equal(
+            np.asarray(got.column(c).view(pa.from_numpy_dtype(np.dtype(f"i{o.itemsize}")))
+                       .to_numpy()).view(o.dtype),
+            R.pick_rows(g, is_old, o, n))
+
+
+def test_pick_batch_refuses_bad_arrays():
+    """None for a column that is not fixed-width; IndexError past an array's end; ValueError for
+    arrays that do not match the schema."""
+    s = pa.schema([pa.field("x", pa.int64())])
+    a = np.arange(3, dtype=np.int64)
+    g, old = np.array([0, 2], np.int64), np.array([True, False])
+    for mod in (arrow_c, R):
+        assert mod.pick_batch(g, old, [a], [a], pa.schema([pa.field("s", pa.string())])) is None
+        with pytest.raises(IndexError):
+            mod.pick_batch(np.array([0, 3], np.int64), old, [a], [a], s)
+        with pytest.raises(ValueError):
+            mod.pick_batch(g, old, [a.astype(np.int32)], [a], s)
+        with pytest.raises(ValueError):
+            mod.pick_batch(g, old[:1], [a], [a], s)

@@ -76,3 +76,98 @@ def test_owner_rows_refuses_bad_maps():
             kern(k, np.zeros(3, np.int32), 2, 2)   # 3 owners for 4 shards
         with pytest.raises(ValueError):
             kern(k, np.array([0, 5], np.int32), 1, 2)  # owner 5 of 2 workers
+        with pytest.raises(ValueError, match="owner -1 of shard 3"):  # no row needs shard 3
+            kern(np.zeros(0, np.uint64), np.array([0, 1, 0, -1], np.int32), 2, 2)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 300])
+def test_owner_rows_long_inputs(workers):
+    """Past NOGIL_MIN rows (the GIL released), several hash blocks and a tail; two workers take
+    the branch-free scatter, more than 255 the int32 worker numbers."""
+    rng = np.random.default_rng(workers)
+    k = rng.integers(0, 2 ** 64 - 1, 40_003, dtype=np.uint64, endpoint=True)
+    owners = rng.integers(0, workers, 1 << 10).astype(np.int32)
+    order, bounds = native.owner_rows(k, owners, 10, workers)
+    dest = owners[ref.hash64(k) >> np.uint64(54)]
+    same(order, np.argsort(dest, kind="stable").astype(np.int64))
+    same(bounds, np.concatenate([[0], np.cumsum(np.bincount(dest, minlength=workers))]))
+
+
+@st.composite
+def _sum_runs(draw):
+    """W runs of ascending distinct u64 codes drawn from a small pool (so runs share keys), an
+    int64 and a float64 partial column each; int values near the int64 bounds now and then."""
+    W = draw(st.integers(1, 4))
+    pool = draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=1, max_size=12, unique=True))
+    big = st.sampled_from([2 ** 63 - 1, -2 ** 63, 2 ** 62, -2 ** 62])
+    kruns, ints, floats = [], [], []
+    for _ in range(W):
+        ks = sorted(draw(st.lists(st.sampled_from(pool), max_size=len(pool), unique=True)))
+        kruns.append(np.array(ks, np.uint64))
+        ints.append(np.array(draw(st.lists(st.integers(-5, 5) | big, min_size=len(ks),
+                                           max_size=len(ks))), np.int64))
+        floats.append(np.array(draw(st.lists(st.floats(-1e6, 1e6), min_size=len(ks),
+                                             max_size=len(ks))), np.float64))
+    return kruns, ints, floats
+
+
+@given(_sum_runs())
+@example(([np.array([1, 5], np.uint64), np.array([5], np.uint64)],
+          [np.array([2 ** 63 - 1, 1], np.int64), np.array([1], np.int64)],
+          [np.array([0.5, 1.0], np.float64), np.array([2.0], np.float64)]))
+@example(([np.array([3], np.uint64)] * 3,
+          [np.array([2 ** 63 - 1], np.int64), np.array([1], np.int64),
+           np.array([-1], np.int64)],   # a partial sum wraps, the exact sum fits
+          [np.zeros(1)] * 3))
+def test_merge_sum_runs(runs):
+    kruns, ints, floats = runs
+    got = native.merge_sum_runs(kruns, [ints, floats], [True, False])
+    want = ref.merge_sum_runs(kruns, [ints, floats], [True, False])
+    same(got[0], want[0])
+    same(got[1], want[1])
+    same(got[2][0], want[2][0])
+    same(got[2][1], want[2][1])
+    if want[3] is None:
+        assert got[3] is None
+    else:
+        same(got[3], want[3])
+
+
+def test_merge_sum_runs_refuses_bad_runs():
+    for kern in (native.merge_sum_runs,):
+        with pytest.raises(ValueError, match="not ascending"):
+            kern([np.array([2, 1], np.uint64)], [[np.zeros(2, np.int64)]], [True])
+        with pytest.raises(ValueError, match="column 0 of run 0"):
+            kern([np.array([1, 2], np.uint64)], [[np.zeros(3, np.int64)]], [True])
+
+
+@st.composite
+def _key_runs(draw):
+    """W non-decreasing runs of u64 codes (a key's rows together), disjoint or not."""
+    W = draw(st.integers(1, 4))
+    pool = draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=1, max_size=10, unique=True))
+    disjoint = draw(st.booleans())
+    runs = []
+    for w in range(W):
+        mine = [k for i, k in enumerate(pool) if not disjoint or i % W == w]
+        ks = sorted(draw(st.lists(st.sampled_from(mine), max_size=8)) if mine else [])
+        runs.append(np.array(ks, np.uint64))
+    return runs
+
+
+@given(_key_runs())
+@example([np.array([1, 1, 4], np.uint64), np.array([2, 3, 3], np.uint64)])
+@example([np.array([1, 5], np.uint64), np.array([2], np.uint64), np.array([5], np.uint64)])
+@example([np.zeros(0, np.uint64), np.array([7, 7], np.uint64)])
+def test_merge_disjoint_runs(runs):
+    got, want = native.merge_disjoint_runs(runs), ref.merge_disjoint_runs(runs)
+    if want is None:
+        assert got is None
+    else:
+        same(got, want)
+
+
+def test_merge_disjoint_runs_refuses_an_unsorted_run():
+    for kern in (native.merge_disjoint_runs, ref.merge_disjoint_runs):
+        with pytest.raises(ValueError, match="not ascending"):
+            kern([np.array([3, 1], np.uint64)])

@@ -274,3 +274,26 @@ def test_live_table_refuses_bad_arrays():
               [np.zeros(3, bool)])
     with pytest.raises(ValueError, match="items of 3 bytes"):
         native.LiveTable([3])
+
+
+@settings(max_examples=30, deadline=None)
+@given(_table_ops(), st.integers(0, 2 ** 62))
+def test_live_table_put_with_a_first_version(case, start):
+    """``put(..., versions=start)`` stores the versions ``start, start + 1, ...`` of the added
+    keys in order: the same table as ``put`` with those versions as an array, native and ref."""
+    dts, steps = case
+    sizes = [np.dtype(d).itemsize for d in dts]
+    for mod in (native, ref):
+        a, b = mod.LiveTable(sizes), mod.LiveTable(sizes)
+        for keys, rm, add, _, cols, valids in steps:
+            ver = (start + np.cumsum(add, dtype=np.int64) - 1).astype(np.uint64)
+            a.put(keys, rm, add, ver, cols, valids)
+            b.put(keys, rm, add, start, cols, valids)
+            probe = np.unique(np.concatenate([keys, keys + np.uint64(1)]))
+            x, y = _read(a, probe, dts), _read(b, probe, dts)
+            assert x[0] == y[0]
+            for u, v in zip(list(x[1:3]) + x[3] + x[4], list(y[1:3]) + y[3] + y[4]):
+                np.testing.assert_array_equal(u, v)
+    with pytest.raises(OverflowError):
+        native.LiveTable([8]).put(np.zeros(1, np.uint64), np.zeros(1, bool), np.ones(1, bool),
+                                  -1, [np.zeros(1, np.int64)], [None])

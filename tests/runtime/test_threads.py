@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dbsp.circuit.exchange import TransportAborted
-from dbsp.runtime.threads import InProcTransport, ThreadPool
+from dbsp.runtime.threads import Gate, InProcTransport, ThreadPool
 
 
 def _race(workers: int, rounds: int, seed: int, gather_every: int = 0) -> list:
@@ -146,3 +146,57 @@ def test_pool_reports_a_worker_error_and_rolls_every_worker_back(bad):
         assert pool.step([3, 4]) == [{"fed": 3}, {"fed": 4}]
     finally:
         pool.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 4), rounds=st.integers(1, 80), seed=st.integers(0, 10**6))
+def test_gate_lets_no_thread_into_a_round_before_every_thread_left_the_one_before(n, rounds,
+                                                                                 seed):
+    """Each thread records its round before and after every wait: no thread may finish waiting
+    in round r while another has not yet arrived in round r (the reference: a round is over
+    only when all n arrived)."""
+    gate = Gate(n)
+    arrived = [0] * n
+    errors: list = []
+
+    def run(me: int) -> None:
+        rng = random.Random(seed * 7 + me)
+        try:
+            for r in range(rounds):
+                if rng.random() < 0.3:
+                    time.sleep(rng.random() * 1e-4)
+                arrived[me] = r + 1
+                gate.wait(me)
+                if min(arrived) < r + 1:
+                    errors.append((me, r, list(arrived)))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    ths = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(30)
+    assert not errors, errors[:3]
+
+
+def test_an_aborted_gate_wakes_its_waiters_and_refuses_later_waits():
+    gate = Gate(3)
+    seen: list = []
+
+    def wait(me: int) -> None:
+        try:
+            gate.wait(me)
+        except threading.BrokenBarrierError:
+            seen.append(me)
+
+    ths = [threading.Thread(target=wait, args=(i,)) for i in (0, 1)]
+    for th in ths:
+        th.start()
+    time.sleep(0.05)
+    gate.abort()
+    for th in ths:
+        th.join(5)
+    assert sorted(seen) == [0, 1]
+    with pytest.raises(threading.BrokenBarrierError):
+        gate.wait(2)

@@ -58,3 +58,37 @@ def test_hash_var_matches_single():
     h = block.hash_var(offs, d, 7)
     assert [block.hash_one_bytes(r, 7) for r in rows] == list(h)
     assert len(set(h.tolist())) == 4
+
+
+# -- extents_array: the (offset, length) pairs every pooled backend's read_blocks takes -------
+
+pairs = st.tuples(st.integers(-2**63, 2**63 - 1), st.integers(-2**63, 2**63 - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(pairs, max_size=50), st.sampled_from(["tuples", "lists", "array", "mixed"]))
+def test_extents_array_matches_numpy(ext, shape):
+    """The C conversion of a list of int pairs equals numpy's (the reference twin) on every
+    container readers pass: tuples (the C path), lists, arrays and a mix."""
+    ref = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
+    if shape == "lists":
+        ext = [list(e) for e in ext]
+    elif shape == "array":
+        ext = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
+    elif shape == "mixed":
+        ext = [list(e) if i % 2 else e for i, e in enumerate(ext)]
+    got = block.extents_array(ext)
+    assert got.dtype == np.int64 and got.shape == ref.shape and got.flags.c_contiguous
+    assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("bad,err,msg", [
+    ([(0, 4096), (4096, 4096, 1)], ValueError, r"extent 1 \(\(4096, 4096, 1\)\) is not an"),
+    ([(0, 4096), (0, "x")], ValueError, r"extent 1 \(\(0, 'x'\)\) is not an \(offset, length\)"),
+    ([(2**63, 4096)], OverflowError, r"extent 0 \(\(9223372036854775808, 4096\)\) does not fit"),
+    ([None], TypeError, r"extent 0 \(None\)"),
+    (np.zeros((3, 3), dtype=np.int64), ValueError, r"shape \(3, 3\)"),
+])
+def test_extents_array_names_the_bad_extent(bad, err, msg):
+    with pytest.raises(err, match=msg):
+        block.extents_array(bad)

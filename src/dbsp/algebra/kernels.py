@@ -39,6 +39,8 @@ _NATIVE = {
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
+    "merge_sum_runs": "hashing",
+    "merge_disjoint_runs": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
     "join_matched_pairs": "step",
@@ -53,6 +55,8 @@ _NATIVE = {
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
     "group_rows": "arrow_c",
+    "index_rows": "arrow_c",
+    "pick_batch": "arrow_c",
 }
 
 
@@ -141,6 +145,8 @@ take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
+merge_sum_runs = _resolve("merge_sum_runs")
+merge_disjoint_runs = _resolve("merge_disjoint_runs")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")
@@ -154,6 +160,8 @@ finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 take_batch = _resolve("take_batch")
 group_rows = _resolve("group_rows")
+index_rows = _resolve("index_rows")
+pick_batch = _resolve("pick_batch")
 take_batch_runs = _resolve("take_batch_runs")
 
 

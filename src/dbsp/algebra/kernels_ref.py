@@ -310,21 +310,82 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
                workers: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (``2 ** bits`` entries):
-    ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0)."""
+    ``owners[hash64(code) >> (64 - bits)]`` (``owners[0]`` when ``bits`` is 0). An owner
+    outside ``0..workers-1`` is refused whether or not a row maps to it."""
     owners = np.asarray(owners, np.int64)
     if not 0 <= bits <= 63 or len(owners) != 1 << bits:
         raise ValueError(f"owner_rows: {len(owners)} owners for {bits} bits")
     if workers < 1:
         raise ValueError("owner_rows: workers must be >= 1")
+    bad = np.flatnonzero((owners < 0) | (owners >= workers))
+    if len(bad):
+        raise ValueError(f"owner_rows: owner {owners[bad[0]]} of shard {bad[0]} is not a "
+                         f"worker in 0..{workers - 1}")
     h = hash64(codes)
     shard = [int(x) >> (64 - bits) if bits else 0 for x in h.tolist()]
     dest = np.array([int(owners[s]) for s in shard], np.int64)
-    if len(dest) and (dest.min() < 0 or dest.max() >= workers):
-        raise ValueError(f"owner_rows: an owner is not a worker in 0..{workers - 1}")
     order = np.argsort(dest, kind="stable").astype(np.int64)
     bounds = np.zeros(workers + 1, np.int64)
     np.cumsum(np.bincount(dest, minlength=workers), out=bounds[1:])
     return order, bounds
+
+
+def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
+    """The order that merges W runs of u64 key codes, each non-decreasing (a key's rows
+    together), whose keys are disjoint: positions (int64) into the concatenation of the runs,
+    ascending by code and, within a key, in run order; None when some key is in two runs (the
+    parts then share keys and must be summed)."""
+    runs = [np.asarray(r, np.uint64) for r in kruns]
+    for r in runs:
+        if len(r) > 1 and (r[1:] < r[:-1]).any():
+            raise ValueError("merge_disjoint_runs: a key run is not ascending")
+    owner: dict = {}
+    for w, r in enumerate(runs):
+        for k in set(r.tolist()):
+            if owner.setdefault(k, w) != w:
+                return None
+    flat = np.concatenate(runs) if runs else np.zeros(0, np.uint64)
+    return np.argsort(flat, kind="stable").astype(np.int64)
+
+
+def merge_sum_runs(kruns: Sequence[np.ndarray], cols: Sequence[Sequence[np.ndarray]],
+                   is_int: Sequence[bool]) -> tuple:
+    """The parts an exchange's combiner receives, summed per key: ``kruns`` are W runs of u64
+    codes, each ascending and distinct; ``cols[c][w]`` is partial column ``c`` of run ``w``
+    (int64 where ``is_int[c]``, else float64), aligned with ``kruns[w]``. Returns ``(keys,
+    first, sums, over)``: the distinct codes ascending, the position of each one's first row in
+    the concatenation of the runs, each column summed per key (int64 sums wrapped), and a bool
+    mask of the keys some int64 sum of which is out of int64 (None when there is none)."""
+    flat = [int(x) for r in kruns for x in np.asarray(r, np.uint64).tolist()]
+    order = sorted(range(len(flat)), key=lambda i: (flat[i], i))
+    keys, first, groups = [], [], []
+    for i in order:
+        if not keys or keys[-1] != flat[i]:
+            keys.append(flat[i])
+            first.append(i)
+            groups.append([])
+        groups[-1].append(i)
+    sums, over = [], [False] * len(keys)
+    for c, runs in enumerate(cols):
+        vals = [v for r in runs for v in np.asarray(r).tolist()]
+        if is_int[c]:
+            out = []
+            for g, rows in enumerate(groups):
+                t = sum(int(vals[i]) for i in rows)
+                if not -2 ** 63 <= t < 2 ** 63:
+                    over[g] = True
+                out.append((t + 2 ** 63) % 2 ** 64 - 2 ** 63)
+            sums.append(np.array(out, np.int64))
+        else:
+            out = []
+            for rows in groups:  # in run order, from the first value (as np.add.reduceat)
+                t = float(vals[rows[0]])
+                for i in rows[1:]:
+                    t += float(vals[i])
+                out.append(t)
+            sums.append(np.array(out, np.float64))
+    return (np.array(keys, np.uint64), np.array(first, np.int64), sums,
+            np.array(over, bool) if any(over) else None)
 
 
 def is_identity(idx: np.ndarray) -> bool:
@@ -616,8 +677,13 @@ class LiveTable:
 
     def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:
         """Where ``add[i]``: key ``kcodes[i]``'s row becomes the row ``i`` of the arrays (a None
-        validity array: all valid; a null value is stored as 0); else where ``rm[i]``: its row is deleted."""
+        validity array: all valid; a null value is stored as 0); else where ``rm[i]``: its row is deleted.
+        ``versions`` may be an int ``v``: the added keys' versions are ``v, v + 1, ...`` in order."""
         self._check(cols, valids, len(kcodes), "put")
+        if isinstance(versions, int):
+            if not 0 <= versions < 1 << 64:
+                raise OverflowError(f"LiveTable.put: version {versions} is not a u64")
+            versions = [versions + c - 1 for c in np.cumsum(np.asarray(add, dtype=np.int64)).tolist()]
         for i, k in enumerate(np.asarray(kcodes, dtype=np.uint64).tolist()):
             if add[i]:
                 row = []
@@ -729,6 +795,98 @@ def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_s
         raw = a.view(pa.from_numpy_dtype(np.dtype(f"u{dt.itemsize}"))).to_numpy()
         nps.append(np.ascontiguousarray(raw[perm]).view(dt))
     return out + (nps,)
+
+
+#: most rows ``index_rows`` indexes (larger batches: the caller's general path)
+INDEX_ROWS_MAX = 512
+
+
+def _plan_codes(cols: list, plan: list) -> Optional[np.ndarray]:
+    """The u64 codes of the integer / temporal columns ``cols`` per ``plan`` (``(byte width,
+    signed, nullable)`` each, as ``KeyCodec._native_plan``), or None when a column has a null,
+    is not of the plan's width or the codes would not fit in 64 bits."""
+    if sum(w + bool(nullable) for w, _, nullable in plan) > 8:
+        return None
+    n = len(cols[0])
+    codes = np.zeros(n, dtype=np.uint64)
+    for a, (w, signed, nullable) in zip(cols, plan):
+        if a.null_count or not _fixed_width(a.type) or a.type.bit_width != 8 * w:
+            return None
+        u = np.asarray(a.view(pa.from_numpy_dtype(np.dtype(f"u{w}"))).to_numpy(),
+                       dtype=np.uint64)
+        if signed:
+            u = u ^ np.uint64(1 << (8 * w - 1))
+        if nullable:
+            codes = (codes << np.uint64(8)) | np.uint64(1)
+        codes = (codes << np.uint64(8 * w)) | u if w < 8 else u
+    return codes
+
+
+def index_rows(batch, key_cols: list, key_plan: list, val_cols: list, val_plan: list, weights,
+               key_schema, val_schema):
+    """The rows of ``batch`` as a consolidated indexed Z-set ``(keys, kcodes, offsets, vals,
+    vcodes, weights)`` by the u64 codes of ``key_cols`` and ``val_cols``, or None (see
+    ``dbsp._native.arrow_c.index_rows``): :func:`sort_consolidate` of the codes, then the key
+    columns at each key's first row and the value columns at each distinct row's first row."""
+    n = batch.num_rows
+    if not key_cols or not val_cols or not 0 < n <= INDEX_ROWS_MAX \
+            or len(key_plan) != len(key_cols) or len(val_plan) != len(val_cols):
+        return None
+    for c in list(key_cols) + list(val_cols):
+        if not 0 <= c < batch.num_columns:
+            raise IndexError(f"index_rows: no column {c}")
+    cols = batch.columns
+    kc = _plan_codes([cols[c] for c in key_cols], key_plan)
+    vc = _plan_codes([cols[c] for c in val_cols], val_plan)
+    if kc is None or vc is None:
+        return None
+    w = np.asarray(weights, np.int64)
+    order = np.lexsort((vc, kc))  # stable: equal rows' weights added in input order
+    run = 0
+    for j, i in enumerate(order):
+        same = j and kc[i] == kc[order[j - 1]] and vc[i] == vc[order[j - 1]]
+        run = run + int(w[i]) if same else int(w[i])
+        if not -(1 << 63) <= run < (1 << 63):
+            return None  # a partial weight sum leaves int64: the general path checks it
+    perm, ws = sort_consolidate(kc, vc, w)
+    sk = kc[perm]
+    start = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]])) if len(perm) else \
+        np.zeros(0, np.int64)
+    offsets = np.append(start, len(perm)).astype(np.int64)
+    keys = pa.RecordBatch.from_arrays(
+        [cols[c].take(pa.array(perm[start], pa.int64())) for c in key_cols], schema=key_schema)
+    vals = pa.RecordBatch.from_arrays([cols[c].take(pa.array(perm, pa.int64()))
+                                       for c in val_cols], schema=val_schema)
+    return keys, sk[start], offsets, vals, vc[perm], ws
+
+
+def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema):
+    """A record batch of ``schema``: column ``j`` row ``r`` is ``olds[j][g[r]]`` where
+    ``is_old[r]``, else ``news[j][g[r]]``, the arrays' bits taken as the column's type (see
+    ``dbsp._native.arrow_c.pick_batch``); None when a column is not fixed-width."""
+    g = np.asarray(g, dtype=np.int64)
+    is_old = np.asarray(is_old, dtype=bool)
+    if len(is_old) != len(g):
+        raise ValueError("pick_batch: g and is_old differ in length")
+    if len(olds) != len(news) or not 0 < len(olds) <= 64:
+        raise ValueError(f"pick_batch: {len(olds)} old and {len(news)} new columns")
+    if len(schema) != len(olds):
+        raise ValueError(f"pick_batch: the schema has {len(schema)} columns, not {len(olds)}")
+    if not all(_fixed_width(t) for t in schema.types):
+        return None
+    cols = []
+    for c, (o, n, f) in enumerate(zip(olds, news, schema)):
+        o, n = np.ascontiguousarray(o), np.ascontiguousarray(n)
+        w = f.type.bit_width // 8
+        if o.ndim != 1 or n.ndim != 1 or o.itemsize != w or n.itemsize != w:
+            raise ValueError(f"pick_batch: column {c} is {w} bytes a value, its arrays "
+                             f"{o.itemsize} and {n.itemsize}")
+        if len(g) and (g.min() < 0 or (g[is_old] >= len(o)).any() or
+                       (g[~is_old] >= len(n)).any()):
+            raise IndexError(f"pick_batch: row index out of range in column {c}")
+        x = pick_rows(g, is_old, o.view(f"u{w}"), n.view(f"u{w}"))
+        cols.append(pa.Array.from_buffers(f.type, len(g), [None, pa.py_buffer(x.tobytes())]))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def take_batch_runs(schema: pa.Schema, groups: list):

@@ -765,10 +765,8 @@ class VersionedRows(Stateful):
         self.trace.insert(b)
         if table is not None and self._gen == gen \
                 and self.trace is self._spine and self.trace.generation == gen + 1:
-            ver = np.cumsum(add, dtype=np.uint64)  # (wraps where no key was added yet: unread)
-            ver += np.uint64(start)
-            ver -= np.uint64(1)
-            table.put(kcodes, rm, add, ver,
+            # the added keys' versions: start, start + 1, ... in key order (as in the batch)
+            table.put(kcodes, rm, add, int(start),
                       [np.ascontiguousarray(c, dtype=d) for c, d in zip(new_vals, self._dtypes)],
                       new_valid if new_valid is not None else [None] * len(new_vals))
             self._table, self._gen = table, self.trace.generation
@@ -1312,21 +1310,19 @@ class LinearAggregateOperator(Operator):
             st._table = table  # nothing written
         else:
             st._next += int(np.count_nonzero(add))
-            picked = [K.pick_rows(idx, src, o, n) for o, n in zip(old, new)]
-            # one native import of the numpy partials (int64 / float64: the partials' dtypes)
-            vals = K.take_batch(None, None, [(x, None) for x in picked], st.val_schema)
+            # the old / new partials of each row picked straight into one native import
+            # (int64 / float64: the partials' dtypes); the numpy columns are views of it for
+            # a later read of this batch (_np_column), made only if the spine is read
+            vals = K.pick_batch(idx, src, old, new, st.val_schema)
             if vals is None:
                 vals = pa.RecordBatch.from_arrays(
-                    [pa.array(x, f.type) for x, f in zip(picked, st.val_schema)],
-                    schema=st.val_schema)
+                    [pa.array(K.pick_rows(idx, src, o, n), f.type)
+                     for o, n, f in zip(old, new, st.val_schema)], schema=st.val_schema)
             if len(kk) == len(has_old):  # every touched key changed (kk: ascending, distinct)
                 b = OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kcodec, st.vcodec)
             else:
                 b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
                                    kcodec, st.vcodec)
-            # the numpy columns just written are what get_numpy reads of this batch next step
-            # (when it reads the spine, not the flat table)
-            b.memo = {(j, x.dtype): (x, None) for j, x in enumerate(picked)}
             st._insert(b, table, kcodes, rm, add, start, new, None)
         n_old = len(eo)
         if n_old + len(en) == 0:
@@ -1409,6 +1405,14 @@ class LinearAggregateOperator(Operator):
         codec = d.kcodec if len(d) else KeyCodec(list(self.key_schema))
         if len(got) == 1:  # one consolidated part: keys already sorted and distinct
             return got[0][0], got[0][1], codec, got[0][2]
+        if P.dtypes is not None and all(type(g[1]) is np.ndarray for g in got):
+            # u64 key codes and numpy partials: the sorted parts merged and summed in one
+            # native pass (a dozen numpy and Arrow calls a column on a few dozen keys, else)
+            kc, first, sums, over = K.merge_sum_runs(
+                [g[1] for g in got], [[g[2][i] for g in got] for i in range(len(P.schema))],
+                self._is_int)
+            if over is None:
+                return take(pa.concat_batches([g[0] for g in got]), first), kc, codec, sums
         kcodes = K.concat([g[1] for g in got])
         perm = K.argsort(kcodes)
         sk = K.take(kcodes, perm)

@@ -5,6 +5,7 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 
+from ..algebra import kernels as K
 from ..algebra.codes import codec_for
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
@@ -22,18 +23,28 @@ class IndexOperator(Operator):
         self._plan: tuple = ()
 
     def plan(self, z) -> Optional[tuple]:
-        """``(value column names, key codec, value codec)`` for the rows of ``z`` (non-empty),
-        worked out once per input schema, not per step (a lookup hashes the schema); None when
-        the columns do not split into key and values (:meth:`eval` then lets
-        :meth:`OrdIndexedZSet.from_loose` raise, naming the column)."""
+        """``(value column names, key codec, value codec, native plan)`` for the rows of ``z``
+        (non-empty), worked out once per input schema, not per step (a lookup hashes the
+        schema); None when the columns do not split into key and values (:meth:`eval` then lets
+        :meth:`OrdIndexedZSet.from_loose` raise, naming the column). The native plan (None
+        when a codec's codes are not u64 read from the columns' buffers) is the arguments of
+        :func:`~dbsp.algebra.kernels.index_rows` but the batch and the weights."""
         s = z.schema
         if s is not self._schema and s != self._schema:
             vnames = [n for n in s.names if n not in self.key]
             if len(vnames) + len(self.key) != len(s.names) or any(k not in s.names
                                                                  for k in self.key):
                 return None
+            kc, vc = codec_for(s, self.key), codec_for(s, vnames)
+            native = None
+            if kc._native_plan is not None and vc._native_plan is not None:
+                kidx = [s.get_field_index(n) for n in self.key]
+                vidx = [s.get_field_index(n) for n in vnames]
+                native = (kidx, kc._native_plan, vidx, vc._native_plan,
+                          pa.schema([s.field(i) for i in kidx]),
+                          pa.schema([s.field(i) for i in vidx]))
             self._schema = s
-            self._plan = (vnames, codec_for(s, self.key), codec_for(s, vnames))
+            self._plan = (vnames, kc, vc, native)
         return self._plan
 
     def eval(self, z):
@@ -42,7 +53,18 @@ class IndexOperator(Operator):
         p = self.plan(z)
         if p is None:
             return OrdIndexedZSet.from_loose(z, self.key)  # raises naming the column
-        vnames, kc, vc = p
+        vnames, kc, vc, native = p
+        if native is not None:
+            # a small batch of integer / temporal columns: encoded, sorted, consolidated and
+            # gathered in one native pass from one export of the batch (None: a null, a large
+            # step, a weight sum to check: the general path below)
+            got = K.index_rows(z.data, native[0], native[1], native[2], native[3], z.weights,
+                               native[4], native[5])
+            if got is not None:
+                keys, kcodes, offsets, vals, vcodes, w = got
+                if not len(w):
+                    return OrdIndexedZSet.empty(self.type.key, self.type.val)
+                return OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kc, vc)
         return OrdIndexedZSet.from_loose(z, self.key, vnames, kc, vc)
 
 

@@ -393,6 +393,9 @@ class JoinOperator(Operator):
         self.bounds = KeyBounds(key_schema) if key_schema is not None and key_gc else None
         # band GC: per side, the value column index bounded by the other side's watermark
         self.band = tuple(None if c is None else ValueBound(c) for c in band)
+        #: whether a key may hold a null (both sides' keys have the same nullability, see
+        #: _common_keys): when none may, no delta is searched for null keys
+        self._null_keys = key_schema is None or any(f.nullable for f in key_schema)
 
     def eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet, *wms: Optional[int]) -> ZSet:
         out = self._eval(da, db)
@@ -410,7 +413,8 @@ class JoinOperator(Operator):
         return out
 
     def _eval(self, da: OrdIndexedZSet, db: OrdIndexedZSet) -> ZSet:
-        da, db = drop_null_keys(da), drop_null_keys(db)
+        if self._null_keys:
+            da, db = drop_null_keys(da), drop_null_keys(db)
         pieces = []
         if len(db):
             # z^-1(I(a)) ⋈ Δb: each stored batch is probed with Δb's keys (batch-probe

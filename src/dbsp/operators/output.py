@@ -29,7 +29,8 @@ import pyarrow as pa
 
 from ..algebra.checked import I64_MAX, I64_MIN, WeightOverflowError
 from ..algebra.codes import KeyCodec, VarCodes, codec_for
-from ..algebra.schema import WEIGHT, take_batches
+from ..algebra import kernels as K
+from ..algebra.schema import WEIGHT, concat_batches, take
 from ..circuit.operator import Operator, Stateful, sum_memory
 from ..circuit.types import IndexedType, ZSetType
 from ..trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
@@ -307,15 +308,10 @@ def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list,
 
 def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[SortedPart]:
     """The sum of sorted parts (:class:`SortedPart`) whose keys are disjoint, by a merge of their
-    integer key codes alone (every key's rows stay together, in their part's order, which is
-    row-code order), or None when the key codes are not integers or some key is in two parts
-    (then the rows must be merged by row code and summed). The parts' rows are distinct from
-    each other then, so the merge sums nothing.
-
-    Parts whose key ranges lie apart are concatenated in the order of their first keys (no
-    sort); interleaved ones (a stream sharded by key hash) go through a stable argsort of their
-    key codes (timsort: W sorted runs merged in linear time; the native k-way merge of the
-    parts' keys was slower below ~10K rows a part and with 4 parts)."""
+    integer key codes alone (a stable merge of W sorted runs: every key's rows stay together,
+    in their part's order, which is row-code order), or None when the key codes are not
+    integers or some key is in two parts (then the rows must be merged by row code and
+    summed). The parts' rows are distinct from each other then, so the merge sums nothing."""
     nkey = parts[0].nkey
     if any(p.nkey != nkey for p in parts) or not 0 < nkey < len(codec.fields):
         return None
@@ -324,36 +320,14 @@ def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[Sor
         kc = kcodecs[nkey] = KeyCodec(codec.fields[:nkey])
     if not kc.u64:
         return None
-    keys = [p.key_codes(kc) for p in parts]
-    order = _apart(keys)
-    if order is not None:
-        starts = np.cumsum([0] + [len(p) for p in parts])
-        gidx = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in order])
-        w = np.concatenate([parts[i].weights for i in order])
-    else:
-        cat = np.concatenate(keys)
-        gidx = np.argsort(cat, kind="stable")
-        sk = cat[gidx]
-        lens = [len(p) for p in parts]
-        run = np.repeat(np.arange(len(parts), dtype=np.int32), lens)[gidx]
-        if ((sk[1:] == sk[:-1]) & (run[1:] != run[:-1])).any():
-            return None   # a key on two workers (a stream not sharded by this key)
-        w = np.concatenate([p.weights for p in parts])[gidx]
-    return SortedPart(take_batches(parts[0].schema, [p.data for p in parts], gidx), w, codec,
-                      nkey)
-
-
-def _apart(keys: list) -> Optional[list]:
-    """The order of sorted key code runs by their first keys when their ranges lie apart (each
-    run's last key below the next run's first), else None. Two runs that overlap are seen
-    first, for the price of four scalar reads: the common case of a stream sharded by hash."""
-    a, b = keys[0], keys[1]
-    if a[0] <= b[-1] and b[0] <= a[-1]:
+    # one k-way merge of the W sorted runs of key codes (None: a key on two workers, a stream
+    # not sharded by this key); the rows then in one take of the concatenated parts
+    gidx = K.merge_disjoint_runs([p.key_codes(kc) for p in parts])
+    if gidx is None:
         return None
-    order = sorted(range(len(keys)), key=lambda i: keys[i][0])
-    if all(keys[i][-1] < keys[j][0] for i, j in zip(order, order[1:])):
-        return order
-    return None
+    w = np.concatenate([p.weights for p in parts])[gidx]
+    return SortedPart(take(concat_batches(parts[0].schema, [p.data for p in parts]), gidx), w,
+                      codec, nkey)
 
 
 def _row_codes(b: OrdIndexedZSet, codec: KeyCodec):

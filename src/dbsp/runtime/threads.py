@@ -6,7 +6,9 @@ a lock of its own that the driver releases to start a step, and releases another
 handoff of two C-level locks a worker and step, where a barrier of W + 1 parties is a Python
 condition variable that every party, the driver idling in it too, enters twice a step). Native
 kernels run in parallel; the Python glue between them shares the GIL. Exchanges meet in an
-:class:`InProcTransport`: parts are passed by reference (zero copy).
+:class:`InProcTransport`: parts are passed by reference (zero copy), and the workers meet at a
+:class:`Gate` (C-level locks: one wake-up a waiting worker, where ``threading.Barrier`` is a
+condition variable whose woken waiters then contend for its lock).
 """
 from __future__ import annotations
 
@@ -16,7 +18,64 @@ from typing import Any, Optional, Sequence
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
 
-__all__ = ["ThreadPool", "InProcTransport"]
+__all__ = ["ThreadPool", "InProcTransport", "Gate"]
+
+
+class Gate:
+    """A reusable barrier of ``n`` threads, each with its own number ``0..n-1``, made of C-level
+    locks: every thread but the last to arrive blocks on a lock of its own; the last opens
+    every other's (one wake-up each, and the woken thread goes straight on: no shared
+    condition lock to contend for on the way out, as ``threading.Barrier`` has, and a few
+    bytecodes where that runs a hundred lines of Python). A thread's lock is opened once a
+    round and taken once a round, so a thread already in the next round cannot be let
+    through by this one's opening.
+
+    :meth:`abort` wakes every waiter and makes every later :meth:`wait` raise
+    ``threading.BrokenBarrierError`` (a gate is not reused after an abort: make a new one)."""
+
+    __slots__ = ("n", "_mutex", "_arrived", "_locks", "_broken")
+
+    def __init__(self, n: int):
+        if n < 1:
+            raise ValueError(f"Gate: n must be >= 1, got {n}")
+        self.n = n
+        self._mutex = threading.Lock()
+        self._arrived = 0
+        self._locks = [threading.Lock() for _ in range(n)]
+        for lk in self._locks:
+            lk.acquire()
+        self._broken = False
+
+    def wait(self, me: int) -> None:
+        """Block thread ``me`` until all ``n`` threads have called :meth:`wait` this round."""
+        if self._broken:
+            raise threading.BrokenBarrierError
+        with self._mutex:
+            self._arrived += 1
+            last = self._arrived == self.n
+            if last:
+                self._arrived = 0
+        if last:
+            locks = self._locks
+            for i in range(self.n):
+                if i != me:
+                    try:
+                        locks[i].release()
+                    except RuntimeError:  # abort() opened it meanwhile
+                        if not self._broken:
+                            raise
+            return
+        self._locks[me].acquire()
+        if self._broken:
+            raise threading.BrokenBarrierError
+
+    def abort(self) -> None:
+        self._broken = True
+        for lk in self._locks:
+            try:
+                lk.release()
+            except RuntimeError:  # open already (its thread was let through)
+                pass
 
 
 class InProcTransport:
@@ -33,9 +92,9 @@ class InProcTransport:
         self.workers = workers
         self.reset()
 
-    def _wait(self) -> None:
+    def _wait(self, worker: int) -> None:
         try:
-            self._barrier.wait()
+            self._barrier.wait(worker)
         except threading.BrokenBarrierError:
             raise TransportAborted("another worker failed during an exchange") from None
 
@@ -48,7 +107,7 @@ class InProcTransport:
         self._turns[worker] = turn + 1
         box = self._boxes[turn & 1]
         box[worker] = parts
-        self._wait()
+        self._wait(worker)
         return [box[src][worker] for src in range(self.workers)]
 
     def all_gather(self, worker: int, value: Any) -> list[Any]:
@@ -60,7 +119,7 @@ class InProcTransport:
     def reset(self) -> None:
         """A fresh barrier and mailboxes (at the start, and after an aborted step, when every
         worker has left it)."""
-        self._barrier = threading.Barrier(self.workers)
+        self._barrier = Gate(self.workers)
         self._boxes: list[list[Any]] = [[None] * self.workers for _ in range(2)]
         self._turns = [0] * self.workers
 
