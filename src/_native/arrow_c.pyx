@@ -37,6 +37,7 @@ from _native.arrow_abi cimport ArrowArray, ArrowSchema
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
+from cpython.ref cimport Py_INCREF
 
 cdef extern from "checked_add.h" nogil:
     int dbsp_add_ovf(int64_t a, int64_t b, int64_t* r)
@@ -45,6 +46,11 @@ import numpy as np
 import pyarrow as pa
 
 cnp.import_array()
+
+cdef extern from "numpy/arrayobject.h":
+    # (numpy's .pxd leaves it out; it steals a reference to ``descr``)
+    object PyArray_NewFromDescr(type subtype, cnp.dtype descr, int nd, cnp.npy_intp* dims,
+                                cnp.npy_intp* strides, void* data, int flags, object obj)
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -143,6 +149,29 @@ cdef uint8_t* _struct_block(Py_ssize_t kt, int64_t m, size_t size) except NULL:
         kids[c].n_buffers = 2
         kids[c].buffers = bufs + 1 + 2 * c
         kids[c].release = _release_child
+    return block
+
+
+cdef uint8_t* _gathered_block(const ArrowArray* src, const int* cols, const int* ws,
+                              Py_ssize_t nc, const int64_t* idx, int64_t m) except NULL:
+    """A struct block (:func:`_struct_block`) of ``m`` rows whose child ``c`` is column
+    ``cols[c]`` of the exported batch ``src`` (fixed-width, ``ws[c]`` bytes, no nulls: see
+    :func:`_check_gathered`) gathered at the rows ``idx`` (checked by the caller)."""
+    cdef size_t head = _struct_head(nc), size = head
+    cdef Py_ssize_t c
+    for c in range(nc):
+        size += _up64(<size_t>ws[c] * <size_t>m)
+    cdef uint8_t* block = _struct_block(nc, m, size)
+    cdef ArrowArray* kids = (<ArrowArray*>block) + 1
+    cdef uint8_t* data = block + head
+    cdef const ArrowArray* ch
+    with nogil:
+        for c in range(nc):
+            ch = src.children[cols[c]]
+            kids[c].buffers[1] = data
+            _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * ws[c], data,
+                    ws[c], idx, m)
+            data += _up64(<size_t>ws[c] * <size_t>m)
     return block
 
 
@@ -580,9 +609,10 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     rows in a stable order) and of ``weights`` (``weights`` taken in that order). The schemas
     must be the batch's fields of those columns. With ``np_dtypes`` (one numpy dtype per value
     column, of its byte width), a sixth item: the value columns again, as numpy arrays of those
-    dtypes (for a caller that computes on them). None when a column read is not fixed-width
-    without nulls, a key column does not match its plan, or the batch has no row or more than
-    :data:`GROUP_ROWS_MAX` (the caller's general path)."""
+    dtypes (for a caller that computes on them; read-only views of ``vals``' buffers, which
+    they keep alive). None when a column read is not fixed-width without nulls, a key column
+    does not match its plan, or the batch has no row or more than :data:`GROUP_ROWS_MAX` (the
+    caller's general path)."""
     cdef ArrowArray src
     cdef ArrowSchema ssrc
     src.release = NULL
@@ -612,6 +642,7 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     cdef int64_t* firsts
     cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a, a
     cdef list nps = None
+    cdef cnp.npy_intp dims
     if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk \
             or batch.num_rows > GROUP_ROWS_MAX:
         return None  # (a large step: no export)
@@ -702,51 +733,35 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
                     g += 1
             bounds[G] = n
         # the keys of the groups' first rows, and the value columns in sorted order
-        head = _struct_head(nk)
-        size = head
-        for c in range(nk):
-            size += _up64(<size_t>kw[c] * <size_t>G)
-        kblock = _struct_block(nk, G, size)
-        kids = (<ArrowArray*>kblock) + 1
-        data = kblock + head
-        for c in range(nk):
-            ch = src.children[kcol[c]]
-            kids[c].buffers[1] = data
-            with nogil:
-                _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * kw[c], data,
-                        kw[c], firsts, G)
-            data += _up64(<size_t>kw[c] * <size_t>G)
-        head = _struct_head(nv)
-        size = head
-        for c in range(nv):
-            size += _up64(<size_t>vw[c] * <size_t>n)
-        vblock = _struct_block(nv, n, size)
-        kids = (<ArrowArray*>vblock) + 1
-        data = vblock + head
-        for c in range(nv):
-            ch = src.children[vcol[c]]
-            kids[c].buffers[1] = data
-            with nogil:
-                _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c], data,
-                        vw[c], perm, n)
-            data += _up64(<size_t>vw[c] * <size_t>n)
+        kblock = _gathered_block(&src, kcol, kw, nk, firsts, G)
+        vblock = _gathered_block(&src, vcol, vw, nv, perm, n)
         if np_dtypes is not None:
+            # the value columns as numpy: read-only views of the gathered block (no second
+            # gather), each holding the imported batch (which owns the block) as its base
             nps = []
+            kids = (<ArrowArray*>vblock) + 1
             for c in range(nv):
-                dt = np.dtype(np_dtypes[c])
-                if dt.itemsize != vw[c] or dt.kind not in "iufmM":
+                dt = np_dtypes[c]
+                if not cnp.PyArray_DescrCheck(dt):
+                    dt = np.dtype(dt)
+                if (<cnp.dtype>dt).itemsize != vw[c] or (<cnp.dtype>dt).kind not in b"iufmM":
                     raise ValueError(f"group_rows: numpy dtype {dt} for a column of {vw[c]} "
                                      f"bytes")
-                a = np.empty(n, dtype=dt)
-                ch = src.children[vcol[c]]
-                with nogil:
-                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c],
-                            <uint8_t*>cnp.PyArray_DATA(a), vw[c], perm, n)
-                nps.append(a)
+                nps.append((dt, <uintptr_t>kids[c].buffers[1]))
         keys = _import_batch(<uintptr_t>kblock, key_schema)
         kblock = NULL  # the import owns it now
         vals = _import_batch(<uintptr_t>vblock, val_schema)
         vblock = NULL
+        if nps is not None:
+            dims = n
+            for c in range(nv):
+                dt, addr = nps[c]
+                Py_INCREF(dt)  # (stolen by PyArray_NewFromDescr)
+                a = PyArray_NewFromDescr(np.ndarray, dt, 1, &dims, NULL, <void*><uintptr_t>addr,
+                                         cnp.NPY_ARRAY_C_CONTIGUOUS | cnp.NPY_ARRAY_ALIGNED,
+                                         None)
+                cnp.set_array_base(a, vals)
+                nps[c] = a
     finally:
         if src.release != NULL:
             src.release(&src)

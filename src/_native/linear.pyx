@@ -211,6 +211,19 @@ cdef inline int _cmp_i64(int64_t a, int64_t b) noexcept nogil:
     return -1 if a < b else (1 if a > b else 0)
 
 
+cdef inline int64_t _row_count(const void* o_c, const void* n_c, const void* o_s,
+                               const void* n_s, int64_t w, int64_t k,
+                               const void** sums) noexcept nogil:
+    """The count partial of key ``k``'s output row of weight ``w`` (:func:`finish_emit`): the
+    old partials' (count column ``o_c``, sum column ``o_s``) for a retraction, the new ones'
+    (``n_c``, ``n_s``) for an insertion; the sum column in ``sums[0]``."""
+    if w < 0:
+        sums[0] = o_s
+        return (<const int64_t*>o_c)[k]
+    sums[0] = n_s
+    return (<const int64_t*>n_c)[k]
+
+
 def finish_emit(old, new, eo, en, plan, is_int):
     """The output rows of a linear aggregate's step, in row order and consolidated.
 
@@ -228,6 +241,8 @@ def finish_emit(old, new, eo, en, plan, is_int):
     cdef Py_ssize_t ncol = len(plan), nparts = len(old), j
     if len(new) != nparts or len(is_int) != nparts or nparts == 0:
         raise ValueError("finish_emit: old, new and is_int need one entry per partial column")
+    if nparts > 64:
+        raise ValueError("finish_emit: at most 64 partial columns")
     cdef cnp.ndarray ea = contig(eo, cnp.NPY_INT64)
     cdef cnp.ndarray na_ = contig(en, cnp.NPY_INT64)
     cdef int64_t no = ea.shape[0], nn = na_.shape[0], G = len(old[0]), i, a, b, m
@@ -331,25 +346,27 @@ def finish_emit(old, new, eo, en, plan, is_int):
     cdef double* vf
     cdef uint8_t* pm
     cdef int64_t nnull
-    cdef const void* src_c
     cdef const void* src_s
+    cdef const void* o_c
+    cdef const void* n_c
+    cdef const void* o_s
+    cdef const void* n_s
     for j in range(ncol):
         ma = empty1(m, cnp.NPY_BOOL)
         pm = <uint8_t*>cnp.PyArray_DATA(ma)
         nnull = 0
+        # the column's count and sum partials, old and new (no sum column for a count)
+        o_c = po[ccol[j]]
+        n_c = pn[ccol[j]]
+        o_s = po[scol[j]] if kinds[j] else NULL
+        n_s = pn[scol[j]] if kinds[j] else NULL
         if kinds[j] == 2 or sflt[j]:
             va = empty1(m, cnp.NPY_FLOAT64)
             vf = <double*>cnp.PyArray_DATA(va)
             with nogil:
                 for i in range(m):
                     k = prow[i]
-                    if pw[i] < 0:
-                        src_c = po[ccol[j]]
-                        src_s = po[scol[j]]
-                    else:
-                        src_c = pn[ccol[j]]
-                        src_s = pn[scol[j]]
-                    cnt_o = (<const int64_t*>src_c)[k]
+                    cnt_o = _row_count(o_c, n_c, o_s, n_s, pw[i], k, &src_s)
                     pm[i] = cnt_o == 0
                     if cnt_o == 0:
                         nnull += 1
@@ -364,13 +381,7 @@ def finish_emit(old, new, eo, en, plan, is_int):
             with nogil:
                 for i in range(m):
                     k = prow[i]
-                    if pw[i] < 0:
-                        src_c = po[ccol[j]]
-                        src_s = po[scol[j]] if kinds[j] else NULL
-                    else:
-                        src_c = pn[ccol[j]]
-                        src_s = pn[scol[j]] if kinds[j] else NULL
-                    cnt_o = (<const int64_t*>src_c)[k]
+                    cnt_o = _row_count(o_c, n_c, o_s, n_s, pw[i], k, &src_s)
                     if kinds[j] == 0:
                         pm[i] = 0
                         vi[i] = cnt_o

@@ -723,6 +723,28 @@ cdef inline int64_t run_of(const int64_t* starts, int64_t k, int64_t t,
     return lo
 
 
+cdef inline int64_t run_row(const int64_t* starts, int64_t k, int64_t total, int64_t t,
+                            int64_t* r) noexcept nogil:
+    """Position ``t`` of a concatenation of ``k`` runs (see :func:`run_of`; ``total``: its
+    rows) as a row of its run: the run in ``r[0]`` (on entry the previous position's run), the
+    row returned; -1 when ``t`` is outside ``0..total-1``. The head of the gather loops of
+    :func:`take_runs` and :func:`take_var_runs`."""
+    cdef int64_t j, q
+    if t < 0 or t >= total:
+        return -1
+    if k <= 8:  # a few runs (a gather of W workers' parts): a branchless count of the starts
+        # at or below t; the search mispredicts at every change of run, which a merge's row
+        # index makes at about every other row (an empty run shares its start with the next:
+        # the last one counts)
+        q = 0
+        for j in range(1, k):
+            q += starts[j] <= t
+        r[0] = q
+    else:
+        r[0] = run_of(starts, k, t, r[0])
+    return t - starts[r[0]]
+
+
 def take_runs(parts, idx):
     """``np.concatenate(parts)[idx]`` without the concatenation: ``parts`` are 1-d numpy arrays
     of one fixed-width dtype (a merge's runs: their codes, or a fixed-width column of each), ``idx``
@@ -763,23 +785,13 @@ def take_runs(parts, idx):
     cdef char* o = <char*>cnp.PyArray_DATA(out)
     cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
     cdef bint bad = False
-    cdef int64_t j
     with nogil:
         r = 0
         for i in range(m):
-            t = p[i]
-            if t < 0 or t >= total:
+            t = run_row(starts, k, total, p[i], &r)
+            if t < 0:
                 bad = True
                 break
-            if k <= 8:  # a few runs (a gather of W workers' parts): a branchless count of the
-                # starts at or below t; the search below mispredicts at every change of run,
-                # which a merge's row index makes at about every other row
-                r = 0   # (an empty run shares its start with the next: the last one counts)
-                for j in range(1, k):
-                    r += starts[j] <= t
-            else:
-                r = run_of(starts, k, t, r)
-            t -= starts[r]
             if w == 8:
                 (<uint64_t*>o)[i] = (<const uint64_t*>base[r])[t]
             elif w == 4:
@@ -814,9 +826,9 @@ def take_var_runs(parts, idx):
         raise TypeError(f"take_var_runs: offsets must be int32 or int64, not {odt}")
     cdef bint wide = odt == np.int64
     cdef int64_t k = len(parts), r, m = ix.shape[0], i, t, total = 0, nbytes = 0, n
-    cdef cnp.ndarray starts_a = np.empty(k + 1, dtype=np.int64)
-    cdef cnp.ndarray offp_a = np.empty(k, dtype=np.uintp)
-    cdef cnp.ndarray datp_a = np.empty(k, dtype=np.uintp)
+    cdef cnp.ndarray starts_a = empty1(k + 1, cnp.NPY_INT64)
+    cdef cnp.ndarray offp_a = empty1(k, cnp.NPY_UINTP)
+    cdef cnp.ndarray datp_a = empty1(k, cnp.NPY_UINTP)
     cdef int64_t* starts = <int64_t*>cnp.PyArray_DATA(starts_a)
     cdef size_t* offp = <size_t*>cnp.PyArray_DATA(offp_a)
     cdef size_t* datp = <size_t*>cnp.PyArray_DATA(datp_a)
@@ -840,11 +852,11 @@ def take_var_runs(parts, idx):
         datp[r] = <size_t>cnp.PyArray_DATA(q_d)
         total += n
     starts[k] = total
-    cdef cnp.ndarray src_a = np.empty(m, dtype=np.int64)  # each row's run, then its row in it
-    cdef cnp.ndarray row_a = np.empty(m, dtype=np.int64)
+    cdef cnp.ndarray src_a = empty1(m, cnp.NPY_INT64)  # each row's run, then its row in it
+    cdef cnp.ndarray row_a = empty1(m, cnp.NPY_INT64)
     cdef int64_t* src = <int64_t*>cnp.PyArray_DATA(src_a)
     cdef int64_t* row = <int64_t*>cnp.PyArray_DATA(row_a)
-    cdef cnp.ndarray out_o = np.empty(m + 1, dtype=odt)
+    cdef cnp.ndarray out_o = empty1(m + 1, cnp.NPY_INT64 if wide else cnp.NPY_INT32)
     cdef void* oo = cnp.PyArray_DATA(out_o)
     cdef const int64_t* p = <const int64_t*>cnp.PyArray_DATA(ix)
     cdef const void* so
@@ -853,12 +865,10 @@ def take_var_runs(parts, idx):
     with nogil:
         r = 0
         for i in range(m):
-            t = p[i]
-            if t < 0 or t >= total:
+            t = run_row(starts, k, total, p[i], &r)
+            if t < 0:
                 bad = True
                 break
-            r = run_of(starts, k, t, r)
-            t -= starts[r]
             so = <const void*>offp[r]
             a = _off(so, wide, t)
             b = _off(so, wide, t + 1)
@@ -884,7 +894,7 @@ def take_var_runs(parts, idx):
                          f"decrease")
     if ovf:
         raise OverflowError("take_var_runs: more than 2**31 - 1 bytes for int32 offsets")
-    cdef cnp.ndarray out_d = np.empty(nbytes, dtype=np.uint8)
+    cdef cnp.ndarray out_d = empty1(nbytes, cnp.NPY_UINT8)
     cdef uint8_t* od = <uint8_t*>cnp.PyArray_DATA(out_d)
     with nogil:
         for i in range(m):

@@ -264,6 +264,32 @@ def test_group_rows_matches_reference(case):
     np.testing.assert_array_equal(got[1], KeyCodec(list(ks)).encode_batch(got[0]))
 
 
+def test_group_rows_numpy_columns_are_views_that_keep_the_block_alive():
+    """The numpy value columns are read-only views of the value batch's buffers (gathered once)
+    and keep them alive after the batch is dropped; a dtype of another width names it."""
+    import gc
+    k = pa.array([3, 1, 3, 2, 1], pa.int64())
+    v = pa.array([10, 20, 30, 40, 50], pa.int32())
+    f = pa.array([0.5, 1.5, 2.5, 3.5, 4.5])
+    batch = pa.RecordBatch.from_arrays([k, v, f], names=["k", "v", "f"])
+    ks, vs = pa.schema([batch.schema.field(0)]), pa.schema(list(batch.schema)[1:])
+    got = arrow_c.group_rows(batch, [0], [(8, True, False)], [1, 2], np.ones(5, np.int64), ks,
+                             vs, [np.int32, np.dtype(np.float64)])
+    vals, nps = got[3], got[5]
+    assert [a.dtype for a in nps] == [np.int32, np.float64]
+    for i, a in enumerate(nps):
+        assert not a.flags.writeable
+        assert a.ctypes.data == vals.column(i).buffers()[1].address
+    del got, vals, batch
+    gc.collect()
+    np.testing.assert_array_equal(nps[0], [20, 50, 40, 10, 30])
+    np.testing.assert_array_equal(nps[1], [1.5, 4.5, 3.5, 0.5, 2.5])
+    with pytest.raises(ValueError, match="numpy dtype int64 for a column of 4 bytes"):
+        arrow_c.group_rows(pa.RecordBatch.from_arrays([k, v, f], names=["k", "v", "f"]), [0],
+                           [(8, True, False)], [1, 2], np.ones(5, np.int64), ks, vs,
+                           [np.int64, np.float64])
+
+
 def test_group_rows_sorts_large_and_refuses_beyond_its_limit():
     rng = np.random.default_rng(3)
     n = arrow_c.GROUP_ROWS_MAX

@@ -135,3 +135,6 @@ def test_finish_emit_rejects_bad_plan():
         native.finish_emit(one, one, np.array([0]), np.array([0]), [(3, 0, 0)], [True])
     with pytest.raises(ValueError, match="ascending"):
         native.finish_emit(one, one, np.array([1]), np.array([0]), [(0, 0, 0)], [True])
+    many = [np.array([1], np.int64)] * 65
+    with pytest.raises(ValueError, match="at most 64 partial columns"):
+        native.finish_emit(many, many, np.array([0]), np.array([0]), [(0, 0, 0)], [True] * 65)
