@@ -680,3 +680,18 @@ def test_release_free_memory_runs():
     from dbsp.storage.memory import release_free_memory
     release_free_memory()
     release_free_memory()
+
+
+def test_trim_check_bounds_bytes_from_above():
+    """The trim check's cheap bound (whole Arrow buffers, no walk) is never below a batch's
+    bytes in memory, sliced or not, so a merge that would trim is never missed."""
+    from dbsp.trace.batch import OrdIndexedZSet
+    z = OrdZSet.from_arrow(pa.record_batch([pa.array(np.arange(1000)),
+                                            pa.array([str(i) for i in range(1000)])],
+                                           names=["x", "s"]))
+    ix = z.index_by(["x"])
+    for b in (z, z.slice(10, 500), ix, ix.slice_keys(3, 700)):
+        up = spine_mod._bytes_upper(b)
+        assert up >= b.nbytes_in_memory > 0
+        assert spine_mod._bytes_upper(b) == b.nbytes_in_memory  # cached once computed
+    assert isinstance(ix, OrdIndexedZSet)
