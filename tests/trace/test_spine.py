@@ -66,10 +66,13 @@ def check_levels(sp: Spine) -> None:
 # --- model-based insert sequences ---------------------------------------------------------------
 
 @SETTINGS
-@given(st.data(), st.sampled_from([2, 3, 4]), st.booleans())
-def test_indexed_spine_matches_model(data, fanout, background):
+@given(st.data(), st.sampled_from([2, 3, 4]), st.booleans(), st.sampled_from([0, 1, 6, 10_000]))
+def test_indexed_spine_matches_model(data, fanout, background, inline_rows):
+    """``inline_rows``: merges of fewer rows run in the inserting thread, the rest on the merger
+    (0: all on the merger, 10,000: all inline here)."""
     ks, vs = data.draw(schemas(1, 2, "k")), data.draw(schemas(0, 1, "v"))
-    sp = Spine(fanout=fanout, name="t", max_loose=4, background=background)
+    sp = Spine(fanout=fanout, name="t", max_loose=4, background=background,
+               inline_rows=inline_rows)
     model: dict = {}
     steps = data.draw(st.lists(indexed_rows(ks, vs, 8), min_size=1, max_size=12))
     history = []
@@ -695,3 +698,30 @@ def test_trim_check_bounds_bytes_from_above():
         assert up >= b.nbytes_in_memory > 0
         assert spine_mod._bytes_upper(b) == b.nbytes_in_memory  # cached once computed
     assert isinstance(ix, OrdIndexedZSet)
+
+
+def test_small_merges_run_inline_and_large_ones_on_the_merger():
+    """A background spine merges fewer than ``inline_rows`` rows in ``insert`` (a thread handoff
+    costs more than such a merge); larger merges go to the merger; a paused merger pauses both."""
+    m = Merger(1, name="inline")
+    sp = Spine(fanout=2, base_rows=1, name="inl", inline_rows=5, merger=m)
+    assert sp.background and sp.inline_rows == 5
+    sp.insert(ikv([(1, "a", 1)]))
+    sp.insert(ikv([(2, "a", 1)]))  # owes a merge of 2 rows: done here
+    assert sp.stats.merges == 1 and not m._workers
+    sp.insert(ikv([(3, "a", 1), (4, "a", 1), (5, "a", 1)]))  # level 1: 2 + 3 rows
+    sp.flush()
+    assert sp.stats.merges == 2 and m._workers and sp.num_batches == 1  # on the merger
+    sp.insert(ikv([(6, "a", 1)]))
+    m.pause()
+    sp.insert(ikv([(7, "a", 1)]))
+    sp.insert(ikv([(8, "a", 1)]))
+    assert sp.num_waiting == 3  # not merged inline while the merger is paused
+    m.resume()
+    sp.flush()
+    assert state_of(sp.batches()) == model_of_ikv([(i, "a", 1) for i in range(1, 9)])
+    sp.close()
+    m.shutdown()
+    assert Spine().inline_rows == spine_mod.INLINE_ROWS
+    with pytest.raises(ValueError, match="inline_rows"):
+        Spine(inline_rows=-1)

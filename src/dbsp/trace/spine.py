@@ -222,6 +222,11 @@ def _cut_below(b: Batch, bound: Optional[KeyBound]) -> Batch:
 #: (merges of 1M rows, ~40 MB) 0.74-0.79x its events/s in an interleaved A/B at load 3.6; the
 #: join+avg workload's top-level merge of 9.3M rows is ~280 MB.
 TRIM_BYTES = 128 << 20
+
+#: a background spine runs an owed merge of fewer input rows than this in the inserting thread
+#: (``Spine(inline_rows=)``, ``DBSP_SPINE_INLINE_ROWS``; 0: every merge on the merger): see
+#: *Threads* in the module doc
+INLINE_ROWS = 8192
 _largest_merge = 0
 
 
@@ -462,6 +467,7 @@ class Spine:
     def __init__(self, fanout: int = 4, name: str = "trace", *, max_loose: int = 64,
                  max_merge: int = 16, base_rows: int = 256,
                  background: Optional[bool] = None,
+                 inline_rows: Optional[int] = None,
                  merger: Optional[Merger] = None,
                  merge_fn: Optional[Callable[[Sequence[Batch]], Batch]] = None,
                  on_change: Optional[Callable[["Spine"], None]] = None,
@@ -480,6 +486,12 @@ class Spine:
         if background is None:  # an explicit merger means background merging
             background = merger is not None or os.environ.get("DBSP_SPINE_BACKGROUND", "1") != "0"
         self.background = background
+        if inline_rows is None:  # an explicit merger gets every merge
+            inline_rows = 0 if merger is not None else \
+                int(os.environ.get("DBSP_SPINE_INLINE_ROWS", INLINE_ROWS))
+        if inline_rows < 0:
+            raise ValueError("inline_rows must be at least 0")
+        self.inline_rows = inline_rows
         self._merger = merger
         self._own_merger = False
         self._cv = threading.Condition(threading.Lock())
@@ -546,6 +558,11 @@ class Spine:
         if not self.background:
             self._merge_in_foreground()
             return
+        if self.inline_rows and not self._get_merger()._paused:
+            self._merge_small_inline()
+            with self._cv:
+                if self._pending_level() is None:
+                    return
         self._get_merger()._notify(self)
         with self._cv:
             if self._waiting() <= self.max_loose or self._error is not None:
@@ -768,12 +785,13 @@ class Spine:
             p = self._pending_level()
             return None if p is None else p[0]
 
-    def _claim(self, background: bool = True) -> Optional[_Job]:
+    def _claim(self, background: bool = True, max_rows: Optional[int] = None) -> Optional[_Job]:
+        """Claim the cheapest merge owed (None if none, or if it has ``max_rows`` rows or more)."""
         with self._cv:
             if self._error is not None or self.background != background:
                 return None
             p = self._pending_level()
-            if p is None:
+            if p is None or (max_rows is not None and p[0] >= max_rows):
                 return None
             bs = self._levels[p[1]]
             inputs, rest = bs[:self.max_merge], bs[self.max_merge:]
@@ -850,6 +868,16 @@ class Spine:
     def _merge_in_foreground(self) -> None:
         while True:
             job = self._claim(background=False)
+            if job is None:
+                return
+            self._run_job(job)
+            self._raise_error()
+
+    def _merge_small_inline(self) -> None:
+        """Run, in the inserting thread, the owed merges of fewer than ``inline_rows`` input rows
+        (a background spine; see *Threads* in the module doc)."""
+        while True:
+            job = self._claim(background=True, max_rows=self.inline_rows)
             if job is None:
                 return
             self._run_job(job)
