@@ -537,8 +537,8 @@ cdef enum:
 
 
 def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
-    """The sum of consolidated indexed batches whose key and value codes are u64 and whose key
-    and value columns are fixed-width without nulls, made in one call: merged, regrouped by key,
+    """The sum of consolidated indexed batches whose key and value codes are u64 (numpy) and
+    whose key and value columns are fixed-width without nulls, made in one call: merged, regrouped by key,
     and its key and value record batches built natively (no pyarrow or numpy object per column
     or per input: a small merge's cost was those, not its rows).
 
@@ -547,7 +547,7 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
     Returns ``(keys, kcodes, offsets, vals, vcodes, weights)``, the parts of the merged batch
     (the reference: :func:`merge_indexed` then taking the keys at ``ksrc`` and the values at
     ``gidx``), or None when a column is not fixed-width without nulls (the caller's general
-    path; also without key or value columns). Zero sums are dropped, and a key left without rows with them. ``check``: raise
+    path; also without key or value columns, or with var codes). Zero sums are dropped, and a key left without rows with them. ``check``: raise
     ``OverflowError`` when a weight sum wrapped."""
     global _import_batch
     if _import_batch is None:
@@ -589,12 +589,13 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
             run = runs[i]
             if len(run) != 6:
                 raise ValueError("a run is (kcodes, offsets, vcodes, weights, keys, vals)")
+            if not (_is_u64(run[0]) and _is_u64(run[2])):
+                shape_ok = False  # var codes: the general path
+                break
             kc = np.ascontiguousarray(run[0])
             off = np.ascontiguousarray(run[1], dtype=np.int64)
             vc = np.ascontiguousarray(run[2])
             wc = np.ascontiguousarray(run[3], dtype=np.int64)
-            if kc.dtype != np.uint64 or vc.dtype != np.uint64:
-                raise TypeError("merge_indexed_batches takes u64 key and value codes")
             n = vc.shape[0]
             nk = kc.shape[0]
             if off.shape[0] != nk + 1 or off[0] != 0 or off[nk] != n:

@@ -725,3 +725,24 @@ def test_small_merges_run_inline_and_large_ones_on_the_merger():
     assert Spine().inline_rows == spine_mod.INLINE_ROWS
     with pytest.raises(ValueError, match="inline_rows"):
         Spine(inline_rows=-1)
+
+
+def test_fixed_row_bytes_bounds_every_fixed_width_batch():
+    """The spine's per-schema bound on a row's bytes (which lets a small merge skip the trim
+    check) is at least what fixed-width rows take, with multi-column (var) codes too, and None
+    when a column is variable-width."""
+    rng = np.random.default_rng(3)
+    n = 500
+    cols = {"a": pa.array(rng.integers(0, 9, n)), "b": pa.array(rng.random(n)),
+            "c": pa.array(rng.integers(0, 9, n).astype(np.int8)),
+            "d": pa.array(rng.integers(0, 2, n).astype(bool)),
+            "t": pa.array(rng.integers(0, 9, n).astype("datetime64[us]"))}
+    for names in (["a"], ["a", "b"], ["c", "d", "t"], ["a", "b", "c", "d", "t"]):
+        z = OrdZSet.from_arrow(pa.record_batch([cols[x] for x in names], names=names))
+        batches = [z] + ([z.index_by(names[:1]), z.index_by(names[:2])] if len(names) > 2 else
+                         [z.index_by(names[:1])])
+        for b in batches:
+            bound = spine_mod._fixed_row_bytes(b)
+            assert bound is not None and bound * len(b) >= b.nbytes_in_memory, (names, b)
+    s = OrdZSet.from_arrow(pa.record_batch([pa.array(["x"] * 3)], names=["s"]))
+    assert spine_mod._fixed_row_bytes(s) is None

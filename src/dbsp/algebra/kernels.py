@@ -128,7 +128,8 @@ merge_indexed = _listed(_checked_sums("merge_indexed", _resolve("merge_indexed")
 merge_indexed_cols = _listed(_checked_sums("merge_indexed_cols", _resolve("merge_indexed_cols"),
                                            _indexed_groups))
 merge_indexed_batches = _checked_sums("merge_indexed_batches",
-                                      _resolve("merge_indexed_batches"), _indexed_groups)
+                                      _resolve("merge_indexed_batches"),
+                                      lambda runs, *schemas: _indexed_groups(runs))
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")

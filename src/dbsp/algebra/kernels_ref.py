@@ -179,7 +179,8 @@ def merge_indexed_batches(runs: Sequence[tuple], key_schema: pa.Schema, val_sche
     (``keys`` / ``vals`` record batches of ``key_schema`` / ``val_schema``) that builds the
     merged batch's parts: ``(keys, kcodes, offsets, vals, vcodes, weights)``, the keys taken at
     ``ksrc`` and the values at ``gidx`` of the concatenated inputs. None when a key or value
-    column is not fixed-width without nulls (or there is no key or no value column)."""
+    column is not fixed-width without nulls (or there is no key or no value column, or the
+    codes are var codes)."""
     runs = list(runs)
     if not key_schema.types or not val_schema.types \
             or not all(_fixed_width(t) for t in key_schema.types) \
@@ -188,6 +189,8 @@ def merge_indexed_batches(runs: Sequence[tuple], key_schema: pa.Schema, val_sche
     for r in runs:
         if len(r) != 6:
             raise ValueError("a run is (kcodes, offsets, vcodes, weights, keys, vals)")
+        if not (Codes.is_u64(r[0]) and Codes.is_u64(r[2])):
+            return None
     live = [r for r in runs if len(r[2])]
     if any(c.null_count for r in live for c in list(r[4].columns) + list(r[5].columns)):
         return None

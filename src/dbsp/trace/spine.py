@@ -102,6 +102,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
+import pyarrow as pa
 
 from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
@@ -249,9 +250,34 @@ def _bytes_upper(b: Batch) -> int:
     return getattr(b, "nbytes_in_memory", 0)  # a file batch: its resident bytes
 
 
-def _merge_trims(inputs: Sequence[Batch]) -> bool:
-    """Whether a merge of ``inputs`` first trims the allocators (:func:`_trims_before` on their
-    bytes in memory, counted exactly only when their upper bound reaches :data:`TRIM_BYTES`)."""
+def _fixed_row_bytes(b: Batch) -> Optional[int]:
+    """An upper bound of the bytes in memory a row of ``b``'s kind takes (columns, validity,
+    codes, offsets, weights, a key filter) when all its columns are fixed-width; None when some
+    column is not (or ``b`` is not an in-memory batch type). A fact of the spine's schema:
+    computed once per spine."""
+    if isinstance(b, OrdIndexedZSet):
+        types = list(b.keys.schema.types) + list(b.vals.schema.types)
+    elif isinstance(b, OrdZSet):
+        types = list(b.data.schema.types)
+    else:
+        return None
+    width = 0
+    for t in types:
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+                or pa.types.is_boolean(t) or pa.types.is_decimal(t)):
+            return None
+        width += (t.bit_width + 7) // 8 + 1  # (+ its validity bit, generously)
+    # var codes of fixed columns hold at most their bytes again plus an offset; two code
+    # arrays (key, value), offsets, weights, a Bloom filter's bits
+    return 2 * width + 64
+
+
+def _merge_trims(inputs: Sequence[Batch], rows: int, row_bytes: Optional[int]) -> bool:
+    """Whether a merge of ``inputs`` (``rows`` rows, at most ``row_bytes`` bytes a row when not
+    None) first trims the allocators (:func:`_trims_before` on their bytes in memory, counted
+    exactly only when cheap upper bounds reach :data:`TRIM_BYTES`)."""
+    if row_bytes is not None and rows * row_bytes + 4096 * len(inputs) < TRIM_BYTES:
+        return False
     if sum(_bytes_upper(b) for b in inputs) < TRIM_BYTES:
         return False
     return _trims_before(sum(getattr(b, "nbytes_in_memory", 0) for b in inputs))
@@ -268,9 +294,9 @@ def _trims_before(nbytes: int) -> bool:
 class _Job:
     __slots__ = ("id", "epoch", "inputs", "rows")
 
-    def __init__(self, id_: int, epoch: int, inputs: list):
+    def __init__(self, id_: int, epoch: int, inputs: list, rows: Optional[int] = None):
         self.id, self.epoch, self.inputs = id_, epoch, inputs
-        self.rows = sum(len(b) for b in inputs)
+        self.rows = sum(len(b) for b in inputs) if rows is None else rows
 
 
 # --- the merger -------------------------------------------------------------------------------
@@ -509,6 +535,7 @@ class Spine:
         # sum is the state, exactly) and no merge runs until the state changes again
         self._merge_blocked = False
         self._proto: Optional[Batch] = None
+        self._row_bytes: Optional[int] = -1  # _fixed_row_bytes of its batches, once known
         # point probes of this Z-set trace have begun (weights_of, also a view's overflow check
         # of each step): large batches get a key filter from then on (dbsp.trace.key_filter); a
         # trace never probed by row never pays for one
@@ -558,11 +585,10 @@ class Spine:
         if not self.background:
             self._merge_in_foreground()
             return
-        if self.inline_rows and not self._get_merger()._paused:
-            self._merge_small_inline()
-            with self._cv:
-                if self._pending_level() is None:
-                    return
+        if self.inline_rows and not self._get_merger()._paused \
+                and not self._merge_small_inline():
+            self._raise_error()
+            return
         self._get_merger()._notify(self)
         with self._cv:
             if self._waiting() <= self.max_loose or self._error is not None:
@@ -793,16 +819,20 @@ class Spine:
             p = self._pending_level()
             if p is None or (max_rows is not None and p[0] >= max_rows):
                 return None
-            bs = self._levels[p[1]]
-            inputs, rest = bs[:self.max_merge], bs[self.max_merge:]
-            if rest:
-                self._levels[p[1]] = rest
-            else:
-                del self._levels[p[1]]
-            job = _Job(next(Spine._job_ids), self._epoch, inputs)
-            self._inflight[job.id] = job
-            self._cv.notify_all()  # fewer batches wait: blocked inserts may go on
-            return job
+            return self._claim_locked(p)
+
+    def _claim_locked(self, p: tuple[int, int]) -> _Job:
+        """Claim the merge ``p`` (a ``(cost, level)`` of :meth:`_pending_level`), under the lock."""
+        bs = self._levels[p[1]]
+        inputs, rest = bs[:self.max_merge], bs[self.max_merge:]
+        if rest:
+            self._levels[p[1]] = rest
+        else:
+            del self._levels[p[1]]
+        job = _Job(next(Spine._job_ids), self._epoch, inputs, p[0])
+        self._inflight[job.id] = job
+        self._cv.notify_all()  # fewer batches wait: blocked inserts may go on
+        return job
 
     def _run_job(self, job: _Job) -> bool:
         """Merge a claimed job and swap its output in. True if the spine owes another merge."""
@@ -810,7 +840,10 @@ class Spine:
             with self._cv:
                 bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
-            if _merge_trims(job.inputs):
+            rb = self._row_bytes
+            if rb == -1:
+                rb = self._row_bytes = _fixed_row_bytes(job.inputs[0])
+            if _merge_trims(job.inputs, job.rows, rb):
                 release_free_memory()
             out = self._merge(job.inputs, bound, keep)
             if out is not None and self._filtered:
@@ -852,6 +885,8 @@ class Spine:
 
     def _merge(self, inputs: Sequence[Batch], bound: Optional[KeyBound],
                keep: Optional[RowFilter]) -> Optional[Batch]:
+        if bound is None and keep is None:  # stored batches are non-empty
+            return inputs[0] if len(inputs) == 1 else (self._merge_fn or merge_batches)(inputs)
         parts = []
         for b in inputs:
             cut = _cut_below(b, bound)
@@ -873,15 +908,24 @@ class Spine:
             self._run_job(job)
             self._raise_error()
 
-    def _merge_small_inline(self) -> None:
+    def _merge_small_inline(self) -> bool:
         """Run, in the inserting thread, the owed merges of fewer than ``inline_rows`` input rows
-        (a background spine; see *Threads* in the module doc)."""
+        (a background spine; see *Threads* in the module doc). True if a larger merge is still
+        owed (for the merger)."""
         while True:
-            job = self._claim(background=True, max_rows=self.inline_rows)
-            if job is None:
-                return
-            self._run_job(job)
+            with self._cv:
+                if self._error is not None or not self.background:
+                    return False
+                p = self._pending_level()
+                if p is None:
+                    return False
+                if p[0] >= self.inline_rows:
+                    return True
+                job = self._claim_locked(p)
+            more = self._run_job(job)
             self._raise_error()
+            if not more:
+                return False
 
     def wait_merges(self, timeout: Optional[float] = None) -> bool:
         """Wait until no merge is owed or running. False on timeout; raises a merge failure."""
