@@ -221,6 +221,7 @@ ctypedef struct iout_t:
     int64_t* off
     int64_t* ksrc
     int64_t kncols          # fixed-width key columns gathered (0: none)
+    bint kone8              # ... exactly one, of 8 bytes
     const char** ksrcc      # key column j of run r: ksrcc[r * kncols + j]
     char** kdst             # key column j of the output
     const int64_t* kwidth   # bytes per key of column j
@@ -277,7 +278,9 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
         out.kc[out.nk] = key
         out.off[out.nk] = o
         out.ksrc[out.nk] = kfirst
-        if out.kncols:
+        if out.kone8:  # one 8-byte key column (the common shape): a single load and store
+            (<uint64_t*>out.kdst[0])[out.nk] = (<const uint64_t*>out.ksrcc[frun])[fkrow]
+        elif out.kncols:
             copy_key(out, out.nk, frun, fkrow)
         out.nk += 1
     if out.g != NULL:
@@ -452,6 +455,7 @@ cdef _merge_indexed(list runs, bint check, bint gather):
             out.g = <int64_t*>cnp.PyArray_DATA(gidx)
         out.ncols = ncols
         out.kncols = 0
+        out.kone8 = False
         out.one8 = gather and ncols == 1 and width[0] == 8
         out.src = src
         out.dst = dst
@@ -652,6 +656,7 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
         out.dst = vdst
         out.width = vwidth
         out.kncols = nkc
+        out.kone8 = nkc == 1 and kw[0] == 8
         out.ksrcc = ksrc_c
         out.kdst = kdst
         out.kwidth = kwidth
