@@ -746,3 +746,25 @@ def test_fixed_row_bytes_bounds_every_fixed_width_batch():
             assert bound is not None and bound * len(b) >= b.nbytes_in_memory, (names, b)
     s = OrdZSet.from_arrow(pa.record_batch([pa.array(["x"] * 3)], names=["s"]))
     assert spine_mod._fixed_row_bytes(s) is None
+
+
+def test_merges_reading_layer_files_stay_on_the_merger():
+    """A small merge whose inputs include a batch in a layer file is not run inline: its block
+    reads would wait in the step."""
+
+    class FileLike(OrdIndexedZSet):  # stands for a file batch (merges read it into memory)
+        is_file = True
+
+    def filelike(pairs):
+        b = ikv(pairs)
+        return FileLike(b.keys, b.kcodes, b.offsets, b.vals, b.vcodes, b.weights, b.kcodec,
+                        b.vcodec)
+
+    m = Merger(1, name="files")
+    sp = Spine(fanout=2, base_rows=1, name="f", inline_rows=100, merger=m)
+    sp.insert(ikv([(1, "a", 1)]))
+    sp.insert(filelike([(2, "a", 1)]))
+    sp.flush()
+    assert sp.stats.merges == 1 and m._workers  # on the merger
+    sp.close()
+    m.shutdown()

@@ -49,6 +49,8 @@ and the GIL handoffs back and forth while the step runs (the merge's Python glue
 wherever it runs, so the step waited for it anyway). On the join + average workload's 100-row
 steps every merge is that small (callgrind, the merges of 300 foreground steps: 623K
 instructions a merge before the one-call native merge, 394K after, half of it the merge loop).
+A merge that reads a batch in a layer file stays on the merger (its block reads would wait in
+the step).
 A spine given an explicit merger sends it every merge. ``Spine.with_own_thread`` gives
 a spine a private thread; ``background=False`` merges in the inserting thread (the synchronous
 behaviour, for comparisons and after :meth:`close`). Lock order: merger lock, then spine lock; a
@@ -926,8 +928,9 @@ class Spine:
                 p = self._pending_level()
                 if p is None:
                     return False
-                if p[0] >= self.inline_rows:
-                    return True
+                if p[0] >= self.inline_rows or any(
+                        getattr(b, "is_file", False) for b in self._levels[p[1]][:self.max_merge]):
+                    return True  # (a merge reading layer files stays off the step)
                 job = self._claim_locked(p)
             more = self._run_job(job)
             self._raise_error()
