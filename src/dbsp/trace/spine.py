@@ -50,7 +50,8 @@ wherever it runs, so the step waited for it anyway). On the join + average workl
 steps every merge is that small (callgrind, the merges of 300 foreground steps: 623K
 instructions a merge before the one-call native merge, 394K after, half of it the merge loop).
 A merge that reads a batch in a layer file stays on the merger (its block reads would wait in
-the step).
+the step), and so does every merge of a spine with a ``merge_fn`` (storage: a merge into a file
+may wait for disk space, which must never block the step).
 A spine given an explicit merger sends it every merge. ``Spine.with_own_thread`` gives
 a spine a private thread; ``background=False`` merges in the inserting thread (the synchronous
 behaviour, for comparisons and after :meth:`close`). Lock order: merger lock, then spine lock; a
@@ -594,7 +595,7 @@ class Spine:
         if not self.background:
             self._merge_in_foreground()
             return
-        if self.inline_rows and not self._get_merger()._paused \
+        if self.inline_rows and self._merge_fn is None and not self._get_merger()._paused \
                 and not self._merge_small_inline():
             self._raise_error()
             return
