@@ -30,7 +30,7 @@ EXTENSIONS = {
     # rebuilt when it changes, shipped in the sdist)
     "merge": {"depends": ["src/_native/merge_simd.h", "src/_native/checked_add.h"]},
     # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
-    "merge_pairs": {"depends": ["src/_native/checked_add.h"]},
+    "merge_pairs": {"depends": ["src/_native/checked_add.h", "src/_native/arrow_blocks.pxd"]},
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "step": {},         # the small-step path's checks (identity take, checked weight products)
     "hashing": {},      # key hashing for the exchange

@@ -29,6 +29,9 @@ from libc.stdlib cimport malloc, free
 import numpy as np
 
 from _native.views cimport shrink
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
+from _native.arrow_blocks cimport blk_width, blk_plain, blk_struct, blk_set_length
+from libc.stdint cimport uintptr_t, uint8_t
 
 from . import merge as _merge
 
@@ -217,6 +220,11 @@ ctypedef struct iout_t:
     uint64_t* kc            # per output key: code, first output row, global key row
     int64_t* off
     int64_t* ksrc
+    int64_t kncols          # fixed-width key columns gathered (0: none)
+    bint kone8              # ... exactly one, of 8 bytes
+    const char** ksrcc      # key column j of run r: ksrcc[r * kncols + j]
+    char** kdst             # key column j of the output
+    const int64_t* kwidth   # bytes per key of column j
     int64_t o               # output rows
     int64_t nk              # output keys
     int ovf                 # a weight sum wrapped
@@ -239,11 +247,29 @@ cdef inline void copy_row(iout_t* out, int64_t o, int64_t frun, int64_t frow) no
             memcpy(b, a, wd)
 
 
+cdef inline void copy_key(iout_t* out, int64_t nk, int64_t frun, int64_t fkrow) noexcept nogil:
+    """Output key ``nk`` of every gathered key column is key row ``fkrow`` of run ``frun``."""
+    cdef int64_t j, wd
+    cdef const char* a
+    cdef char* b
+    for j in range(out.kncols):
+        wd = out.kwidth[j]
+        a = out.ksrcc[frun * out.kncols + j] + fkrow * wd
+        b = out.kdst[j] + nk * wd
+        if wd == 8:
+            (<uint64_t*>b)[0] = (<const uint64_t*>a)[0]
+        elif wd == 4:
+            (<uint32_t*>b)[0] = (<const uint32_t*>a)[0]
+        else:
+            memcpy(b, a, wd)
+
+
 cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_t s,
-                      int64_t frun, int64_t frow) noexcept nogil:
+                      int64_t frun, int64_t frow, int64_t fkrow) noexcept nogil:
     """Close the group ``c`` (key code high, value code low): written when its sum is not 0,
     opening a new output key when its key differs from the last one written. Its first row is
-    global row ``first``, row ``frow`` of run ``frun``."""
+    global row ``first``, row ``frow`` of run ``frun``, whose key is key row ``fkrow`` of that
+    run."""
     cdef uint64_t key = <uint64_t>(c >> 64)
     cdef int64_t o = out.o
     if s == 0:
@@ -252,6 +278,10 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
         out.kc[out.nk] = key
         out.off[out.nk] = o
         out.ksrc[out.nk] = kfirst
+        if out.kone8:  # one 8-byte key column (the common shape): a single load and store
+            (<uint64_t*>out.kdst[0])[out.nk] = (<const uint64_t*>out.ksrcc[frun])[fkrow]
+        elif out.kncols:
+            copy_key(out, out.nk, frun, fkrow)
         out.nk += 1
     if out.g != NULL:
         out.g[o] = first
@@ -267,7 +297,7 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
 cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
                              iout_t* out) noexcept nogil:
     cdef int64_t r, node, t, other, total = 0, _, m, first = 0, kfirst = 0, s = 0
-    cdef int64_t frun = 0, frow = 0
+    cdef int64_t frun = 0, frow = 0, fkrow = 0
     cdef u128 c, gc = 0
     cdef bint opened = False
     cdef irun_t* rr
@@ -284,12 +314,13 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
             out.ovf |= dbsp_add_ovf(s, rr.w[t], &s)
         else:
             if opened:
-                emit(out, gc, first, kfirst, s, frun, frow)
+                emit(out, gc, first, kfirst, s, frun, frow, fkrow)
             gc = c
             first = rr.base + t
             frun = r
             frow = t
-            kfirst = rr.kbase + rr.kpos
+            fkrow = rr.kpos
+            kfirst = rr.kbase + fkrow
             s = rr.w[t]
             opened = True
         t += 1
@@ -309,7 +340,7 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
             r = (other & m) | (r & ~m)
             node >>= 1
     if opened:
-        emit(out, gc, first, kfirst, s, frun, frow)
+        emit(out, gc, first, kfirst, s, frun, frow, fkrow)
     out.off[out.nk] = out.o
 
 
@@ -423,6 +454,8 @@ cdef _merge_indexed(list runs, bint check, bint gather):
             gidx = np.empty(max(total, 1), dtype=np.int64)
             out.g = <int64_t*>cnp.PyArray_DATA(gidx)
         out.ncols = ncols
+        out.kncols = 0
+        out.kone8 = False
         out.one8 = gather and ncols == 1 and width[0] == 8
         out.src = src
         out.dst = dst
@@ -457,3 +490,210 @@ cdef _merge_indexed(list runs, bint check, bint gather):
     first = [shrink(c, out.o) for c in outs] if gather else shrink(gidx, out.o)
     return (first, shrink(wout, out.o), shrink(vout, out.o),
             shrink(kout, out.nk), shrink(offout, out.nk + 1), shrink(ksrc, out.nk))
+
+
+# --- indexed batches of fixed-width columns: the whole merge in one call ------------------------
+
+_import_batch = None
+
+
+cdef int _schema_widths(schema, int* widths, int64_t cap) except -2:
+    """The byte widths of ``schema``'s columns into ``widths``; their number, or -1 when a
+    column is not fixed-width (or there are more than ``cap``)."""
+    cdef ArrowSchema s
+    cdef int64_t c, n
+    s.release = NULL
+    schema._export_to_c(<uintptr_t>&s)
+    try:
+        n = s.n_children
+        if n > cap:
+            return -1
+        for c in range(n):
+            if s.children[c].dictionary != NULL:
+                return -1
+            widths[c] = blk_width(s.children[c].format)
+            if widths[c] == 0:
+                return -1
+        return <int>n
+    finally:
+        if s.release != NULL:
+            s.release(&s)
+
+
+cdef bint _columns(ArrowArray* a, int64_t n, int ncols, const int* widths,
+                   const char** dst) noexcept:
+    """The values buffer of each column of an exported batch of ``n`` rows into ``dst``; False
+    when the batch does not have that shape (a column with nulls, another row count)."""
+    cdef int64_t c
+    cdef ArrowArray* ch
+    if a.length != n or a.n_children != ncols or a.dictionary != NULL:
+        return False
+    for c in range(ncols):
+        ch = a.children[c]
+        if not blk_plain(ch):
+            return False
+        dst[c] = <const char*>ch.buffers[1] + (ch.offset + a.offset) * widths[c]
+    return True
+
+
+cdef enum:
+    MAX_COLS = 64
+
+
+def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
+    """The sum of consolidated indexed batches whose key and value codes are u64 (numpy) and
+    whose key and value columns are fixed-width without nulls, made in one call: merged, regrouped by key,
+    and its key and value record batches built natively (no pyarrow or numpy object per column
+    or per input: a small merge's cost was those, not its rows).
+
+    ``runs``: ``(kcodes, offsets, vcodes, weights, keys, vals)`` per batch, ``keys`` / ``vals``
+    pyarrow record batches of ``key_schema`` / ``val_schema`` (one row per key / per value row).
+    Returns ``(keys, kcodes, offsets, vals, vcodes, weights)``, the parts of the merged batch
+    (the reference: :func:`merge_indexed` then taking the keys at ``ksrc`` and the values at
+    ``gidx``), or None when a column is not fixed-width without nulls (the caller's general
+    path; also without key or value columns, or with var codes). Zero sums are dropped, and a key left without rows with them. ``check``: raise
+    ``OverflowError`` when a weight sum wrapped."""
+    global _import_batch
+    if _import_batch is None:
+        import pyarrow as pa
+        _import_batch = pa.RecordBatch._import_from_c
+    cdef int kw[MAX_COLS]
+    cdef int vw[MAX_COLS]
+    cdef int nkc = _schema_widths(key_schema, kw, MAX_COLS)
+    cdef int nvc = _schema_widths(val_schema, vw, MAX_COLS) if nkc > 0 else -1
+    if nkc <= 0 or nvc <= 0:  # (no value column: the general path sizes such batches)
+        return None
+    cdef int64_t k = len(runs), i, j, nz = 0, total = 0, ktotal = 0, n, nk, kcap
+    cdef ArrowArray* exp = <ArrowArray*>malloc(max(2 * k, 1) * sizeof(ArrowArray))
+    cdef irun_t* rs = <irun_t*>malloc(max(k, 1) * sizeof(irun_t))
+    cdef int64_t* tree = <int64_t*>malloc((k + 1) * sizeof(int64_t))
+    cdef head_t* heads = <head_t*>malloc((k + 1) * sizeof(head_t))
+    cdef const char** vsrc = <const char**>malloc(max(k * nvc, 1) * sizeof(char*))
+    cdef const char** ksrc_c = <const char**>malloc(max(k * nkc, 1) * sizeof(char*))
+    cdef char* vdst[MAX_COLS]
+    cdef char* kdst[MAX_COLS]
+    cdef int64_t vwidth[MAX_COLS]
+    cdef int64_t kwidth[MAX_COLS]
+    cdef uint8_t* kblock = NULL
+    cdef uint8_t* vblock = NULL
+    cdef ArrowArray* ka
+    cdef ArrowArray* va
+    cdef cnp.ndarray kc, off, vc, wc, wout, vout, kout, offout, ksrc
+    cdef iout_t out
+    cdef bint shape_ok = True
+    owners = []
+    if exp != NULL:
+        for i in range(2 * k):
+            exp[i].release = NULL
+    try:
+        if exp == NULL or rs == NULL or tree == NULL or heads == NULL or vsrc == NULL \
+                or ksrc_c == NULL:
+            raise MemoryError()
+        for i in range(k):
+            run = runs[i]
+            if len(run) != 6:
+                raise ValueError("a run is (kcodes, offsets, vcodes, weights, keys, vals)")
+            if not (_is_u64(run[0]) and _is_u64(run[2])):
+                shape_ok = False  # var codes: the general path
+                break
+            kc = np.ascontiguousarray(run[0])
+            off = np.ascontiguousarray(run[1], dtype=np.int64)
+            vc = np.ascontiguousarray(run[2])
+            wc = np.ascontiguousarray(run[3], dtype=np.int64)
+            n = vc.shape[0]
+            nk = kc.shape[0]
+            if off.shape[0] != nk + 1 or off[0] != 0 or off[nk] != n:
+                raise ValueError(f"run {i}: offsets do not describe {nk} keys over {n} rows")
+            if wc.shape[0] != n:
+                raise ValueError(f"run {i}: {wc.shape[0]} weights for {n} rows")
+            owners.append((kc, off, vc, wc))
+            if n == 0:
+                continue
+            ka = &exp[2 * nz]
+            va = &exp[2 * nz + 1]
+            run[4]._export_to_c(<uintptr_t>ka)
+            run[5]._export_to_c(<uintptr_t>va)
+            if not (_columns(ka, nk, nkc, kw, &ksrc_c[nz * nkc])
+                    and _columns(va, n, nvc, vw, &vsrc[nz * nvc])):
+                shape_ok = False
+                break
+            rs[nz].kc = <const uint64_t*>cnp.PyArray_DATA(kc)
+            rs[nz].off = <const int64_t*>cnp.PyArray_DATA(off)
+            rs[nz].v = <const uint64_t*>cnp.PyArray_DATA(vc)
+            rs[nz].w = <const int64_t*>cnp.PyArray_DATA(wc)
+            rs[nz].n = n
+            rs[nz].pos = 0
+            rs[nz].kpos = 0
+            rs[nz].base = total
+            rs[nz].kbase = ktotal
+            while rs[nz].off[rs[nz].kpos + 1] == 0:  # (a key without rows: skipped)
+                rs[nz].kpos += 1
+            nz += 1
+            total += n
+            ktotal += nk
+        if not shape_ok:
+            return None
+        kcap = min(ktotal, total)
+        kblock = blk_struct(nkc, kw, max(kcap, 1))
+        vblock = blk_struct(nvc, vw, max(total, 1))
+        if kblock == NULL or vblock == NULL:
+            raise MemoryError()
+        for j in range(nkc):
+            kdst[j] = <char*>(<ArrowArray*>kblock).children[j].buffers[1]
+            kwidth[j] = kw[j]
+        for j in range(nvc):
+            vdst[j] = <char*>(<ArrowArray*>vblock).children[j].buffers[1]
+            vwidth[j] = vw[j]
+        wout = np.empty(max(total, 1), dtype=np.int64)
+        vout = np.empty(max(total, 1), dtype=np.uint64)
+        kout = np.empty(max(kcap, 1), dtype=np.uint64)
+        offout = np.empty(max(kcap, 1) + 1, dtype=np.int64)
+        ksrc = np.empty(max(kcap, 1), dtype=np.int64)
+        out.g = NULL
+        out.ncols = nvc
+        out.one8 = nvc == 1 and vw[0] == 8
+        out.src = vsrc
+        out.dst = vdst
+        out.width = vwidth
+        out.kncols = nkc
+        out.kone8 = nkc == 1 and kw[0] == 8
+        out.ksrcc = ksrc_c
+        out.kdst = kdst
+        out.kwidth = kwidth
+        out.w = <int64_t*>cnp.PyArray_DATA(wout)
+        out.vc = <uint64_t*>cnp.PyArray_DATA(vout)
+        out.kc = <uint64_t*>cnp.PyArray_DATA(kout)
+        out.off = <int64_t*>cnp.PyArray_DATA(offout)
+        out.ksrc = <int64_t*>cnp.PyArray_DATA(ksrc)
+        out.o = 0
+        out.nk = 0
+        out.ovf = 0
+        out.off[0] = 0
+        if nz:
+            with nogil:
+                merge_indexed_runs(rs, nz, tree, heads, &out)
+        blk_set_length(kblock, out.nk)
+        blk_set_length(vblock, out.o)
+    except BaseException:
+        free(kblock)
+        free(vblock)
+        raise
+    finally:
+        if exp != NULL:
+            for i in range(2 * k):
+                if exp[i].release != NULL:
+                    exp[i].release(&exp[i])
+        free(exp)
+        free(rs)
+        free(tree)
+        free(heads)
+        free(vsrc)
+        free(ksrc_c)
+    if check and out.ovf:
+        free(kblock)
+        free(vblock)
+        raise OverflowError("an int64 weight sum wrapped in merge_indexed_batches")
+    keys = _import_batch(<uintptr_t>kblock, key_schema)  # owns the block from here
+    vals = _import_batch(<uintptr_t>vblock, val_schema)
+    return (keys, shrink(kout, out.nk), shrink(offout, out.nk + 1),
+            vals, shrink(vout, out.o), shrink(wout, out.o))

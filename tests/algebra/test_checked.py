@@ -4,6 +4,7 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -145,6 +146,21 @@ def test_merge_indexed_weight_sums_are_right_or_an_error(runs):
     for k, v, w, _ in built:
         keys, counts = np.unique(k, return_counts=True)
         ind.append((keys, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), v, w))
+    # the same runs with their key and value columns (the one-call merge of whole batches)
+    whole = [r + (pa.record_batch([pa.array(r[0].astype(np.int64))], names=["k"]),
+                  pa.record_batch([pa.array(r[2].astype(np.int64))], names=["v"]))
+             for r in ind]
+    try:
+        merged = K.merge_indexed_batches(whole, whole[0][4].schema, whole[0][5].schema)
+    except WeightOverflowError as e:
+        assert bad and set(e.rows) == bad
+    else:
+        assert not bad
+        flat_kv = merged[0].column(0).to_numpy()[np.repeat(np.arange(len(merged[1])),
+                                                            np.diff(merged[2]))]
+        got = {(int(k), int(v)): int(x) for k, v, x in
+               zip(flat_kv, merged[3].column(0).to_numpy(), merged[5])}
+        assert got == {kv: s for kv, s in sums.items() if s}
     try:
         gidx, w, *_ = K.merge_indexed(ind)
     except WeightOverflowError as e:

@@ -5,6 +5,7 @@ k = 1..6 runs, empty runs, all-equal rows, cancelling weights and codes at the u
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from dbsp._native import merge_pairs as native
 from hypothesis import example, given
@@ -179,3 +180,80 @@ def test_indexed_gathering_checks_its_columns():
                                    run + ((np.array([1], np.int32),),)])
     with pytest.raises(ValueError):
         native.merge_indexed_cols([run])
+
+
+# --- merge_indexed_batches: the whole merge of fixed-width batches in one call ----------------
+
+_KEY_TYPES = [pa.int64(), pa.int32(), pa.uint16(), pa.timestamp("us"), pa.date32()]
+_VAL_TYPES = [pa.int64(), pa.float64(), pa.int8(), pa.uint32(), pa.timestamp("ns")]
+
+
+def _col(draw, t: pa.DataType, n: int) -> pa.Array:
+    ints = draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n))
+    if pa.types.is_floating(t):
+        return pa.array(np.asarray(ints, np.float64) / 3, t)
+    if pa.types.is_unsigned_integer(t):
+        return pa.array(np.abs(np.asarray(ints, np.int64)), t)
+    if pa.types.is_date(t):
+        return pa.array(np.asarray(ints, np.int32), pa.int32()).cast(t)
+    return pa.array(np.asarray(ints, np.int64), pa.int64()).cast(t)
+
+
+@st.composite
+def indexed_runs_with_batches(draw):
+    """Indexed runs with key and value record batches of random fixed-width types (2 key
+    columns at most, 1-3 value columns), some of them slices (an offset into their buffers)."""
+    ktypes = draw(st.lists(st.sampled_from(_KEY_TYPES), min_size=1, max_size=2))
+    vtypes = draw(st.lists(st.sampled_from(_VAL_TYPES), min_size=1, max_size=3))
+    ks = pa.schema([pa.field(f"k{i}", t) for i, t in enumerate(ktypes)])
+    vs = pa.schema([pa.field(f"v{i}", t, nullable=False) for i, t in enumerate(vtypes)])
+    out = []
+    for r in (as_indexed(r) for r in draw(pair_runs())):
+        nk, n = len(r[0]), len(r[2])
+        pad = draw(st.integers(0, 3))  # sliced batches: columns start past their buffers' start
+        kb = pa.record_batch([_col(draw, t, nk + pad) for t in ktypes], schema=ks).slice(pad)
+        vb = pa.RecordBatch.from_arrays([_col(draw, t, n + pad) for t in vtypes],
+                                        schema=vs).slice(pad)
+        out.append(r + (kb, vb))
+    return out, ks, vs
+
+
+@given(indexed_runs_with_batches())
+@example(([(np.array([5], np.uint64), np.array([0, 1]), np.array([1], np.uint64), np.array([1]),
+            pa.record_batch([pa.array([50])], names=["k"]),
+            pa.record_batch([pa.array([7])], names=["v"])),
+           (np.array([5, 6], np.uint64), np.array([0, 1, 2]), np.array([1, 2], np.uint64),
+            np.array([-1, 3]), pa.record_batch([pa.array([50, 60])], names=["k"]),
+            pa.record_batch([pa.array([8, 9])], names=["v"]))],
+          pa.schema([("k", pa.int64())]), pa.schema([("v", pa.int64())])))
+def test_indexed_batches_match_reference(case):
+    rs, ks, vs = case
+    got, want = native.merge_indexed_batches(rs, ks, vs), ref.merge_indexed_batches(rs, ks, vs)
+    assert got is not None and want is not None
+    same(got[1:3] + got[4:], want[1:3] + want[4:])
+    assert got[0].schema == ks and got[3].schema == vs
+    assert got[0].equals(want[0]) and got[3].equals(want[3])
+    assert got[0].num_rows == len(got[1]) and got[3].num_rows == len(got[5])
+
+
+def test_indexed_batches_refuse_what_they_cannot_gather():
+    """Nulls, strings, booleans or no value column: None (the caller's general path); bad
+    runs: an error."""
+    codes = (np.array([1], np.uint64), np.array([0, 1]), np.array([0], np.uint64), np.array([1]))
+    k = pa.record_batch([pa.array([1])], names=["k"])
+    for v in (pa.record_batch([pa.array([None], pa.int64())], names=["v"]),
+              pa.record_batch([pa.array(["a"])], names=["v"]),
+              pa.record_batch([pa.array([True])], names=["v"]),
+              pa.RecordBatch.from_pylist([{}], schema=pa.schema([]))):
+        rs = [codes + (k, v), codes + (k, v)]
+        assert native.merge_indexed_batches(rs, k.schema, v.schema) is None
+        assert ref.merge_indexed_batches(rs, k.schema, v.schema) is None
+    v = pa.record_batch([pa.array([1])], names=["v"])
+    with pytest.raises(ValueError, match="a run is"):
+        native.merge_indexed_batches([codes + (k,)], k.schema, v.schema)
+    with pytest.raises(ValueError, match="offsets"):
+        native.merge_indexed_batches([(codes[0], np.array([0, 2]), codes[2], codes[3], k, v)],
+                                     k.schema, v.schema)
+    with pytest.raises(OverflowError):
+        big = (codes[0], codes[1], codes[2], np.array([2**62]), k, v)
+        native.merge_indexed_batches([big, big], k.schema, v.schema)

@@ -66,10 +66,13 @@ def check_levels(sp: Spine) -> None:
 # --- model-based insert sequences ---------------------------------------------------------------
 
 @SETTINGS
-@given(st.data(), st.sampled_from([2, 3, 4]), st.booleans())
-def test_indexed_spine_matches_model(data, fanout, background):
+@given(st.data(), st.sampled_from([2, 3, 4]), st.booleans(), st.sampled_from([0, 1, 6, 10_000]))
+def test_indexed_spine_matches_model(data, fanout, background, inline_rows):
+    """``inline_rows``: merges of fewer rows run in the inserting thread, the rest on the merger
+    (0: all on the merger, 10,000: all inline here)."""
     ks, vs = data.draw(schemas(1, 2, "k")), data.draw(schemas(0, 1, "v"))
-    sp = Spine(fanout=fanout, name="t", max_loose=4, background=background)
+    sp = Spine(fanout=fanout, name="t", max_loose=4, background=background,
+               inline_rows=inline_rows)
     model: dict = {}
     steps = data.draw(st.lists(indexed_rows(ks, vs, 8), min_size=1, max_size=12))
     history = []
@@ -680,3 +683,88 @@ def test_release_free_memory_runs():
     from dbsp.storage.memory import release_free_memory
     release_free_memory()
     release_free_memory()
+
+
+def test_trim_check_bounds_bytes_from_above():
+    """The trim check's cheap bound (whole Arrow buffers, no walk) is never below a batch's
+    bytes in memory, sliced or not, so a merge that would trim is never missed."""
+    from dbsp.trace.batch import OrdIndexedZSet
+    z = OrdZSet.from_arrow(pa.record_batch([pa.array(np.arange(1000)),
+                                            pa.array([str(i) for i in range(1000)])],
+                                           names=["x", "s"]))
+    ix = z.index_by(["x"])
+    for b in (z, z.slice(10, 500), ix, ix.slice_keys(3, 700)):
+        up = spine_mod._bytes_upper(b)
+        assert up >= b.nbytes_in_memory > 0
+        assert spine_mod._bytes_upper(b) == b.nbytes_in_memory  # cached once computed
+    assert isinstance(ix, OrdIndexedZSet)
+
+
+def test_small_merges_run_inline_and_large_ones_on_the_merger():
+    """A background spine merges fewer than ``inline_rows`` rows in ``insert`` (a thread handoff
+    costs more than such a merge); larger merges go to the merger; a paused merger pauses both."""
+    m = Merger(1, name="inline")
+    sp = Spine(fanout=2, base_rows=1, name="inl", inline_rows=5, merger=m)
+    assert sp.background and sp.inline_rows == 5
+    sp.insert(ikv([(1, "a", 1)]))
+    sp.insert(ikv([(2, "a", 1)]))  # owes a merge of 2 rows: done here
+    assert sp.stats.merges == 1 and not m._workers
+    sp.insert(ikv([(3, "a", 1), (4, "a", 1), (5, "a", 1)]))  # level 1: 2 + 3 rows
+    sp.flush()
+    assert sp.stats.merges == 2 and m._workers and sp.num_batches == 1  # on the merger
+    sp.insert(ikv([(6, "a", 1)]))
+    m.pause()
+    sp.insert(ikv([(7, "a", 1)]))
+    sp.insert(ikv([(8, "a", 1)]))
+    assert sp.num_waiting == 3  # not merged inline while the merger is paused
+    m.resume()
+    sp.flush()
+    assert state_of(sp.batches()) == model_of_ikv([(i, "a", 1) for i in range(1, 9)])
+    sp.close()
+    m.shutdown()
+    assert Spine().inline_rows == spine_mod.INLINE_ROWS
+    with pytest.raises(ValueError, match="inline_rows"):
+        Spine(inline_rows=-1)
+
+
+def test_fixed_row_bytes_bounds_every_fixed_width_batch():
+    """The spine's per-schema bound on a row's bytes (which lets a small merge skip the trim
+    check) is at least what fixed-width rows take, with multi-column (var) codes too, and None
+    when a column is variable-width."""
+    rng = np.random.default_rng(3)
+    n = 500
+    cols = {"a": pa.array(rng.integers(0, 9, n)), "b": pa.array(rng.random(n)),
+            "c": pa.array(rng.integers(0, 9, n).astype(np.int8)),
+            "d": pa.array(rng.integers(0, 2, n).astype(bool)),
+            "t": pa.array(rng.integers(0, 9, n).astype("datetime64[us]"))}
+    for names in (["a"], ["a", "b"], ["c", "d", "t"], ["a", "b", "c", "d", "t"]):
+        z = OrdZSet.from_arrow(pa.record_batch([cols[x] for x in names], names=names))
+        batches = [z] + ([z.index_by(names[:1]), z.index_by(names[:2])] if len(names) > 2 else
+                         [z.index_by(names[:1])])
+        for b in batches:
+            bound = spine_mod._fixed_row_bytes(b)
+            assert bound is not None and bound * len(b) >= b.nbytes_in_memory, (names, b)
+    s = OrdZSet.from_arrow(pa.record_batch([pa.array(["x"] * 3)], names=["s"]))
+    assert spine_mod._fixed_row_bytes(s) is None
+
+
+def test_merges_reading_layer_files_stay_on_the_merger():
+    """A small merge whose inputs include a batch in a layer file is not run inline: its block
+    reads would wait in the step."""
+
+    class FileLike(OrdIndexedZSet):  # stands for a file batch (merges read it into memory)
+        is_file = True
+
+    def filelike(pairs):
+        b = ikv(pairs)
+        return FileLike(b.keys, b.kcodes, b.offsets, b.vals, b.vcodes, b.weights, b.kcodec,
+                        b.vcodec)
+
+    m = Merger(1, name="files")
+    sp = Spine(fanout=2, base_rows=1, name="f", inline_rows=100, merger=m)
+    sp.insert(ikv([(1, "a", 1)]))
+    sp.insert(filelike([(2, "a", 1)]))
+    sp.flush()
+    assert sp.stats.merges == 1 and m._workers  # on the merger
+    sp.close()
+    m.shutdown()

@@ -24,6 +24,7 @@ _NATIVE = {
     "merge_consolidate": "merge_pairs",  # (u64, u64) runs; other shapes go on to merge
     "merge_indexed": "merge_pairs",
     "merge_indexed_cols": "merge_pairs",
+    "merge_indexed_batches": "merge_pairs",
     "group_bounds": "search",
     "lower_bound": "search",
     "upper_bound": "search",
@@ -130,6 +131,9 @@ merge_indexed = _listed(_checked_sums("merge_indexed", _resolve("merge_indexed")
                                       _indexed_groups))
 merge_indexed_cols = _listed(_checked_sums("merge_indexed_cols", _resolve("merge_indexed_cols"),
                                            _indexed_groups))
+merge_indexed_batches = _checked_sums("merge_indexed_batches",
+                                      _resolve("merge_indexed_batches"),
+                                      lambda runs, *schemas: _indexed_groups(runs))
 group_bounds = _resolve("group_bounds")
 lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")

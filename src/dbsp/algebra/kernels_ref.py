@@ -174,6 +174,36 @@ def merge_indexed_cols(runs: Sequence[tuple]):
     return cols, w, vc, kc, off, ksrc
 
 
+def merge_indexed_batches(runs: Sequence[tuple], key_schema: pa.Schema, val_schema: pa.Schema):
+    """:func:`merge_indexed` over ``(kcodes, offsets, vcodes, weights, keys, vals)`` runs
+    (``keys`` / ``vals`` record batches of ``key_schema`` / ``val_schema``) that builds the
+    merged batch's parts: ``(keys, kcodes, offsets, vals, vcodes, weights)``, the keys taken at
+    ``ksrc`` and the values at ``gidx`` of the concatenated inputs. None when a key or value
+    column is not fixed-width without nulls (or there is no key or no value column, or the
+    codes are var codes)."""
+    runs = list(runs)
+    if not key_schema.types or not val_schema.types \
+            or not all(_fixed_width(t) for t in key_schema.types) \
+            or not all(_fixed_width(t) for t in val_schema.types):
+        return None
+    for r in runs:
+        if len(r) != 6:
+            raise ValueError("a run is (kcodes, offsets, vcodes, weights, keys, vals)")
+        if not (Codes.is_u64(r[0]) and Codes.is_u64(r[2])):
+            return None
+    live = [r for r in runs if len(r[2])]
+    if any(c.null_count for r in live for c in list(r[4].columns) + list(r[5].columns)):
+        return None
+    gidx, w, vc, kc, off, ksrc = merge_indexed([r[:4] for r in runs])
+    keys = pa.Table.from_batches([r[4] for r in runs], schema=key_schema).combine_chunks()
+    vals = pa.Table.from_batches([r[5] for r in runs], schema=val_schema).combine_chunks()
+    kb = keys.take(pa.array(ksrc, pa.int64())).to_batches()
+    vb = vals.take(pa.array(gidx, pa.int64())).to_batches()
+    kb = kb[0] if kb else pa.RecordBatch.from_pylist([], schema=key_schema)
+    vb = vb[0] if vb else pa.RecordBatch.from_pylist([], schema=val_schema)
+    return kb, kc, off, vb, vc, w
+
+
 def group_bounds(kcodes: CodeArray) -> np.ndarray:
     """Offsets (int64, g+1) of the runs of equal codes in a sorted code array."""
     k = _keys(kcodes)

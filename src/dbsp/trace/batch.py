@@ -419,9 +419,20 @@ class OrdIndexedZSet:
         if len(batches) == 1:
             return batches[0]
         b0 = batches[0]
+        # u64 codes, fixed-width key and value columns without nulls: the whole merge in one
+        # native call (merged, regrouped, both record batches built; no object per column)
+        try:
+            got = K.merge_indexed_batches(
+                [(b.kcodes, b.offsets, b.vcodes, b.weights, b.keys, b.vals) for b in batches],
+                b0.keys.schema, b0.vals.schema)
+        except WeightOverflowError as e:
+            raise _named(e, [b.flatten().data for b in batches]) from None
+        if got is not None:
+            keys, kc, bounds, vals, vc, w = got
+            return OrdIndexedZSet(keys, kc, bounds, vals, vc, w, b0.kcodec, b0.vcodec)
         if all(Codes.is_u64(b.kcodes) and Codes.is_u64(b.vcodes)
                for b in batches):
-            # fixed-width keys and values: merge and regroup in one native pass
+            # fixed-width codes: merge and regroup in one native pass
             cols = [fixed_columns(b.vals) for b in batches] if b0.vals.num_columns else [None]
             if all(c is not None for c in cols):
                 # ... that gathers the value columns too: no row index, no concatenated copy of

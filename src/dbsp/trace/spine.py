@@ -42,7 +42,17 @@ batches), and the cap keeps each merge short and the memory it holds small.
 over all dirty spines, the pending merge with the fewest input rows (shortest job first: small
 merges unblock inserts soonest), claims its inputs, merges without any lock held, then swaps the
 output in. With two or more threads, one always stays free for merges below ``big_rows`` (1M),
-so a multi-second top-level merge never holds up the small ones. ``Spine.with_own_thread`` gives
+so a multi-second top-level merge never holds up the small ones. A merge of fewer than
+``inline_rows`` input rows (8192; ``DBSP_SPINE_INLINE_ROWS``) runs in the inserting thread
+instead: such a merge is one native call of tens of microseconds, less than waking the merger
+and the GIL handoffs back and forth while the step runs (the merge's Python glue holds the GIL
+wherever it runs, so the step waited for it anyway). On the join + average workload's 100-row
+steps every merge is that small (callgrind, the merges of 300 foreground steps: 623K
+instructions a merge before the one-call native merge, 394K after, half of it the merge loop).
+A merge that reads a batch in a layer file stays on the merger (its block reads would wait in
+the step), and so does every merge of a spine with a ``merge_fn`` (storage: a merge into a file
+may wait for disk space, which must never block the step).
+A spine given an explicit merger sends it every merge. ``Spine.with_own_thread`` gives
 a spine a private thread; ``background=False`` merges in the inserting thread (the synchronous
 behaviour, for comparisons and after :meth:`close`). Lock order: merger lock, then spine lock; a
 spine never takes the merger lock while holding its own.
@@ -102,6 +112,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
+import pyarrow as pa
 
 from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
@@ -222,7 +233,64 @@ def _cut_below(b: Batch, bound: Optional[KeyBound]) -> Batch:
 #: (merges of 1M rows, ~40 MB) 0.74-0.79x its events/s in an interleaved A/B at load 3.6; the
 #: join+avg workload's top-level merge of 9.3M rows is ~280 MB.
 TRIM_BYTES = 128 << 20
+
+#: a background spine runs an owed merge of fewer input rows than this in the inserting thread
+#: (``Spine(inline_rows=)``, ``DBSP_SPINE_INLINE_ROWS``; 0: every merge on the merger): see
+#: *Threads* in the module doc
+INLINE_ROWS = 8192
 _largest_merge = 0
+
+
+def _bytes_upper(b: Batch) -> int:
+    """A cheap upper bound of ``b.nbytes_in_memory``: Arrow's ``get_total_buffer_size`` counts
+    whole buffers (``nbytes`` walks them to count only the referenced ranges, 3-10 us a record
+    batch: most of a small merge's cost once each batch is merged once and the value never
+    reused)."""
+    if isinstance(b, OrdIndexedZSet):
+        if b._nb >= 0:
+            return b._nb
+        return (b.keys.get_total_buffer_size() + b.vals.get_total_buffer_size()
+                + b.kcodes.nbytes + b.offsets.nbytes + b.vcodes.nbytes + b.weights.nbytes)
+    if isinstance(b, OrdZSet):
+        if b._nb >= 0:
+            return b._nb
+        kf = b.key_filter
+        return (b.data.get_total_buffer_size() + b.codes.nbytes + b.weights.nbytes
+                + (kf.nbytes if kf is not None else 0))
+    return getattr(b, "nbytes_in_memory", 0)  # a file batch: its resident bytes
+
+
+def _fixed_row_bytes(b: Batch) -> Optional[int]:
+    """An upper bound of the bytes in memory a row of ``b``'s kind takes (columns, validity,
+    codes, offsets, weights, a key filter) when all its columns are fixed-width; None when some
+    column is not (or ``b`` is not an in-memory batch type). A fact of the spine's schema:
+    computed once per spine."""
+    if isinstance(b, OrdIndexedZSet):
+        types = list(b.keys.schema.types) + list(b.vals.schema.types)
+    elif isinstance(b, OrdZSet):
+        types = list(b.data.schema.types)
+    else:
+        return None
+    width = 0
+    for t in types:
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+                or pa.types.is_boolean(t) or pa.types.is_decimal(t)):
+            return None
+        width += (t.bit_width + 7) // 8 + 1  # (+ its validity bit, generously)
+    # var codes of fixed columns hold at most their bytes again plus an offset; two code
+    # arrays (key, value), offsets, weights, a Bloom filter's bits
+    return 2 * width + 64
+
+
+def _merge_trims(inputs: Sequence[Batch], rows: int, row_bytes: Optional[int]) -> bool:
+    """Whether a merge of ``inputs`` (``rows`` rows, at most ``row_bytes`` bytes a row when not
+    None) first trims the allocators (:func:`_trims_before` on their bytes in memory, counted
+    exactly only when cheap upper bounds reach :data:`TRIM_BYTES`)."""
+    if row_bytes is not None and rows * row_bytes + 4096 * len(inputs) < TRIM_BYTES:
+        return False
+    if sum(_bytes_upper(b) for b in inputs) < TRIM_BYTES:
+        return False
+    return _trims_before(sum(getattr(b, "nbytes_in_memory", 0) for b in inputs))
 
 
 def _trims_before(nbytes: int) -> bool:
@@ -236,9 +304,9 @@ def _trims_before(nbytes: int) -> bool:
 class _Job:
     __slots__ = ("id", "epoch", "inputs", "rows")
 
-    def __init__(self, id_: int, epoch: int, inputs: list):
+    def __init__(self, id_: int, epoch: int, inputs: list, rows: Optional[int] = None):
         self.id, self.epoch, self.inputs = id_, epoch, inputs
-        self.rows = sum(len(b) for b in inputs)
+        self.rows = sum(len(b) for b in inputs) if rows is None else rows
 
 
 # --- the merger -------------------------------------------------------------------------------
@@ -435,6 +503,7 @@ class Spine:
     def __init__(self, fanout: int = 4, name: str = "trace", *, max_loose: int = 64,
                  max_merge: int = 16, base_rows: int = 256,
                  background: Optional[bool] = None,
+                 inline_rows: Optional[int] = None,
                  merger: Optional[Merger] = None,
                  merge_fn: Optional[Callable[[Sequence[Batch]], Batch]] = None,
                  on_change: Optional[Callable[["Spine"], None]] = None,
@@ -453,6 +522,12 @@ class Spine:
         if background is None:  # an explicit merger means background merging
             background = merger is not None or os.environ.get("DBSP_SPINE_BACKGROUND", "1") != "0"
         self.background = background
+        if inline_rows is None:  # an explicit merger gets every merge
+            inline_rows = 0 if merger is not None else \
+                int(os.environ.get("DBSP_SPINE_INLINE_ROWS", INLINE_ROWS))
+        if inline_rows < 0:
+            raise ValueError("inline_rows must be at least 0")
+        self.inline_rows = inline_rows
         self._merger = merger
         self._own_merger = False
         self._cv = threading.Condition(threading.Lock())
@@ -470,6 +545,7 @@ class Spine:
         # sum is the state, exactly) and no merge runs until the state changes again
         self._merge_blocked = False
         self._proto: Optional[Batch] = None
+        self._row_bytes: Optional[int] = -1  # _fixed_row_bytes of its batches, once known
         # point probes of this Z-set trace have begun (weights_of, also a view's overflow check
         # of each step): large batches get a key filter from then on (dbsp.trace.key_filter); a
         # trace never probed by row never pays for one
@@ -518,6 +594,10 @@ class Spine:
             return
         if not self.background:
             self._merge_in_foreground()
+            return
+        if self.inline_rows and self._merge_fn is None and not self._get_merger()._paused \
+                and not self._merge_small_inline():
+            self._raise_error()
             return
         self._get_merger()._notify(self)
         with self._cv:
@@ -741,23 +821,28 @@ class Spine:
             p = self._pending_level()
             return None if p is None else p[0]
 
-    def _claim(self, background: bool = True) -> Optional[_Job]:
+    def _claim(self, background: bool = True, max_rows: Optional[int] = None) -> Optional[_Job]:
+        """Claim the cheapest merge owed (None if none, or if it has ``max_rows`` rows or more)."""
         with self._cv:
             if self._error is not None or self.background != background:
                 return None
             p = self._pending_level()
-            if p is None:
+            if p is None or (max_rows is not None and p[0] >= max_rows):
                 return None
-            bs = self._levels[p[1]]
-            inputs, rest = bs[:self.max_merge], bs[self.max_merge:]
-            if rest:
-                self._levels[p[1]] = rest
-            else:
-                del self._levels[p[1]]
-            job = _Job(next(Spine._job_ids), self._epoch, inputs)
-            self._inflight[job.id] = job
-            self._cv.notify_all()  # fewer batches wait: blocked inserts may go on
-            return job
+            return self._claim_locked(p)
+
+    def _claim_locked(self, p: tuple[int, int]) -> _Job:
+        """Claim the merge ``p`` (a ``(cost, level)`` of :meth:`_pending_level`), under the lock."""
+        bs = self._levels[p[1]]
+        inputs, rest = bs[:self.max_merge], bs[self.max_merge:]
+        if rest:
+            self._levels[p[1]] = rest
+        else:
+            del self._levels[p[1]]
+        job = _Job(next(Spine._job_ids), self._epoch, inputs, p[0])
+        self._inflight[job.id] = job
+        self._cv.notify_all()  # fewer batches wait: blocked inserts may go on
+        return job
 
     def _run_job(self, job: _Job) -> bool:
         """Merge a claimed job and swap its output in. True if the spine owes another merge."""
@@ -765,7 +850,10 @@ class Spine:
             with self._cv:
                 bound, keep = self._gc_bound, self._retain
             t0 = time.perf_counter()
-            if _trims_before(sum(getattr(b, "nbytes_in_memory", 0) for b in job.inputs)):
+            rb = self._row_bytes
+            if rb == -1:
+                rb = self._row_bytes = _fixed_row_bytes(job.inputs[0])
+            if _merge_trims(job.inputs, job.rows, rb):
                 release_free_memory()
             out = self._merge(job.inputs, bound, keep)
             if out is not None and self._filtered:
@@ -807,6 +895,8 @@ class Spine:
 
     def _merge(self, inputs: Sequence[Batch], bound: Optional[KeyBound],
                keep: Optional[RowFilter]) -> Optional[Batch]:
+        if bound is None and keep is None:  # stored batches are non-empty
+            return inputs[0] if len(inputs) == 1 else (self._merge_fn or merge_batches)(inputs)
         parts = []
         for b in inputs:
             cut = _cut_below(b, bound)
@@ -827,6 +917,26 @@ class Spine:
                 return
             self._run_job(job)
             self._raise_error()
+
+    def _merge_small_inline(self) -> bool:
+        """Run, in the inserting thread, the owed merges of fewer than ``inline_rows`` input rows
+        (a background spine; see *Threads* in the module doc). True if a larger merge is still
+        owed (for the merger)."""
+        while True:
+            with self._cv:
+                if self._error is not None or not self.background:
+                    return False
+                p = self._pending_level()
+                if p is None:
+                    return False
+                if p[0] >= self.inline_rows or any(
+                        getattr(b, "is_file", False) for b in self._levels[p[1]][:self.max_merge]):
+                    return True  # (a merge reading layer files stays off the step)
+                job = self._claim_locked(p)
+            more = self._run_job(job)
+            self._raise_error()
+            if not more:
+                return False
 
     def wait_merges(self, timeout: Optional[float] = None) -> bool:
         """Wait until no merge is owed or running. False on timeout; raises a merge failure."""

@@ -1,0 +1,113 @@
+# Inline helpers for record batches of fixed-width columns through the Arrow C data interface
+# (``arrow_abi.pxd``): the byte width of a column's format string, whether an exported column
+# can be read as one values buffer, and one aligned block holding a whole struct array (the
+# header and every column's values) that its import owns and frees in one ``release``.
+#
+# ``merge_pairs`` builds its merged record batches with these. ``arrow_c.pyx`` keeps its own
+# copies of the same functions (its ``_width``, ``_check_gathered``, ``_struct_block``):
+# cimporting these instead is left to that module's owner (one change at a time to a file).
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free
+from libc.string cimport memset
+
+from _native.arrow_abi cimport ArrowArray
+
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
+
+cdef inline void blk_release_parent(ArrowArray* a) noexcept nogil:
+    free(a.private_data)  # the one block holding every struct and buffer of the batch
+    a.release = NULL
+
+
+cdef inline void blk_release_child(ArrowArray* a) noexcept nogil:
+    a.release = NULL  # memory belongs to the parent's block
+
+
+cdef inline int blk_width(const char* f) noexcept nogil:
+    """Bytes per value of a fixed-width format string without children, else 0."""
+    cdef char c = f[0]
+    if c == 0:
+        return 0
+    if f[1] == 0:
+        if c == b'c' or c == b'C':
+            return 1
+        if c == b's' or c == b'S' or c == b'e':
+            return 2
+        if c == b'i' or c == b'I' or c == b'f':
+            return 4
+        if c == b'l' or c == b'L' or c == b'g':
+            return 8
+        return 0
+    if c != b't' or f[2] == 0:
+        return 0
+    cdef char k = f[1], u = f[2]
+    if k == b'd':  # date32 (days) / date64 (milliseconds)
+        return 4 if u == b'D' else (8 if u == b'm' else 0)
+    if k == b't':  # time32 (s, ms) / time64 (us, ns)
+        return 4 if (u == b's' or u == b'm') else (8 if (u == b'u' or u == b'n') else 0)
+    if k == b's' or k == b'D':  # timestamp (with or without a zone) / duration
+        return 8 if (u == b's' or u == b'm' or u == b'u' or u == b'n') else 0
+    return 0
+
+
+cdef inline bint blk_plain(const ArrowArray* ch) noexcept nogil:
+    """Whether an exported fixed-width column is one values buffer: no nulls, no dictionary,
+    no children."""
+    if ch.n_children != 0 or ch.n_buffers != 2 or ch.dictionary != NULL:
+        return False
+    return ch.null_count == 0 or (ch.null_count == -1 and ch.buffers[0] == NULL)
+
+
+cdef inline size_t blk_up64(size_t x) noexcept nogil:
+    return (x + 63) & ~(<size_t>63)
+
+
+cdef inline size_t blk_head(Py_ssize_t kt) noexcept nogil:
+    """Bytes of a struct batch's header: parent, children, child pointers, buffer tables."""
+    return blk_up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
+                    + sizeof(void*) * (1 + 2 * kt))
+
+
+cdef inline uint8_t* blk_struct(Py_ssize_t kt, const int* widths, int64_t cap) noexcept nogil:
+    """One 64-byte aligned block holding a struct array of ``kt`` fixed-width children (bytes
+    per value ``widths``) with room for ``cap`` rows: the header zeroed and linked, each
+    child's values buffer after it (no validity). Lengths are 0 until the caller sets them
+    (:func:`blk_set_length`). NULL when out of memory. Released by ``blk_release_parent``."""
+    cdef size_t head = blk_head(kt), size = head
+    cdef Py_ssize_t c
+    for c in range(kt):
+        size += blk_up64(<size_t>widths[c] * <size_t>cap)
+    cdef uint8_t* block = <uint8_t*>aligned_alloc(64, blk_up64(size))
+    if block == NULL:
+        return NULL
+    memset(block, 0, head)
+    cdef ArrowArray* out = <ArrowArray*>block
+    cdef ArrowArray* kids = out + 1
+    cdef ArrowArray** kidp = <ArrowArray**>(kids + kt)
+    cdef const void** bufs = <const void**>(kidp + kt)
+    cdef uint8_t* data = block + head
+    out.n_buffers = 1
+    out.n_children = kt
+    out.buffers = bufs
+    out.children = kidp
+    out.release = blk_release_parent
+    out.private_data = block
+    for c in range(kt):
+        kidp[c] = &kids[c]
+        kids[c].n_buffers = 2
+        kids[c].buffers = bufs + 1 + 2 * c
+        kids[c].buffers[1] = data
+        kids[c].release = blk_release_child
+        data += blk_up64(<size_t>widths[c] * <size_t>cap)
+    return block
+
+
+cdef inline void blk_set_length(uint8_t* block, int64_t n) noexcept nogil:
+    """Set the rows of a block's struct array and of each of its children."""
+    cdef ArrowArray* out = <ArrowArray*>block
+    cdef int64_t c
+    out.length = n
+    for c in range(out.n_children):
+        out.children[c].length = n
