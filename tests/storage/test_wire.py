@@ -226,7 +226,7 @@ def test_dbsp_batches_come_back_equal_by_their_parts():
     import dbsp.runtime.wire_types  # noqa: F401  (registers the batches)
     from dbsp.algebra.codes import KeyCodec
     from dbsp.operators.output import SortedPart
-    from dbsp.trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
+    from dbsp.trace.batch import DistinctZSet, OrdIndexedZSet, ZSet
 
     b = _batch(50, ["i64", "str"], 0)
     w = np.arange(1, 51, dtype=np.int64)
