@@ -36,7 +36,9 @@ EXTENSIONS = {
     "hashing": {},      # key hashing for the exchange
     "state": {},        # operators' per-key state (the aggregate's versioned rows)
     "linear": {},       # the linear aggregate's per-step path (partials, versioned puts)
-    "arrow_c": {},      # record batches through the Arrow C data interface (small takes)
+    # record batches through the Arrow C data interface (small takes); arrow_blocks.pxd: the
+    # struct block helpers it shares with merge_pairs
+    "arrow_c": {"depends": ["src/_native/arrow_blocks.pxd"]},
     "strings": {},      # string kernels on Arrow buffers (split_part)
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)
     "block": {},        # storage: layer-file block kernels (crc32c, Bloom filter, var seek)

@@ -3,9 +3,9 @@
 # can be read as one values buffer, and one aligned block holding a whole struct array (the
 # header and every column's values) that its import owns and frees in one ``release``.
 #
-# ``merge_pairs`` builds its merged record batches with these. ``arrow_c.pyx`` keeps its own
-# copies of the same functions (its ``_width``, ``_check_gathered``, ``_struct_block``):
-# cimporting these instead is left to that module's owner (one change at a time to a file).
+# ``merge_pairs`` builds its merged record batches with these; ``arrow_c.pyx`` cimports the
+# release callbacks, ``blk_width``, ``blk_head`` and ``blk_up64`` (its ``_struct_block`` takes
+# a size its callers lay out themselves, validity buffers included, so it stays there).
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free
 from libc.string cimport memset

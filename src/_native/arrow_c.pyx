@@ -34,6 +34,9 @@ Gather loops run without the GIL.
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
+from _native.arrow_blocks cimport (blk_release_child as _release_child,
+                                   blk_head as _struct_head, blk_release_parent as _release_parent,
+                                   blk_up64 as _up64, blk_width as _width)
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
@@ -56,46 +59,6 @@ cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
 
 
-cdef void _release_parent(ArrowArray* a) noexcept nogil:
-    free(a.private_data)  # the one block holding every struct and buffer of the batch
-    a.release = NULL
-
-
-cdef void _release_child(ArrowArray* a) noexcept nogil:
-    a.release = NULL  # memory belongs to the parent's block
-
-
-cdef int _width(const char* f) noexcept nogil:
-    """Bytes per value of a fixed-width format string without children, else 0."""
-    cdef char c = f[0]
-    if c == 0:
-        return 0
-    if f[1] == 0:
-        if c == b'c' or c == b'C':
-            return 1
-        if c == b's' or c == b'S' or c == b'e':
-            return 2
-        if c == b'i' or c == b'I' or c == b'f':
-            return 4
-        if c == b'l' or c == b'L' or c == b'g':
-            return 8
-        return 0
-    if c != b't' or f[2] == 0:
-        return 0
-    cdef char k = f[1], u = f[2]
-    if k == b'd':  # date32 (days) / date64 (milliseconds)
-        return 4 if u == b'D' else (8 if u == b'm' else 0)
-    if k == b't':  # time32 (s, ms) / time64 (us, ns)
-        return 4 if (u == b's' or u == b'm') else (8 if (u == b'u' or u == b'n') else 0)
-    if k == b's' or k == b'D':  # timestamp (with or without a zone) / duration
-        return 8 if (u == b's' or u == b'm' or u == b'u' or u == b'n') else 0
-    return 0
-
-
-cdef inline size_t _up64(size_t x) noexcept nogil:
-    return (x + 63) & ~(<size_t>63)
-
-
 cdef void _gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
                   int64_t m) noexcept nogil:
     cdef int64_t i
@@ -114,12 +77,6 @@ cdef void _gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
 
 
 _import_batch = pa.RecordBatch._import_from_c
-
-
-cdef inline size_t _struct_head(Py_ssize_t kt) noexcept nogil:
-    """Bytes of a struct batch's header: parent, children, child pointers, buffer tables."""
-    return _up64(sizeof(ArrowArray) * (kt + 1) + sizeof(ArrowArray*) * kt
-                 + sizeof(void*) * (1 + 2 * kt))
 
 
 cdef uint8_t* _struct_block(Py_ssize_t kt, int64_t m, size_t size) except NULL:
@@ -471,6 +428,45 @@ cdef void _widen(const uint8_t* base, uint64_t* out, int w, uint64_t flip,
             out[i] = (base[i] ^ flip) & 0xFF
 
 
+cdef void _pack_codes(ArrowArray* src, const int* cols, list plan, uint64_t* out, int64_t n):
+    """The u64 codes (as :func:`encode_u64`) of the columns ``cols`` (NULL: ``0..len(plan)-1``)
+    of an exported batch into ``out``, ``plan`` per column ``(byte width, signed, nullable)``.
+    The caller has checked the columns: each one values buffer of its plan's width, no nulls,
+    the codes within 64 bits."""
+    cdef int64_t c, i
+    cdef int w
+    cdef bint signed, nullable, first = True  # the first part is assigned (no zero fill)
+    cdef uint64_t flip
+    cdef ArrowArray* ch
+    cdef const uint8_t* base
+    for c in range(len(plan)):
+        w, signed, nullable = plan[c]
+        ch = src.children[cols[c] if cols != NULL else c]
+        base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
+        flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
+        with nogil:
+            if nullable:  # the validity byte: every row is valid here
+                if first:
+                    for i in range(n):
+                        out[i] = 1
+                else:
+                    for i in range(n):
+                        out[i] = (out[i] << 8) | 1
+                first = False
+            if first or w == 8:  # (w == 8 only as the sole column of a u64 codec)
+                _widen(base, out, w, flip, n)
+            elif w == 4:
+                for i in range(n):
+                    out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
+            elif w == 2:
+                for i in range(n):
+                    out[i] = (out[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
+            else:
+                for i in range(n):
+                    out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
+            first = False
+
+
 def encode_u64(batch, list plan):
     """The u64 key codes of the rows of ``batch`` (native twin of ``KeyCodec._encode_u64``,
     which is the reference): ``plan`` gives per column ``(byte width, signed, nullable)``; a
@@ -482,15 +478,10 @@ def encode_u64(batch, list plan):
     cdef ArrowSchema ssrc
     src.release = NULL
     ssrc.release = NULL
-    cdef int64_t n, i, c, k = len(plan)
+    cdef int64_t n, c, k = len(plan)
     cdef int w
-    cdef bint signed, nullable
-    cdef uint64_t flip
-    cdef ArrowArray* ch
-    cdef const uint8_t* base
     cdef cnp.ndarray out_a
     cdef uint64_t* out
-    cdef bint first
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
         n = src.length
@@ -505,33 +496,7 @@ def encode_u64(batch, list plan):
                 return None
         out_a = empty1(n, cnp.NPY_UINT64)
         out = <uint64_t*>cnp.PyArray_DATA(out_a)
-        first = True  # the first part written is assigned (no zero fill, no read)
-        for c in range(k):
-            w, signed, nullable = plan[c]
-            ch = src.children[c]
-            base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
-            flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
-            with nogil:
-                if nullable:  # the validity byte: every row is valid here
-                    if first:
-                        for i in range(n):
-                            out[i] = 1
-                    else:
-                        for i in range(n):
-                            out[i] = (out[i] << 8) | 1
-                    first = False
-                if first or w == 8:  # (w == 8 only as the sole column of a u64 codec)
-                    _widen(base, out, w, flip, n)
-                elif w == 4:
-                    for i in range(n):
-                        out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
-                elif w == 2:
-                    for i in range(n):
-                        out[i] = (out[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
-                else:
-                    for i in range(n):
-                        out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
-                first = False
+        _pack_codes(&src, NULL, plan, out, n)
     finally:
         if src.release != NULL:
             src.release(&src)
@@ -619,14 +584,10 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     ssrc.release = NULL
     cdef int64_t nk = len(key_cols), nv = len(val_cols), n, i, c, col, G, g, total = 0
     cdef int w
-    cdef bint signed, nullable, first
-    cdef uint64_t flip
     cdef int kcol[64]
     cdef int vcol[64]
     cdef int kw[64]
     cdef int vw[64]
-    cdef ArrowArray* ch
-    cdef const uint8_t* base
     cdef cnp.ndarray wa = contig(weights, cnp.NPY_INT64)
     cdef uint8_t* kblock = NULL
     cdef uint8_t* vblock = NULL
@@ -679,33 +640,7 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         codes = <uint64_t*>cnp.PyArray_DATA(codes_a)
         perm = <int64_t*>cnp.PyArray_DATA(perm_a)
         # the codes (as encode_u64), then a stable sort of the rows by code
-        first = True
-        for c in range(nk):
-            w, signed, nullable = plan[c]
-            ch = src.children[kcol[c]]
-            base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
-            flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
-            with nogil:
-                if nullable:
-                    if first:
-                        for i in range(n):
-                            codes[i] = 1
-                    else:
-                        for i in range(n):
-                            codes[i] = (codes[i] << 8) | 1
-                    first = False
-                if first or w == 8:
-                    _widen(base, codes, w, flip, n)
-                elif w == 4:
-                    for i in range(n):
-                        codes[i] = (codes[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
-                elif w == 2:
-                    for i in range(n):
-                        codes[i] = (codes[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
-                else:
-                    for i in range(n):
-                        codes[i] = (codes[i] << 8) | ((base[i] ^ flip) & 0xFF)
-                first = False
+        _pack_codes(&src, kcol, plan, codes, n)
         with nogil:
             for i in range(n):
                 perm[i] = i
@@ -843,12 +778,9 @@ cdef int _codes_of(ArrowArray* src, ArrowSchema* ssrc, list cols, list plan, uin
     """The u64 codes (as :func:`encode_u64`) of the columns ``cols`` of an exported batch per
     ``plan`` into ``out``: 1 when written, 0 when a column does not match its plan or is not one
     values buffer without nulls, or the codes would not fit in 64 bits."""
-    cdef int64_t c, i, col, k = len(cols)
+    cdef int64_t c, col, k = len(cols)
     cdef int w, total = 0
-    cdef bint signed, nullable, first = True
-    cdef uint64_t flip
-    cdef ArrowArray* ch
-    cdef const uint8_t* base
+    cdef int cc[8]
     if k != len(plan):
         return 0
     for c in range(k):
@@ -862,32 +794,9 @@ cdef int _codes_of(ArrowArray* src, ArrowSchema* ssrc, list cols, list plan, uin
         total += w + (1 if plan[c][2] else 0)
     if total > 8:
         return 0
-    for c in range(k):
-        w, signed, nullable = plan[c]
-        ch = src.children[<int64_t>cols[c]]
-        base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
-        flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
-        with nogil:
-            if nullable:  # the validity byte: every row is valid here
-                if first:
-                    for i in range(n):
-                        out[i] = 1
-                else:
-                    for i in range(n):
-                        out[i] = (out[i] << 8) | 1
-                first = False
-            if first or w == 8:
-                _widen(base, out, w, flip, n)
-            elif w == 4:
-                for i in range(n):
-                    out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
-            elif w == 2:
-                for i in range(n):
-                    out[i] = (out[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
-            else:
-                for i in range(n):
-                    out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
-            first = False
+    for c in range(k):  # (k <= 8: each column adds a byte or more)
+        cc[c] = cols[c]
+    _pack_codes(src, cc, plan, out, n)
     return 1
 
 
