@@ -790,20 +790,9 @@ def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_s
     cols = batch.columns
     if any(not _fixed_width(cols[c].type) or cols[c].null_count for c in val_cols):
         return None
-    if sum(w + bool(nullable) for w, _, nullable in plan) > 8:
-        return None  # not a u64 code
-    codes = np.zeros(n, dtype=np.uint64)
-    for c, (w, signed, nullable) in zip(key_cols, plan):
-        a = cols[c]
-        if a.null_count or not _fixed_width(a.type) or a.type.bit_width != 8 * w:
-            return None
-        u = np.asarray(a.view(pa.from_numpy_dtype(np.dtype(f"u{w}"))).to_numpy(),
-                       dtype=np.uint64)
-        if signed:
-            u = u ^ np.uint64(1 << (8 * w - 1))
-        if nullable:
-            codes = (codes << np.uint64(8)) | np.uint64(1)
-        codes = (codes << np.uint64(8 * w)) | u if w < 8 else u
+    codes = _plan_codes([cols[c] for c in key_cols], plan)
+    if codes is None:
+        return None  # a key column off its plan, or not a u64 code
     perm = np.argsort(codes, kind="stable")
     sk = codes[perm]
     start = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
