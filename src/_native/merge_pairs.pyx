@@ -230,32 +230,18 @@ ctypedef struct iout_t:
     int ovf                 # a weight sum wrapped
 
 
-cdef inline void copy_row(iout_t* out, int64_t o, int64_t frun, int64_t frow) noexcept nogil:
-    """Output row ``o`` of every gathered column is row ``frow`` of run ``frun``."""
+cdef inline void copy_cols(const char** src, char** dst, const int64_t* width, int64_t ncols,
+                           int64_t o, int64_t run, int64_t row) noexcept nogil:
+    """Output row ``o`` of each of ``ncols`` gathered columns (``dst``, bytes per value
+    ``width``) is row ``row`` of run ``run`` (column ``j`` of run ``r``: ``src[r * ncols + j]``).
+    The value columns and the key columns of an indexed merge both copy through it."""
     cdef int64_t j, wd
     cdef const char* a
     cdef char* b
-    for j in range(out.ncols):
-        wd = out.width[j]
-        a = out.src[frun * out.ncols + j] + frow * wd
-        b = out.dst[j] + o * wd
-        if wd == 8:
-            (<uint64_t*>b)[0] = (<const uint64_t*>a)[0]
-        elif wd == 4:
-            (<uint32_t*>b)[0] = (<const uint32_t*>a)[0]
-        else:
-            memcpy(b, a, wd)
-
-
-cdef inline void copy_key(iout_t* out, int64_t nk, int64_t frun, int64_t fkrow) noexcept nogil:
-    """Output key ``nk`` of every gathered key column is key row ``fkrow`` of run ``frun``."""
-    cdef int64_t j, wd
-    cdef const char* a
-    cdef char* b
-    for j in range(out.kncols):
-        wd = out.kwidth[j]
-        a = out.ksrcc[frun * out.kncols + j] + fkrow * wd
-        b = out.kdst[j] + nk * wd
+    for j in range(ncols):
+        wd = width[j]
+        a = src[run * ncols + j] + row * wd
+        b = dst[j] + o * wd
         if wd == 8:
             (<uint64_t*>b)[0] = (<const uint64_t*>a)[0]
         elif wd == 4:
@@ -281,14 +267,14 @@ cdef inline void emit(iout_t* out, u128 c, int64_t first, int64_t kfirst, int64_
         if out.kone8:  # one 8-byte key column (the common shape): a single load and store
             (<uint64_t*>out.kdst[0])[out.nk] = (<const uint64_t*>out.ksrcc[frun])[fkrow]
         elif out.kncols:
-            copy_key(out, out.nk, frun, fkrow)
+            copy_cols(out.ksrcc, out.kdst, out.kwidth, out.kncols, out.nk, frun, fkrow)
         out.nk += 1
     if out.g != NULL:
         out.g[o] = first
     elif out.one8:  # one 8-byte value column (the common shape): a single load and store
         (<uint64_t*>out.dst[0])[o] = (<const uint64_t*>out.src[frun])[frow]
     else:
-        copy_row(out, o, frun, frow)
+        copy_cols(out.src, out.dst, out.width, out.ncols, o, frun, frow)
     out.w[o] = s
     out.vc[o] = <uint64_t>c
     out.o = o + 1
