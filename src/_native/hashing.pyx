@@ -328,6 +328,18 @@ cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t wor
         scatter_rows(<const int32_t*>dest, n, workers, pos, o)
 
 
+cdef list _u64_runs(kruns, str who):
+    """The key runs of a k-way merge as contiguous 1-d u64 arrays (``who``: the caller, named
+    in the error)."""
+    cdef list ks = []
+    for r in kruns:
+        a = np.ascontiguousarray(r, dtype=np.uint64)
+        if a.ndim != 1:
+            raise ValueError(f"{who}: key runs must be 1-d")
+        ks.append(a)
+    return ks
+
+
 def merge_sum_runs(list kruns, list cols, list is_int):
     """The parts a combiner receives, summed per key (twin of ``kernels_ref.merge_sum_runs``):
     ``kruns``: W runs of u64 codes, each ascending and distinct; ``cols[c][w]``: partial column
@@ -343,14 +355,11 @@ def merge_sum_runs(list kruns, list cols, list is_int):
     cdef int64_t W = len(kruns), C = len(cols), w, c, n = 0, g = 0, i, best
     if len(is_int) != C:
         raise ValueError(f"merge_sum_runs: {len(is_int)} is_int flags for {C} columns")
-    cdef list ks = [], vs = []
+    cdef list vs = []
     cdef cnp.ndarray a
+    cdef list ks = _u64_runs(kruns, "merge_sum_runs")
     for w in range(W):
-        a = np.ascontiguousarray(kruns[w], dtype=np.uint64)
-        if a.ndim != 1:
-            raise ValueError("merge_sum_runs: key runs must be 1-d")
-        ks.append(a)
-        n += a.shape[0]
+        n += (<cnp.ndarray>ks[w]).shape[0]
     for c in range(C):
         if len(cols[c]) != W:
             raise ValueError(f"merge_sum_runs: column {c} has {len(cols[c])} runs for {W}")
@@ -443,14 +452,10 @@ def merge_disjoint_runs(list kruns):
     runs. One k-way merge over the runs' heads (W: the worker count), in place of
     concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
     cdef int64_t W = len(kruns), w, n = 0, g = 0, i, best, b = 0
-    cdef list ks = []
     cdef cnp.ndarray a
+    cdef list ks = _u64_runs(kruns, "merge_disjoint_runs")
     for w in range(W):
-        a = np.ascontiguousarray(kruns[w], dtype=np.uint64)
-        if a.ndim != 1:
-            raise ValueError("merge_disjoint_runs: key runs must be 1-d")
-        ks.append(a)
-        n += a.shape[0]
+        n += (<cnp.ndarray>ks[w]).shape[0]
     cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
     cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
     cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
