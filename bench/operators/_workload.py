@@ -48,6 +48,20 @@ def build_query(c: dbsp.Circuit):
     return auctions, bids, avg.output(view=False)
 
 
+
+def with_history(c: dbsp.Circuit, n_bids: int = 200_000, n_auctions: int = 20_000,
+                 steps: int = 20, seed: int = 1):
+    """:func:`build_query` on ``c`` after ``steps`` steps of the workload (the history of the
+    fixed-cost benchmarks and their profilers, generated before the first step): its handles."""
+    history = workload_steps(n_bids, n_auctions, steps, seed)
+    auctions, bids, out = build_query(c)
+    for a, b in history:
+        auctions.push(a)
+        bids.push(b)
+        c.step()
+        out.delta()
+    return auctions, bids, out
+
 def run_workload(data: list, workers: int, runtime: str = "threads") -> float:
     """Seconds to feed every step (push, step, read the consolidated delta)."""
     with dbsp.Circuit(workers=workers, runtime=runtime) as c:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 import dbsp
-from _workload import BIDS, build_query, workload_steps
+from _workload import BIDS, with_history
 
 WARM_STEPS, ROUNDS = 20, 1000
 
@@ -60,16 +60,10 @@ def calls_per_step(c, out, feed, steps: int = 50) -> float:
 @pytest.mark.parametrize("rows", [0, 100])
 def test_fixed_cost(benchmark, rows):
     benchmark.group = "fixed-cost-join-avg"
-    history = workload_steps(200_000, 20_000, WARM_STEPS, seed=1)
     rng = np.random.default_rng(7)
     batches = [_bids(rng, rows, 20_000) for _ in range(64)] if rows else []
     with dbsp.Circuit(workers=1) as c:
-        auctions, bids, out = build_query(c)
-        for a, b in history:
-            auctions.push(a)
-            bids.push(b)
-            c.step()
-            out.delta()
+        auctions, bids, out = with_history(c, steps=WARM_STEPS)
 
         def feed(i: int) -> None:
             if rows:

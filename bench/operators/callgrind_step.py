@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 
 import dbsp
-from _workload import build_query, wait_for_merges, workload_steps
+from _workload import wait_for_merges, with_history
 from bench_fixed_cost import _bids
 
 _HELPER = """#include <valgrind/callgrind.h>
@@ -81,12 +81,7 @@ def main() -> None:
     rng = np.random.default_rng(7)
     batches = [_bids(rng, a.rows, 20_000) for _ in range(64)] if a.rows else []
     with dbsp.Circuit(workers=1) as c:
-        auctions, bids, out = build_query(c)
-        for x, b in workload_steps(200_000, 20_000, 20, seed=1):
-            auctions.push(x)
-            bids.push(b)
-            c.step()
-            out.delta()
+        auctions, bids, out = with_history(c)
         for i in range(30 + a.steps):
             if a.rows:
                 bids.push(batches[i % len(batches)])

@@ -24,7 +24,7 @@ import numpy as np
 
 import dbsp
 from dbsp.trace import spine as S
-from _workload import build_query, workload_steps
+from _workload import with_history
 from bench_fixed_cost import _bids
 
 
@@ -37,12 +37,7 @@ def main() -> None:
     batches = [_bids(rng, 100, 20_000) for _ in range(64)]
     jobs = []
     with dbsp.Circuit(workers=1) as c:
-        auctions, bids, out = build_query(c)
-        for au, b in workload_steps(200_000, 20_000, 20, seed=1):
-            auctions.push(au)
-            bids.push(b)
-            c.step()
-            out.delta()
+        auctions, bids, out = with_history(c)
         for i in range(100):
             bids.push(batches[i % 64])
             c.step()

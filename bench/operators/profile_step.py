@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 import dbsp
-from _workload import build_query, workload_steps
+from _workload import with_history
 from bench_fixed_cost import _bids
 
 
@@ -57,12 +57,7 @@ def main() -> None:
         by_op[_operator(frame)] += 1
 
     with dbsp.Circuit(workers=1) as c:
-        auctions, bids, out = build_query(c)
-        for x, b in workload_steps(200_000, 20_000, 20, seed=1):
-            auctions.push(x)
-            bids.push(b)
-            c.step()
-            out.delta()
+        auctions, bids, out = with_history(c)
         for i in range(100 + a.steps):
             if a.rows:
                 bids.push(batches[i % len(batches)])
