@@ -4,6 +4,7 @@ types, slices of a batch, time zones), and every other batch (nulls, strings, bo
 columns, large takes) goes through Arrow unchanged."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from decimal import Decimal
 
 import numpy as np
@@ -82,10 +83,23 @@ VAR = [pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.bool_(
        pa.decimal128(9, 2)]
 
 
+@contextmanager
+def _take_batches_path(gather: bool):
+    """``take_batches`` on its gather path for every size (``gather``), or on its concatenate
+    and take path for every size."""
+    old = S.CONCAT_TAKE_ROWS, S.CONCAT_TAKE_FIXED_ROWS
+    S.CONCAT_TAKE_ROWS = S.CONCAT_TAKE_FIXED_ROWS = 0 if gather else 1 << 62
+    try:
+        yield
+    finally:
+        S.CONCAT_TAKE_ROWS, S.CONCAT_TAKE_FIXED_ROWS = old
+
+
+@pytest.mark.parametrize("gather", [True, False], ids=["gather", "concat"])
 @given(st.lists(st.sampled_from(FIXED + VAR), min_size=1, max_size=4),
        st.lists(st.tuples(st.integers(0, 12), st.integers(0, 3)), min_size=1, max_size=4),
        st.booleans(), st.data())
-def test_take_batches_equals_take_of_concat(types, sizes, nulls, data):
+def test_take_batches_equals_take_of_concat(gather, types, sizes, nulls, data):
     rng = np.random.default_rng(len(types) * 100 + len(sizes))
     schema = pa.schema([pa.field(f"c{i}", t) for i, t in enumerate(types)])
     parts = []
@@ -98,7 +112,8 @@ def test_take_batches_equals_take_of_concat(types, sizes, nulls, data):
     total = sum(p.num_rows for p in parts)
     idx = np.asarray(data.draw(st.lists(st.integers(0, max(total - 1, 0)),
                                         max_size=40 if total else 0)), np.int64)
-    got = S.take_batches(schema, parts, idx)
+    with _take_batches_path(gather):
+        got = S.take_batches(schema, parts, idx)
     want = S.concat_batches(schema, parts).take(pa.array(idx, pa.int64()))
     assert got.schema == schema
     assert got.equals(want)
@@ -107,11 +122,24 @@ def test_take_batches_equals_take_of_concat(types, sizes, nulls, data):
             c.validate(full=True)
 
 
-def test_take_batches_out_of_range_is_an_error():
+@pytest.mark.parametrize("gather", [True, False], ids=["gather", "concat"])
+def test_take_batches_out_of_range_is_an_error(gather):
     a = pa.record_batch({"s": pa.array(["a", "bb"])})
     for bad in ([4], [-1]):
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError), _take_batches_path(gather):
             S.take_batches(a.schema, [a, a], np.asarray(bad))
+
+
+def test_take_batches_concatenates_small_inputs():
+    """Below its thresholds ``take_batches`` concatenates and takes (there the gather's set-up
+    costs more than the copy), above them it gathers: a string column lowers the threshold."""
+    fixed = pa.schema([("i", pa.int64()), ("f", pa.float64())])
+    var = pa.schema([("i", pa.int64()), ("s", pa.string())])
+    assert S.concat_takes(fixed, S.CONCAT_TAKE_FIXED_ROWS - 1)
+    assert not S.concat_takes(fixed, S.CONCAT_TAKE_FIXED_ROWS)
+    assert S.concat_takes(var, S.CONCAT_TAKE_ROWS - 1)
+    assert not S.concat_takes(var, S.CONCAT_TAKE_ROWS)
+    assert S.CONCAT_TAKE_ROWS <= S.CONCAT_TAKE_FIXED_ROWS
 
 
 @given(st.lists(st.sampled_from(FIXED + VAR), min_size=1, max_size=4), st.integers(1, 30),

@@ -468,6 +468,24 @@ _VAR_OFFSETS = {pa.string().id: np.dtype(np.int32), pa.binary().id: np.dtype(np.
                 pa.large_string().id: np.dtype(np.int64), pa.large_binary().id: np.dtype(np.int64)}
 
 
+#: Below this many input rows :func:`take_batches` concatenates its parts and takes (the
+#: gather's set-up per part and column costs more than the copy): with a string or binary
+#: column, and with fixed-width columns alone (whose gather is slower per row than the native
+#: and Arrow takes of one batch: there it saves only memory, a few MB at this size). Measured by
+#: ``bench/micro/bench_take_batches.py``: int64, float64 and string columns break even at about
+#: 8K-10K rows (2 x 50 rows: 124 against 84 us; 2 x 10,000: 449 against 538); int64 and float64
+#: alone are 1.2x slower gathered still at 2 x 50,000 (8x at 2 x 50).
+CONCAT_TAKE_ROWS = 1 << 13
+CONCAT_TAKE_FIXED_ROWS = 1 << 16
+
+
+def concat_takes(schema: pa.Schema, rows: int) -> bool:
+    """Whether :func:`take_batches` concatenates ``rows`` input rows of ``schema`` and takes,
+    rather than gathering from the parts (see :data:`CONCAT_TAKE_ROWS`)."""
+    var = any(t.id in _VAR_OFFSETS for t in schema.types)
+    return rows < (CONCAT_TAKE_ROWS if var else CONCAT_TAKE_FIXED_ROWS)
+
+
 def take_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch],
                  idx: np.ndarray) -> pa.RecordBatch:
     """``take(concat_batches(schema, parts), idx)`` without the concatenated copy: rows ``idx``
@@ -477,14 +495,19 @@ def take_batches(schema: pa.Schema, parts: Sequence[pa.RecordBatch],
     :func:`~dbsp.algebra.kernels.take_var_runs`, their validity (when some part has nulls) as a
     byte mask through ``take_runs``; other types are concatenated and taken. A merge builds its
     output this way: its inputs and its output coexist, a concatenation of the inputs was a
-    third copy of the data (and a third pass over the bytes of every string)."""
+    third copy of the data (and a third pass over the bytes of every string). Below
+    :data:`CONCAT_TAKE_ROWS` input rows the parts are concatenated and taken instead: there the
+    gather's set-up per part and column costs more than the copy it saves (see
+    :func:`concat_takes`)."""
     parts = [p for p in parts if p.num_rows]
     idx = np.asarray(idx, dtype=np.int64)
     if not parts:
         if len(idx):
             raise IndexError(f"take: row index {idx[0]} out of range for 0 rows")
         return empty_batch(schema)
-    if len(parts) == 1 or not len(schema):  # (no columns: only the row count to take)
+    if len(parts) == 1 or not len(schema) \
+            or concat_takes(schema, sum(p.num_rows for p in parts)):
+        # (no columns: only the row count to take)
         return take(concat_batches(schema, parts), idx)
     return _gather(schema, parts, idx)
 
