@@ -235,20 +235,34 @@ def grouped_batch(draw):
     return batch, key_cols, plan, val_cols, w
 
 
-@given(grouped_batch())
-def test_group_rows_matches_reference(case):
-    batch, key_cols, plan, val_cols, w = case
-    ks = pa.schema([batch.schema.field(c) for c in key_cols])
-    vs = pa.schema([batch.schema.field(c) for c in val_cols])
-    got = arrow_c.group_rows(batch, key_cols, plan, val_cols, w, ks, vs)
-    want = R.group_rows(batch, key_cols, plan, val_cols, w, ks, vs)
+def _key_val_schemas(batch: pa.RecordBatch, key_cols, val_cols) -> tuple:
+    """The schemas of ``batch``'s key columns and of its value columns."""
+    return (pa.schema([batch.schema.field(c) for c in key_cols]),
+            pa.schema([batch.schema.field(c) for c in val_cols]))
+
+
+def _same_groups(got, want) -> bool:
+    """Asserts that ``group_rows`` / ``index_rows`` gave the reference's answer ``want``
+    (``(keys, key codes, bounds, vals, ...)``: batches equal, arrays equal and of one dtype);
+    whether there was one (not None)."""
     assert (got is None) == (want is None)
     if want is None:
-        return
+        return False
     assert got[0].equals(want[0]) and got[3].equals(want[3])
     for a, b in zip(got[1:3] + got[4:], want[1:3] + want[4:]):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
+    return True
+
+
+@given(grouped_batch())
+def test_group_rows_matches_reference(case):
+    batch, key_cols, plan, val_cols, w = case
+    ks, vs = _key_val_schemas(batch, key_cols, val_cols)
+    got = arrow_c.group_rows(batch, key_cols, plan, val_cols, w, ks, vs)
+    want = R.group_rows(batch, key_cols, plan, val_cols, w, ks, vs)
+    if not _same_groups(got, want):
+        return
     # with numpy dtypes: the value columns again, as numpy arrays (bit for bit)
     dts = [np.dtype(f"i{batch.schema.field(c).type.bit_width // 8}") for c in val_cols]
     g2 = arrow_c.group_rows(batch, key_cols, plan, val_cols, w, ks, vs, dts)
@@ -339,21 +353,13 @@ def test_index_rows_matches_reference_and_from_parts(case):
     from dbsp.algebra.codes import KeyCodec
     from dbsp.trace.batch import OrdIndexedZSet
     batch, kcols, vcols, w = case
-    ks = pa.schema([batch.schema.field(c) for c in kcols])
-    vs = pa.schema([batch.schema.field(c) for c in vcols])
+    ks, vs = _key_val_schemas(batch, kcols, vcols)
     kc, vc = KeyCodec(list(ks)), KeyCodec(list(vs))
     if kc._native_plan is None or vc._native_plan is None:
         return
     args = (batch, kcols, kc._native_plan, vcols, vc._native_plan, w, ks, vs)
     got, want = arrow_c.index_rows(*args), R.index_rows(*args)
-    assert (got is None) == (want is None)
-    if got is None:
-        return
-    assert got[0].equals(want[0]) and got[3].equals(want[3])
-    for a, b in zip(got[1:3] + got[4:], want[1:3] + want[4:]):
-        np.testing.assert_array_equal(a, b)
-        assert a.dtype == b.dtype
-    if not len(got[5]):
+    if not _same_groups(got, want) or not len(got[5]):
         return
     o = OrdIndexedZSet.from_parts(batch.select(kcols), batch.select(vcols), w, kc, vc)
     assert got[0].equals(o.keys) and got[3].equals(o.vals)

@@ -68,24 +68,31 @@ def test_exchanges_deliver_each_round_parts_whatever_the_race(workers, rounds, s
                                                                    gather_every)
 
 
-def test_an_aborted_exchange_wakes_the_others_and_reset_makes_it_usable():
-    t = InProcTransport(3)
+def _woken_by_abort(block, aborted: type, ids, abort) -> list:
+    """The ``ids`` whose thread, blocked in ``block(id)``, raised ``aborted`` once ``abort()``
+    ran 50 ms after they started (sorted)."""
     seen: list = []
 
-    def wait(w: int) -> None:
+    def wait(i: int) -> None:
         try:
-            t.exchange(w, [w] * 3)
-        except TransportAborted:
-            seen.append(w)
+            block(i)
+        except aborted:
+            seen.append(i)
 
-    ths = [threading.Thread(target=wait, args=(w,)) for w in (1, 2)]
+    ths = [threading.Thread(target=wait, args=(i,)) for i in ids]
     for th in ths:
         th.start()
     time.sleep(0.05)
-    t.abort()
+    abort()
     for th in ths:
         th.join(5)
-    assert sorted(seen) == [1, 2]
+    return sorted(seen)
+
+
+def test_an_aborted_exchange_wakes_the_others_and_reset_makes_it_usable():
+    t = InProcTransport(3)
+    assert _woken_by_abort(lambda w: t.exchange(w, [w] * 3), TransportAborted, (1, 2),
+                           t.abort) == [1, 2]
     t.reset()
     assert _race(3, 5, 1) == _expected(3, 5)
 
@@ -182,21 +189,6 @@ def test_gate_lets_no_thread_into_a_round_before_every_thread_left_the_one_befor
 
 def test_an_aborted_gate_wakes_its_waiters_and_refuses_later_waits():
     gate = Gate(3)
-    seen: list = []
-
-    def wait(me: int) -> None:
-        try:
-            gate.wait(me)
-        except threading.BrokenBarrierError:
-            seen.append(me)
-
-    ths = [threading.Thread(target=wait, args=(i,)) for i in (0, 1)]
-    for th in ths:
-        th.start()
-    time.sleep(0.05)
-    gate.abort()
-    for th in ths:
-        th.join(5)
-    assert sorted(seen) == [0, 1]
+    assert _woken_by_abort(gate.wait, threading.BrokenBarrierError, (0, 1), gate.abort) == [0, 1]
     with pytest.raises(threading.BrokenBarrierError):
         gate.wait(2)
