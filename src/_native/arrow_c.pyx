@@ -510,12 +510,24 @@ def encode_u64(batch, list plan):
 GROUP_ROWS_MAX = 4096
 
 
-cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
-                      int64_t n) noexcept nogil:
-    """Sort ``c`` ascending, stably, carrying ``p`` along (``tc`` / ``tp``: scratch of ``n``)."""
+ctypedef uint8_t _no_second_t
+ctypedef fused _second_t:
+    uint64_t        # a second code array: sort the pairs (c, d)
+    _no_second_t    # none (d and td NULL): sort c alone, no second compare compiled
+
+
+cdef void _merge_sort(uint64_t* c, _second_t* d, int64_t* p, uint64_t* tc, _second_t* td,
+                      int64_t* tp, int64_t n) noexcept nogil:
+    """Sort ``c`` ascending (``_merge_sort[uint64_t]``: the pairs ``(c, d)``), stably, carrying
+    ``p`` along (``tc`` / ``td`` / ``tp``: scratch of ``n``). ``group_rows`` sorts its key codes
+    through ``_merge_sort[_no_second_t]`` (``d``, ``td`` NULL: Cython prunes every branch on
+    ``_second_t``, so that copy is the one-array sort), ``index_rows`` its (key code, value
+    code) pairs."""
     cdef int64_t i, j, w, lo, mid, hi, a, b, k
     cdef uint64_t x
+    cdef _second_t x2 = 0
     cdef int64_t y
+    cdef bint before
     # runs of 16 by insertion sort, then bottom-up merges
     lo = 0
     while lo < n:
@@ -523,12 +535,24 @@ cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
         for i in range(lo + 1, hi):
             x = c[i]
             y = p[i]
+            if _second_t is uint64_t:
+                x2 = d[i]
             j = i - 1
-            while j >= lo and c[j] > x:
+            while j >= lo:
+                if _second_t is uint64_t:
+                    before = c[j] > x or (c[j] == x and d[j] > x2)
+                else:
+                    before = c[j] > x
+                if not before:
+                    break
                 c[j + 1] = c[j]
+                if _second_t is uint64_t:
+                    d[j + 1] = d[j]
                 p[j + 1] = p[j]
                 j -= 1
             c[j + 1] = x
+            if _second_t is uint64_t:
+                d[j + 1] = x2
             p[j + 1] = y
         lo += 16
     w = 16
@@ -539,27 +563,37 @@ cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
             hi = lo + 2 * w if lo + 2 * w < n else n
             a, b, k = lo, mid, lo
             while a < mid and b < hi:
-                if c[b] < c[a]:
+                if c[b] < c[a] or (_second_t is uint64_t and c[b] == c[a] and d[b] < d[a]):
                     tc[k] = c[b]
+                    if _second_t is uint64_t:
+                        td[k] = d[b]
                     tp[k] = p[b]
                     b += 1
                 else:
                     tc[k] = c[a]
+                    if _second_t is uint64_t:
+                        td[k] = d[a]
                     tp[k] = p[a]
                     a += 1
                 k += 1
             while a < mid:
                 tc[k] = c[a]
+                if _second_t is uint64_t:
+                    td[k] = d[a]
                 tp[k] = p[a]
                 a += 1
                 k += 1
             while b < hi:
                 tc[k] = c[b]
+                if _second_t is uint64_t:
+                    td[k] = d[b]
                 tp[k] = p[b]
                 b += 1
                 k += 1
             lo += 2 * w
         memcpy(c, tc, n * sizeof(uint64_t))
+        if _second_t is uint64_t:
+            memcpy(d, td, n * sizeof(uint64_t))
         memcpy(p, tp, n * sizeof(int64_t))
         w *= 2
 
@@ -644,8 +678,8 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         with nogil:
             for i in range(n):
                 perm[i] = i
-            _merge_sort(codes, perm, <uint64_t*>cnp.PyArray_DATA(tc_a),
-                        <int64_t*>cnp.PyArray_DATA(tp_a), n)
+            _merge_sort[_no_second_t](codes, NULL, perm, <uint64_t*>cnp.PyArray_DATA(tc_a),
+                                      NULL, <int64_t*>cnp.PyArray_DATA(tp_a), n)
             G = 1
             for i in range(1, n):
                 G += codes[i] != codes[i - 1]
@@ -709,68 +743,6 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     if nps is not None:
         return keys, kc_a, bounds_a, vals, ws_a, nps
     return keys, kc_a, bounds_a, vals, ws_a
-
-
-cdef void _merge_sort2(uint64_t* c, uint64_t* d, int64_t* p, uint64_t* tc, uint64_t* td,
-                       int64_t* tp, int64_t n) noexcept nogil:
-    """Sort the pairs ``(c, d)`` ascending, stably, carrying ``p`` along (``tc`` / ``td`` /
-    ``tp``: scratch of ``n``)."""
-    cdef int64_t i, j, w, lo, mid, hi, a, b, k
-    cdef uint64_t x, x2
-    cdef int64_t y
-    lo = 0
-    while lo < n:
-        hi = lo + 16 if lo + 16 < n else n
-        for i in range(lo + 1, hi):
-            x = c[i]
-            x2 = d[i]
-            y = p[i]
-            j = i - 1
-            while j >= lo and (c[j] > x or (c[j] == x and d[j] > x2)):
-                c[j + 1] = c[j]
-                d[j + 1] = d[j]
-                p[j + 1] = p[j]
-                j -= 1
-            c[j + 1] = x
-            d[j + 1] = x2
-            p[j + 1] = y
-        lo += 16
-    w = 16
-    while w < n:
-        lo = 0
-        while lo < n:
-            mid = lo + w if lo + w < n else n
-            hi = lo + 2 * w if lo + 2 * w < n else n
-            a, b, k = lo, mid, lo
-            while a < mid and b < hi:
-                if c[b] < c[a] or (c[b] == c[a] and d[b] < d[a]):
-                    tc[k] = c[b]
-                    td[k] = d[b]
-                    tp[k] = p[b]
-                    b += 1
-                else:
-                    tc[k] = c[a]
-                    td[k] = d[a]
-                    tp[k] = p[a]
-                    a += 1
-                k += 1
-            while a < mid:
-                tc[k] = c[a]
-                td[k] = d[a]
-                tp[k] = p[a]
-                a += 1
-                k += 1
-            while b < hi:
-                tc[k] = c[b]
-                td[k] = d[b]
-                tp[k] = p[b]
-                b += 1
-                k += 1
-            lo += 2 * w
-        memcpy(c, tc, n * sizeof(uint64_t))
-        memcpy(d, td, n * sizeof(uint64_t))
-        memcpy(p, tp, n * sizeof(int64_t))
-        w *= 2
 
 
 cdef int _codes_of(ArrowArray* src, ArrowSchema* ssrc, list cols, list plan, uint64_t* out,
@@ -873,8 +845,9 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
         with nogil:
             for i in range(n):
                 perm[i] = i
-            _merge_sort2(kc, vc, perm, <uint64_t*>cnp.PyArray_DATA(t1_a),
-                         <uint64_t*>cnp.PyArray_DATA(t2_a), <int64_t*>cnp.PyArray_DATA(tp_a), n)
+            _merge_sort[uint64_t](kc, vc, perm, <uint64_t*>cnp.PyArray_DATA(t1_a),
+                                  <uint64_t*>cnp.PyArray_DATA(t2_a),
+                                  <int64_t*>cnp.PyArray_DATA(tp_a), n)
             # consolidate in place: row m of the output is (kc, vc, perm of its first row,
             # summed weight); zero sums dropped
             ws = <int64_t*>cnp.PyArray_DATA(tp_a)  # (scratch, free again)
