@@ -125,3 +125,17 @@ def test_no_value_columns():
     assert state_of([b]) == {((b"",), ()): -2}
     m = OrdIndexedZSet.merge([b, indexed(ks, vs, [((b"",), (), 2), ((b"x",), (), 1)])])
     assert state_of([m]) == {((b"x",), ()): 1}
+
+
+def test_nbytes_upper_bounds_nbytes_in_memory():
+    """``nbytes_upper`` (whole Arrow buffers, no walk: the spine's trim check) is never below a
+    batch's bytes in memory, sliced or not, so a merge that would trim is never missed; once
+    ``nbytes_in_memory`` is known it is that value."""
+    z = OrdZSet.from_arrow(pa.record_batch([pa.array(np.arange(1000)),
+                                            pa.array([str(i) for i in range(1000)])],
+                                           names=["x", "s"]))
+    ix = z.index_by(["x"])
+    for b in (z, z.slice(10, 500), ix, ix.slice_keys(3, 700)):
+        up = b.nbytes_upper
+        assert up >= b.nbytes_in_memory > 0
+        assert b.nbytes_upper == b.nbytes_in_memory  # cached once computed

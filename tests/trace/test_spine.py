@@ -685,21 +685,6 @@ def test_release_free_memory_runs():
     release_free_memory()
 
 
-def test_trim_check_bounds_bytes_from_above():
-    """The trim check's cheap bound (whole Arrow buffers, no walk) is never below a batch's
-    bytes in memory, sliced or not, so a merge that would trim is never missed."""
-    from dbsp.trace.batch import OrdIndexedZSet
-    z = OrdZSet.from_arrow(pa.record_batch([pa.array(np.arange(1000)),
-                                            pa.array([str(i) for i in range(1000)])],
-                                           names=["x", "s"]))
-    ix = z.index_by(["x"])
-    for b in (z, z.slice(10, 500), ix, ix.slice_keys(3, 700)):
-        up = spine_mod._bytes_upper(b)
-        assert up >= b.nbytes_in_memory > 0
-        assert spine_mod._bytes_upper(b) == b.nbytes_in_memory  # cached once computed
-    assert isinstance(ix, OrdIndexedZSet)
-
-
 def test_small_merges_run_inline_and_large_ones_on_the_merger():
     """A background spine merges fewer than ``inline_rows`` rows in ``insert`` (a thread handoff
     costs more than such a merge); larger merges go to the merger; a paused merger pauses both."""

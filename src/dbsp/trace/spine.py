@@ -241,25 +241,6 @@ INLINE_ROWS = 8192
 _largest_merge = 0
 
 
-def _bytes_upper(b: Batch) -> int:
-    """A cheap upper bound of ``b.nbytes_in_memory``: Arrow's ``get_total_buffer_size`` counts
-    whole buffers (``nbytes`` walks them to count only the referenced ranges, 3-10 us a record
-    batch: most of a small merge's cost once each batch is merged once and the value never
-    reused)."""
-    if isinstance(b, OrdIndexedZSet):
-        if b._nb >= 0:
-            return b._nb
-        return (b.keys.get_total_buffer_size() + b.vals.get_total_buffer_size()
-                + b.kcodes.nbytes + b.offsets.nbytes + b.vcodes.nbytes + b.weights.nbytes)
-    if isinstance(b, OrdZSet):
-        if b._nb >= 0:
-            return b._nb
-        kf = b.key_filter
-        return (b.data.get_total_buffer_size() + b.codes.nbytes + b.weights.nbytes
-                + (kf.nbytes if kf is not None else 0))
-    return getattr(b, "nbytes_in_memory", 0)  # a file batch: its resident bytes
-
-
 def _fixed_row_bytes(b: Batch) -> Optional[int]:
     """An upper bound of the bytes in memory a row of ``b``'s kind takes (columns, validity,
     codes, offsets, weights, a key filter) when all its columns are fixed-width; None when some
@@ -288,7 +269,7 @@ def _merge_trims(inputs: Sequence[Batch], rows: int, row_bytes: Optional[int]) -
     exactly only when cheap upper bounds reach :data:`TRIM_BYTES`)."""
     if row_bytes is not None and rows * row_bytes + 4096 * len(inputs) < TRIM_BYTES:
         return False
-    if sum(_bytes_upper(b) for b in inputs) < TRIM_BYTES:
+    if sum(getattr(b, "nbytes_upper", 0) for b in inputs) < TRIM_BYTES:
         return False
     return _trims_before(sum(getattr(b, "nbytes_in_memory", 0) for b in inputs))
 
