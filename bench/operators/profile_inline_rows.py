@@ -1,11 +1,12 @@
 # Run:  python bench/operators/profile_inline_rows.py step 0,1024,4096,8192,32768 4
-#       python bench/operators/profile_inline_rows.py rate 0,8192,32768 6   (BIDS=3000000 STEPS=300)
+#       DBSP_BENCH_BIDS=3000000 DBSP_BENCH_STEPS=300 \
+#           python bench/operators/profile_inline_rows.py rate 0,8192,32768 6
 """The spine's inline-merge threshold (``DBSP_SPINE_INLINE_ROWS``) measured: each value in a
 fresh forked child, the values alternating round by round (a shared machine drifts), medians
 over the rounds. ``step``: 1,000 timed 100-row steps of the join + average circuit after the
 set-up of ``bench_fixed_cost.py`` (its history and 100 warm steps): median wall and
 stepping-thread CPU a step, whole-process CPU a step (the merger's merges too). ``rate``:
-``BIDS`` bids in ``STEPS`` steps of ~11K events (``bench_join_avg_rate.py``'s step size):
+a round of ``bench_join_avg_rate.py`` (``DBSP_BENCH_BIDS`` bids in ``DBSP_BENCH_STEPS`` steps):
 seconds, process and stepping-thread CPU. Each prints the merges of its first round by input
 rows (powers of two) and by where they ran (``inline``: the stepping thread; ``merger``).
 
@@ -23,7 +24,7 @@ import time
 
 import numpy as np
 
-from _workload import build_query, in_forked_child, iter_workload_steps, with_history
+from _workload import in_forked_child, with_history
 from bench_fixed_cost import _bids, process_cpu
 
 
@@ -43,22 +44,12 @@ def _count_merges() -> collections.Counter:
     return seen
 
 
-def rate_child(inline: int, n_bids: int, steps: int) -> dict:
+def rate_child(inline: int) -> dict:
+    """``bench_join_avg_rate.py``'s round (its size from ``DBSP_BENCH_BIDS`` / ``_STEPS``)."""
     os.environ["DBSP_SPINE_INLINE_ROWS"] = str(inline)
-    import dbsp
     merges = _count_merges()
-    with dbsp.Circuit() as c:
-        auctions, bids, out = build_query(c)
-        cpu0, thr0, t0 = process_cpu(), time.thread_time(), time.perf_counter()
-        for a, b in iter_workload_steps(n_bids, n_bids // 10, steps):
-            auctions.push(a)
-            bids.push(b)
-            c.step()
-            out.delta()
-        seconds = time.perf_counter() - t0
-        pcpu, tcpu = process_cpu() - cpu0, time.thread_time() - thr0
-    return {"s": seconds, "process_cpu_s": pcpu, "thread_cpu_s": tcpu, "merges": dict(merges),
-            "load": os.getloadavg()[0]}
+    import bench_join_avg_rate
+    return dict(bench_join_avg_rate._child(), merges=dict(merges))
 
 
 def step_child(inline: int, steps: int) -> dict:
@@ -94,8 +85,7 @@ def main() -> None:
     for r in range(rounds):
         for v in (values if r % 2 == 0 else values[::-1]):
             if kind == "rate":
-                got = in_forked_child(rate_child, v, int(os.environ.get("BIDS", 3_000_000)),
-                                      int(os.environ.get("STEPS", 300)))
+                got = in_forked_child(rate_child, v)
             else:
                 got = in_forked_child(step_child, v, 1000)
             res[v].append(got)
