@@ -65,6 +65,7 @@ CLOCK = "wall"
 ERRORS = "__errors__"
 
 _ZSET_TYPES = (ZSetType, IndexedType)
+_NOTHING_SAVED: list = []  # the savepoints of a scheduler with no operator keeping any
 
 
 class Scheduler:
@@ -97,6 +98,8 @@ class Scheduler:
         self._saving = [op for op in self.ops if type(op).savepoint is not Operator.savepoint]
         self._journal: StepJournal | None = None
         self._saved: list[Any] | None = None
+        self._own_journal = StepJournal()
+        self._in_journal = use_journal(self._own_journal)
         #: per node: None when it must always run, else its cached empty value (False until the
         #: first step whose inputs were all empty)
         by_id = {n.id: n for n in nodes}
@@ -140,10 +143,12 @@ class Scheduler:
         if not self.atomic:
             self._step()
             return
-        self.commit()  # a step the runtime did not roll back is final
-        self._saved = [op.savepoint() for op in self._saving]
-        self._journal = StepJournal()
-        with use_journal(self._journal):
+        if self._journal is not None:
+            self.commit()  # a step the runtime did not roll back is final
+        saving = self._saving
+        self._saved = [op.savepoint() for op in saving] if saving else _NOTHING_SAVED
+        self._journal = self._own_journal  # emptied by every commit and rollback: reused
+        with self._in_journal:
             self._step()
 
     def commit(self) -> None:
@@ -264,10 +269,12 @@ class Scheduler:
     def take_outputs(self) -> dict:
         """``{output node: value}`` of the step just run (the operators let go of them)."""
         outs: dict = {}
+        ops = self.ops
         for i in self._outputs:
-            op = self.ops[i]
+            op = ops[i]
             outs[i], op.last = op.last, None
-        bad = self.ctx.errors.take()
+        errors = self.ctx.errors
+        bad = errors.take() if errors.reports else None
         if bad:
             for b in bad:
                 b.worker = self.ctx.worker
