@@ -374,7 +374,7 @@ class Circuit(Graph):
             self._start()
             self._started()
         W = self.workers
-        per_worker: list[dict] = [{} for _ in range(W)]
+        per_worker: list[dict] = [{}] if W == 1 else [{} for _ in range(W)]
         keys = self._placement.input_keys
         taken: dict[str, list] = {}
         for inp in self.inputs.values():
@@ -384,7 +384,9 @@ class Circuit(Graph):
                 if part is not None:
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
-        reads, self._slice_reads = self._slice_reads, {}
+        reads = self._slice_reads
+        if reads:
+            self._slice_reads = {}
         local_reports: list = []
         if reads:
             requests = self._slice_requests(reads)
@@ -426,7 +428,8 @@ class Circuit(Graph):
         for inp in self.inputs.values():
             if inp._keyed_taken:  # (the others have nothing to let go of)
                 inp._step_done(True)
-        self.last_slices = {}
+        if reads or self.last_slices:
+            self.last_slices = {}  # a new dict (a caller may hold the last one)
         if reads:
             reports = local_reports or [o.pop(SLICES, {}) for o in outs]
             for name, (_, pieces, _, _) in reads.items():

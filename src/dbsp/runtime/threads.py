@@ -192,7 +192,8 @@ class ThreadPool:
                 self.rollback()
                 real = [e for e in errs if not isinstance(e, TransportAborted)]
                 raise (real or errs)[0]
-        outs = [r.take_outputs() for r in replicas]
+        outs = [replicas[0].take_outputs()] if len(replicas) == 1 else \
+            [r.take_outputs() for r in replicas]
         if check is not None:
             try:
                 check(outs)
