@@ -23,6 +23,14 @@ without consolidating them by value).
 
 An error is annotated with the operator and the worker once (``add_note``) and re-raised.
 
+*The native loop.* The plan (strict nodes, the evaluation order with each node's bound ``eval``
+and input slots, the cache of empty values) is worked out once, at the first step, into a
+:class:`dbsp._native.step.StepPlan`, which runs the three phases as a C loop; :meth:`Scheduler._step_ref`
+is its Python twin (``Scheduler.native = False`` runs it instead; the tests hold the two
+equal on random graphs). Each operator's time goes to :attr:`Scheduler.timing`, by the
+monotonic clock (:data:`CLOCK` ``= "wall"``) or the stepping thread's CPU clock (``"thread"``,
+for measurements that must not count another thread's work).
+
 A top-level step (``atomic=True``) is a transaction: it runs inside a
 :class:`~dbsp.trace.journal.StepJournal` (every spine insert and clear of this worker) after a
 :meth:`~dbsp.circuit.operator.Operator.savepoint` of the operators with state outside spines.
@@ -39,19 +47,25 @@ from typing import Any
 
 import numpy as np
 
+from .._native.step import StepPlan
 from ..trace.journal import StepJournal, use_journal
 from ..trace.spill import use_storage
 from .graph import Node
 from .operator import Operator, WorkerContext, spines_of
 from .types import IndexedType, ZSetType
 
-__all__ = ["Scheduler", "ERRORS"]
+__all__ = ["Scheduler", "ERRORS", "CLOCK"]
+
+#: the clock each operator's time is read with: ``"wall"`` (monotonic) or ``"thread"`` (the
+#: stepping thread's CPU time); read when a scheduler builds its plan (its first step)
+CLOCK = "wall"
 
 #: the key of a worker's outputs under which it hands over the rows it set aside
 #: (:class:`~dbsp.circuit.errors.BadRows`)
 ERRORS = "__errors__"
 
 _ZSET_TYPES = (ZSetType, IndexedType)
+_NOTHING_SAVED: list = []  # the savepoints of a scheduler with no operator keeping any
 
 
 class Scheduler:
@@ -60,6 +74,9 @@ class Scheduler:
     ``local_exchanges``: ids of exchange nodes whose input arrives already sharded
     (:mod:`dbsp.runtime.placement`); their operators pass it through.
     """
+
+    #: run the step through the native plan (False: the Python twin, :meth:`_step_ref`)
+    native = True
 
     def __init__(self, nodes: list[Node], ctx: WorkerContext,
                  local_exchanges: frozenset = frozenset(), atomic: bool = False):
@@ -81,6 +98,8 @@ class Scheduler:
         self._saving = [op for op in self.ops if type(op).savepoint is not Operator.savepoint]
         self._journal: StepJournal | None = None
         self._saved: list[Any] | None = None
+        self._own_journal = StepJournal()
+        self._in_journal = use_journal(self._own_journal)
         #: per node: None when it must always run, else its cached empty value (False until the
         #: first step whose inputs were all empty)
         by_id = {n.id: n for n in nodes}
@@ -96,6 +115,7 @@ class Scheduler:
                        if not n.strict and i not in self._fused]
         self._consumers = [(i, n.inputs[0]) for i, n in enumerate(nodes) if n.strict]
         self._outputs = [i for i, n in enumerate(nodes) if n.kind == "output"]
+        self._plan: StepPlan | None = None  # built at the first native step
 
     def _fuse(self, nodes: list[Node]) -> list[list[int]]:
         """Offer each operator the upstream operator that feeds only it (see the module doc);
@@ -123,10 +143,12 @@ class Scheduler:
         if not self.atomic:
             self._step()
             return
-        self.commit()  # a step the runtime did not roll back is final
-        self._saved = [op.savepoint() for op in self._saving]
-        self._journal = StepJournal()
-        with use_journal(self._journal):
+        if self._journal is not None:
+            self.commit()  # a step the runtime did not roll back is final
+        saving = self._saving
+        self._saved = [op.savepoint() for op in saving] if saving else _NOTHING_SAVED
+        self._journal = self._own_journal  # emptied by every commit and rollback: reused
+        with self._in_journal:
             self._step()
 
     def commit(self) -> None:
@@ -164,10 +186,39 @@ class Scheduler:
             op.restore(sv)
 
     def _step(self) -> None:
+        if not self.native:
+            self._step_ref()
+            return
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = self._build_plan()
+        try:
+            plan.run(self.values)
+        except Exception as e:
+            if plan.at >= 0 and not getattr(e, "_dbsp_located", False):
+                self._locate(e, plan.at)
+            raise
+
+    def _build_plan(self) -> StepPlan:
+        """The native plan of :meth:`_step_ref`'s loop (bound methods taken now, at the first
+        step: an operator's ``eval`` is fixed once it has run)."""
+        ops = self.ops
+        return StepPlan([(i, ops[i].output, ops[i].consume, j) for i, j in self._consumers],
+                        [(i, ops[i].eval, ins) for i, ins, _ in self._order],
+                        self._empty_out, [n.name for n in self.nodes], self.timing, CLOCK)
+
+    def _locate(self, e: BaseException, i: int) -> None:
+        n = self.nodes[i]
+        e._dbsp_located = True  # type: ignore[attr-defined]
+        e.add_note(f"in operator #{n.id} '{n.name}' on worker {self.ctx.worker}")
+
+    def _step_ref(self) -> None:
+        """The step loop in Python: the reference twin of the native plan (see the module
+        doc)."""
         ops, values, empty_out, timing = self.ops, self.values, self._empty_out, self.timing
         for i in self._strict:
             values[i] = ops[i].output()
-        clock = time.perf_counter
+        clock = time.thread_time if CLOCK == "thread" else time.perf_counter
         # one clock read per evaluated operator: its time runs from the end of the previous
         # evaluation (the idle checks of operators skipped in between, well under a
         # microsecond each, are counted with it)
@@ -192,11 +243,8 @@ class Scheduler:
                 else:
                     v = ops[i].eval(*[values[j] for j in ins])
             except Exception as e:
-                if getattr(e, "_dbsp_located", False):
-                    raise
-                n = self.nodes[i]
-                e._dbsp_located = True  # type: ignore[attr-defined]
-                e.add_note(f"in operator #{n.id} '{n.name}' on worker {self.ctx.worker}")
+                if not getattr(e, "_dbsp_located", False):
+                    self._locate(e, i)
                 raise
             values[i] = v
             t1 = clock()
@@ -221,10 +269,12 @@ class Scheduler:
     def take_outputs(self) -> dict:
         """``{output node: value}`` of the step just run (the operators let go of them)."""
         outs: dict = {}
+        ops = self.ops
         for i in self._outputs:
-            op = self.ops[i]
+            op = ops[i]
             outs[i], op.last = op.last, None
-        bad = self.ctx.errors.take()
+        errors = self.ctx.errors
+        bad = errors.take() if errors.reports else None
         if bad:
             for b in bad:
                 b.worker = self.ctx.worker

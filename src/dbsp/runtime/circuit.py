@@ -163,6 +163,7 @@ class Circuit(Graph):
         self._replicas: Optional[list[Scheduler]] = None
         self._executor: Any = None
         self._placement: Any = None
+        self._viewed: list = []
         self.steps = 0
         self._broken: Optional[BaseException] = None
         # small state of the layers above (name -> (get, set)), saved with the driver's state
@@ -329,6 +330,8 @@ class Circuit(Graph):
 
     def _start(self) -> None:
         tune_malloc()
+        #: the output handles that keep a view (their weights are checked before a step commits)
+        self._viewed = [out for out in self.outputs if out.keep_view]
         self.mark_policies()
         self._placement = plan(self.nodes, self.workers, self.unplaced())
         local = self._placement.local_exchanges
@@ -362,7 +365,8 @@ class Circuit(Graph):
         """Run one step: feed pending input, update all state, fill the output handles.
 
         Atomic: when it raises, no state changed (see the module doc)."""
-        self.check_open("step")
+        if self.closed:
+            self.check_open("step")
         if self._broken is not None:
             raise CircuitError(f"circuit '{self.name}' failed in an earlier step and cannot "
                                f"continue: {self._broken}") from self._broken
@@ -370,15 +374,19 @@ class Circuit(Graph):
             self._start()
             self._started()
         W = self.workers
-        per_worker: list[dict] = [{} for _ in range(W)]
+        per_worker: list[dict] = [{}] if W == 1 else [{} for _ in range(W)]
         keys = self._placement.input_keys
         taken: dict[str, list] = {}
         for inp in self.inputs.values():
+            if not (inp._pending or inp._keyed or inp._pending_mass):
+                continue  # nothing pushed (what _split would take is nothing): no part
             for w, part in enumerate(inp._split(self.layout, keys.get(inp.node))):
                 if part is not None:
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
-        reads, self._slice_reads = self._slice_reads, {}
+        reads = self._slice_reads
+        if reads:
+            self._slice_reads = {}
         local_reports: list = []
         if reads:
             requests = self._slice_requests(reads)
@@ -398,7 +406,8 @@ class Circuit(Graph):
                         inp._step_done(False)
                     raise
         try:
-            outs = self._executor.step(per_worker, self._check_outputs)
+            outs = self._executor.step(per_worker,
+                                       self._check_outputs if self._viewed else None)
         except WorkerDied as e:
             self._broken = e
             raise
@@ -417,8 +426,10 @@ class Circuit(Graph):
                        f"changed and its input was not applied (error.rejected_input)")
             raise
         for inp in self.inputs.values():
-            inp._step_done(True)
-        self.last_slices = {}
+            if inp._keyed_taken:  # (the others have nothing to let go of)
+                inp._step_done(True)
+        if reads or self.last_slices:
+            self.last_slices = {}  # a new dict (a caller may hold the last one)
         if reads:
             reports = local_reports or [o.pop(SLICES, {}) for o in outs]
             for name, (_, pieces, _, _) in reads.items():
@@ -426,16 +437,22 @@ class Circuit(Graph):
                 self.last_slices[name] = {
                     "pieces": pieces,
                     "report": gather_report([r.get(node) for r in reports], len(pieces), W)}
-        for out in self.outputs:
-            out._gather([o.get(out.node) for o in outs])
+        if W == 1:
+            o = outs[0]
+            for out in self.outputs:
+                out._gather([o.get(out.node)])
+        else:
+            for out in self.outputs:
+                out._gather([o.get(out.node) for o in outs])
         for o in outs:
-            for bad in o.get(ERRORS, ()):
-                self.error_log.add_bad(self.steps, bad)
+            if ERRORS in o:
+                for bad in o[ERRORS]:
+                    self.error_log.add_bad(self.steps, bad)
         self.steps += 1
 
     def _check_outputs(self, outs: list) -> None:
         """Before a step commits: no output view's weight leaves int64."""
-        for out in self.outputs:
+        for out in self._viewed:
             out.check([o.get(out.node) for o in outs])
 
     @property

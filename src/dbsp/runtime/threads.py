@@ -171,11 +171,12 @@ class ThreadPool:
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
         (it is then rolled back like a step that failed)."""
-        for r, inp in zip(self.replicas, inputs):
+        replicas = self.replicas
+        for r, inp in zip(replicas, inputs):
             r.feed(inp)
         if not self._threads:
             try:
-                self.replicas[0].step()
+                replicas[0].step()
             except BaseException:
                 self.rollback()
                 raise
@@ -191,14 +192,15 @@ class ThreadPool:
                 self.rollback()
                 real = [e for e in errs if not isinstance(e, TransportAborted)]
                 raise (real or errs)[0]
-        outs = [r.take_outputs() for r in self.replicas]
+        outs = [replicas[0].take_outputs()] if len(replicas) == 1 else \
+            [r.take_outputs() for r in replicas]
         if check is not None:
             try:
                 check(outs)
             except BaseException:
                 self.rollback()
                 raise
-        for r in self.replicas:
+        for r in replicas:
             r.commit()
         return outs
 
