@@ -22,7 +22,7 @@ Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one lengt
 """
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
-from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.stdint cimport int64_t, uint64_t, uint32_t, uint16_t, uint8_t
 
 import numpy as np
 
@@ -394,3 +394,77 @@ def finish_emit(old, new, eo, en, plan, is_int):
                         vi[i] = (<const int64_t*>src_s)[k]
         cols.append((va, ma if nnull else None))
     return rows_a[:m], w_a[:m], cols
+
+
+cdef int _int_type(int w, bint signed) noexcept:
+    if w == 8:
+        return cnp.NPY_INT64 if signed else cnp.NPY_UINT64
+    if w == 4:
+        return cnp.NPY_INT32 if signed else cnp.NPY_UINT32
+    if w == 2:
+        return cnp.NPY_INT16 if signed else cnp.NPY_UINT16
+    return cnp.NPY_INT8 if signed else cnp.NPY_UINT8
+
+
+def decode_u64(codes, list plan):
+    """The key columns of u64 key codes (twin of ``kernels_ref.decode_u64``, the inverse of
+    ``arrow_c.encode_u64``): ``plan`` per column ``(byte width, signed, nullable)``, columns
+    packed most significant first, a nullable column's validity byte before its value, a signed
+    value's sign bit flipped. Per column ``(values, null mask or None)``: values as the signed
+    (else unsigned) integers of that width, 0 where null; a mask only for a nullable column
+    with a null. A linear aggregate's combiner sends a key's code, not its columns, and reads
+    the columns back from the code (one pass a column, no Arrow call)."""
+    cdef cnp.ndarray ca = contig(codes, cnp.NPY_UINT64)
+    cdef int64_t n = ca.shape[0], i
+    cdef Py_ssize_t k = len(plan), c
+    cdef int w, shift = 0, vshift, fshift, bits = 0
+    cdef bint signed, nullable, anynull
+    cdef uint64_t vmask, flip, v
+    cdef const uint64_t* pc = <const uint64_t*>cnp.PyArray_DATA(ca)
+    cdef cnp.ndarray va, ma
+    cdef uint8_t* pm
+    cdef void* pv
+    for c in range(k):
+        w, signed, nullable = plan[c]
+        if w not in (1, 2, 4, 8):
+            raise ValueError(f"decode_u64: plan {plan} is not a u64 code")
+        bits += 8 * w + (8 if nullable else 0)
+    if bits > 64:
+        raise ValueError(f"decode_u64: plan {plan} is not a u64 code")
+    cdef list out = [None] * k
+    for c in range(k - 1, -1, -1):
+        w, signed, nullable = plan[c]
+        vshift = shift
+        shift += 8 * w
+        fshift = shift
+        if nullable:
+            shift += 8
+        vmask = 0xFFFFFFFFFFFFFFFF if w == 8 else ((<uint64_t>1) << (8 * w)) - 1
+        flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
+        va = empty1(n, _int_type(w, signed))
+        pv = cnp.PyArray_DATA(va)
+        ma = None
+        anynull = False
+        if nullable:
+            ma = empty1(n, cnp.NPY_BOOL)
+            pm = <uint8_t*>cnp.PyArray_DATA(ma)
+        with nogil:
+            for i in range(n):
+                v = ((pc[i] >> vshift) & vmask) ^ flip
+                if nullable:
+                    if ((pc[i] >> fshift) & 0xFF) == 0:
+                        pm[i] = 1
+                        anynull = True
+                        v = 0
+                    else:
+                        pm[i] = 0
+                if w == 8:
+                    (<uint64_t*>pv)[i] = v
+                elif w == 4:
+                    (<uint32_t*>pv)[i] = <uint32_t>v
+                elif w == 2:
+                    (<uint16_t*>pv)[i] = <uint16_t>v
+                else:
+                    (<uint8_t*>pv)[i] = <uint8_t>v
+        out[c] = (va, ma if anynull else None)
+    return out

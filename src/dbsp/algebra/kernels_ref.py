@@ -517,6 +517,39 @@ def _code_order(x) -> tuple:
     return (1, x + 0.0 if isinstance(x, float) else x)
 
 
+def decode_u64(codes: np.ndarray, plan: Sequence) -> list:
+    """The key columns of u64 key codes (the inverse of ``KeyCodec._encode_u64``): ``plan`` per
+    column ``(byte width, signed, nullable)`` as ``KeyCodec._native_plan``, the columns packed
+    most significant first, a nullable column's validity byte before its value, a signed
+    value's sign bit flipped. Per column ``(values, null mask or None)``: values as the signed
+    (else unsigned) integers of that width, 0 where null; the mask only for a nullable column
+    with a null. Raises ValueError when the plan takes more than 64 bits."""
+    bits = sum(8 * w + (8 if nullable else 0) for w, _, nullable in plan)
+    if bits > 64 or any(w not in (1, 2, 4, 8) for w, _, _ in plan):
+        raise ValueError(f"decode_u64: plan {list(plan)} is not a u64 code")
+    out = []
+    rest = [int(x) for x in np.asarray(codes, np.uint64).tolist()]
+    for w, signed, nullable in reversed(list(plan)):
+        vals, valid = [], []
+        for i, c in enumerate(rest):
+            v = c & ((1 << (8 * w)) - 1)
+            c >>= 8 * w
+            ok = True
+            if nullable:
+                ok = (c & 0xFF) != 0
+                c >>= 8
+            rest[i] = c
+            if signed:
+                v ^= 1 << (8 * w - 1)
+                v = v - (1 << (8 * w)) if v >= 1 << (8 * w - 1) else v
+            vals.append(v if ok else 0)
+            valid.append(ok)
+        dt = np.dtype(f"{'i' if signed else 'u'}{w}")
+        mask = None if all(valid) else ~np.array(valid, dtype=bool)
+        out.append((np.array(vals, dtype=dt), mask))
+    return out[::-1]
+
+
 def finish_emit(old: list, new: list, eo: np.ndarray, en: np.ndarray, plan: list,
                 is_int: list):
     """A linear aggregate's output rows of a step, in row order and consolidated (see
