@@ -22,7 +22,8 @@ Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one lengt
 """
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
-from libc.stdint cimport int64_t, uint64_t, uint32_t, uint16_t, uint8_t
+from libc.stdint cimport int64_t, uint64_t, uint32_t, uint16_t, uint8_t, INT64_MIN, INT64_MAX
+from libc.string cimport memcpy, memmove
 
 import numpy as np
 
@@ -468,3 +469,103 @@ def decode_u64(codes, list plan):
                     (<uint8_t*>pv)[i] = <uint8_t>v
         out[c] = (va, ma if anynull else None)
     return out
+
+
+cdef extern from *:
+    """
+    typedef __int128 agg_i128;   /* exact sums of int64 partials */
+    """
+    ctypedef long long agg_i128
+
+
+def merge_sum_packed(list parts, list is_int):
+    """A combiner's packed parts merged and summed per key (twin of
+    ``kernels_ref.merge_sum_packed``): ``parts`` are W 2-d ``uint64`` arrays of ``1 + C`` rows,
+    row 0 a run of key codes (ascending, distinct), row ``1 + c`` the bits of partial column
+    ``c`` (int64 where ``is_int[c]``, else float64). Returns ``(out, over)``: ``out`` of
+    ``1 + C`` rows, row 0 the distinct codes ascending, row ``1 + c`` column ``c`` summed per
+    key (int64 sums exact, stored wrapped; floats added in part order from the first value),
+    and a bool mask of the keys some int64 sum of which leaves int64 (None when none does).
+
+    One k-way merge over the W heads into one allocation: the parts stay as they crossed the
+    exchange (no array per column and part, no output array per column)."""
+    cdef Py_ssize_t W = len(parts), C = len(is_int), w, c
+    cdef int64_t n = 0, g = 0, best, i
+    cdef cnp.ndarray a
+    cdef list keep = []
+    if W == 0 or W > 64 or C > 64:
+        raise ValueError(f"merge_sum_packed: {W} parts (1 to 64), {C} columns (at most 64)")
+    cdef const uint64_t* base[64]
+    cdef int64_t kn[64]
+    cdef int64_t pos[64]
+    cdef int64_t stride[64]
+    cdef uint8_t isi[64]
+    for c in range(C):
+        isi[c] = 1 if is_int[c] else 0
+    for w in range(W):
+        a = parts[w]
+        if not isinstance(a, np.ndarray) or a.ndim != 2 or a.shape[0] != 1 + C \
+                or a.dtype != np.uint64:
+            raise ValueError(f"merge_sum_packed: part {w} is not a uint64 array of {1 + C} rows")
+        a = np.ascontiguousarray(a)
+        keep.append(a)
+        base[w] = <const uint64_t*>cnp.PyArray_DATA(a)
+        kn[w] = a.shape[1]
+        stride[w] = a.shape[1]
+        pos[w] = 0
+        n += kn[w]
+        for i in range(1, kn[w]):
+            if base[w][i] <= base[w][i - 1]:
+                raise ValueError("merge_sum_packed: a key run is not ascending and distinct")
+    cdef cnp.npy_intp dims[2]
+    dims[0] = 1 + C
+    dims[1] = n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT64, 0)
+    cdef uint64_t* po = <uint64_t*>cnp.PyArray_DATA(out)
+    cdef cnp.ndarray overm = zeros1(n, cnp.NPY_BOOL)
+    cdef uint8_t* pov = <uint8_t*>cnp.PyArray_DATA(overm)
+    cdef bint any_over = False
+    cdef uint64_t k, bk = 0
+    cdef agg_i128 acc
+    cdef double facc, fadd
+    cdef uint64_t bits
+    with nogil:
+        while True:
+            best = -1
+            for w in range(W):  # the run whose head is the smallest code (the first such run)
+                if pos[w] < kn[w]:
+                    k = base[w][pos[w]]
+                    if best < 0 or k < bk:
+                        best, bk = w, k
+            if best < 0:
+                break
+            po[g] = bk
+            for c in range(C):
+                if isi[c]:
+                    acc = <int64_t>base[best][(1 + c) * stride[best] + pos[best]]
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                            acc += <int64_t>base[w][(1 + c) * stride[w] + pos[w]]
+                    if acc < <agg_i128>INT64_MIN or acc > <agg_i128>INT64_MAX:
+                        pov[g] = 1
+                        any_over = True
+                    po[(1 + c) * n + g] = <uint64_t><int64_t>acc
+                else:
+                    bits = base[best][(1 + c) * stride[best] + pos[best]]
+                    memcpy(&facc, &bits, 8)
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                            memcpy(&fadd, &base[w][(1 + c) * stride[w] + pos[w]], 8)
+                            facc = facc + fadd
+                    memcpy(&po[(1 + c) * n + g], &facc, 8)
+            pos[best] += 1
+            for w in range(best + 1, W):
+                if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                    pos[w] += 1
+            g += 1
+        if g < n:  # distinct keys first: pack the rows to g columns
+            for c in range(1, C + 1):
+                memmove(&po[c * g], &po[c * n], g * 8)
+    if g < n:
+        out = out.reshape(-1)[:(1 + C) * g].reshape(1 + C, g)
+    return out, (overm[:g] if any_over else None)

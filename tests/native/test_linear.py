@@ -198,3 +198,59 @@ def test_decode_u64_rejects_wide_plan():
         native.decode_u64(np.zeros(1, np.uint64), [(8, True, True)])
     with pytest.raises(ValueError, match="decode_u64"):
         ref.decode_u64(np.zeros(1, np.uint64), [(4, True, False), (3, False, False)])
+
+
+@st.composite
+def packed_parts(draw):
+    """(W packed parts: key codes, then int64 / float64 partial bits; is_int)."""
+    is_int = [True] + draw(st.lists(st.booleans(), max_size=3))
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        keys = sorted(draw(st.sets(st.integers(0, 12) | st.sampled_from([2 ** 64 - 1]),
+                                   max_size=8)))
+        m = np.empty((1 + len(is_int), len(keys)), np.uint64)
+        m[0] = np.array(keys, np.uint64)
+        for c, i in enumerate(is_int):
+            el = I64 if i else st.floats(-1e6, 1e6) | st.sampled_from([0.0, -0.0, 0.25])
+            vals = draw(st.lists(el, min_size=len(keys), max_size=len(keys)))
+            m[1 + c] = np.array(vals, np.int64 if i else np.float64).view(np.uint64)
+        parts.append(m)
+    return parts, is_int
+
+
+@given(packed_parts())
+@example(([np.array([[5], [2 ** 63 - 1]], np.uint64), np.array([[5], [1]], np.uint64)], [True]))
+def test_merge_sum_packed(case):
+    parts, is_int = case
+    got = native.merge_sum_packed(parts, is_int)
+    want = ref.merge_sum_packed(parts, is_int)
+    _same(got[0], want[0])
+    assert (got[1] is None) == (want[1] is None)
+    if want[1] is not None:
+        _same(got[1], want[1])
+    # the naive model: per key, the sum of its values over the parts
+    sums: dict = {}
+    for p in parts:
+        for j, k in enumerate(p[0].tolist()):
+            row = [int(p[1 + c].view(np.int64)[j]) if i else float(p[1 + c].view(np.float64)[j])
+                   for c, i in enumerate(is_int)]
+            sums[k] = row if k not in sums else [a + b for a, b in zip(sums[k], row)]
+    assert got[0][0].tolist() == sorted(sums)
+    over = [any(not -2 ** 63 <= sums[k][c] < 2 ** 63 for c, i in enumerate(is_int) if i)
+            for k in sorted(sums)]
+    assert (got[1].tolist() if got[1] is not None else [False] * len(over)) == over
+    for c, i in enumerate(is_int):
+        col = got[0][1 + c].view(np.int64 if i else np.float64).tolist()
+        for g, k in enumerate(sorted(sums)):
+            x = sums[k][c]
+            if i:
+                assert col[g] == (x + 2 ** 63) % 2 ** 64 - 2 ** 63
+            else:
+                assert col[g] == pytest.approx(x)
+
+
+def test_merge_sum_packed_rejects_bad_parts():
+    with pytest.raises(ValueError, match="not ascending"):
+        native.merge_sum_packed([np.array([[3, 3], [1, 1]], np.uint64)], [True])
+    with pytest.raises(ValueError, match="rows"):
+        native.merge_sum_packed([np.zeros((3, 2), np.uint64)], [True])

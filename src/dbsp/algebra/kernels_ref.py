@@ -550,6 +550,33 @@ def decode_u64(codes: np.ndarray, plan: Sequence) -> list:
     return out[::-1]
 
 
+def merge_sum_packed(parts: Sequence[np.ndarray], is_int: Sequence[bool]) -> tuple:
+    """A combiner's packed parts merged and summed per key (see
+    ``dbsp._native.linear.merge_sum_packed``): ``parts`` are 2-d ``uint64`` arrays of
+    ``1 + C`` rows (key codes, then the bits of each partial column, int64 where ``is_int[c]``,
+    else float64). ``(out, over)``: :func:`merge_sum_runs` of the rows, packed alike."""
+    C = len(is_int)
+    for w, p in enumerate(parts):
+        if not isinstance(p, np.ndarray) or p.ndim != 2 or p.shape[0] != 1 + C \
+                or p.dtype != np.uint64:
+            raise ValueError(f"merge_sum_packed: part {w} is not a uint64 array of {1 + C} rows")
+    if not parts:
+        raise ValueError("merge_sum_packed: 0 parts (1 to 64), 0 columns (at most 64)")
+    for p in parts:
+        k = [int(x) for x in p[0].tolist()]
+        if any(b <= a for a, b in zip(k, k[1:])):
+            raise ValueError("merge_sum_packed: a key run is not ascending and distinct")
+    kc, _, sums, over = merge_sum_runs(
+        [p[0] for p in parts],
+        [[p[1 + c].view(np.int64 if i else np.float64) for p in parts]
+         for c, i in enumerate(is_int)], is_int)
+    out = np.empty((1 + C, len(kc)), np.uint64)
+    out[0] = kc
+    for c, s in enumerate(sums):
+        out[1 + c] = s.view(np.uint64)
+    return out, over
+
+
 def finish_emit(old: list, new: list, eo: np.ndarray, en: np.ndarray, plan: list,
                 is_int: list):
     """A linear aggregate's output rows of a step, in row order and consolidated (see

@@ -1494,12 +1494,11 @@ class LinearAggregateOperator(Operator):
             m = got[0][0]
             kc = np.ascontiguousarray(m[0])
             return self._keys_of(kc, plan, codec), kc, codec, self._columns(m)
-        kc, _, sums, over = K.merge_sum_runs(
-            [g[0][0] for g in got], [list(c) for c in zip(*(self._columns(g[0]) for g in got))],
-            self._is_int)
+        m, over = K.merge_sum_packed([g[0] for g in got], self._is_int)
         if over is not None:
             return None
-        return self._keys_of(kc, plan, codec), kc, codec, sums
+        kc = m[0]
+        return self._keys_of(kc, plan, codec), kc, codec, self._columns(m)
 
     def clock_start(self) -> None:
         self.state.clear()
