@@ -38,7 +38,7 @@ from _native.arrow_blocks cimport (blk_release_child as _release_child,
                                    blk_head as _struct_head, blk_release_parent as _release_parent,
                                    blk_up64 as _up64, blk_width as _width)
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
-from libc.stdlib cimport free
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 from cpython.ref cimport Py_INCREF
 
@@ -505,9 +505,9 @@ def encode_u64(batch, list plan):
     return out_a
 
 
-#: most rows :func:`group_rows` sorts (its merge sort is for small steps; larger ones take the
-#: radix sort of ``dbsp._native.sort``)
-GROUP_ROWS_MAX = 4096
+#: most rows :func:`group_rows` groups (a step's change; a larger batch takes the caller's path
+#: of an encode, a radix sort and gathers)
+GROUP_ROWS_MAX = 1 << 16
 
 
 cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
@@ -603,6 +603,15 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     cdef int64_t* firsts
     cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a, a
     cdef list nps = None
+    cdef int64_t* scratch = NULL
+    cdef uint64_t* tcode
+    cdef int64_t* tgid
+    cdef int64_t* gid
+    cdef int64_t* cnt
+    cdef uint64_t* dc
+    cdef int64_t* dg
+    cdef int64_t h, tmask
+    cdef int tbits
     cdef cnp.npy_intp dims
     if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk \
             or batch.num_rows > GROUP_ROWS_MAX:
@@ -639,16 +648,52 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         tp_a = empty1(n, cnp.NPY_INT64)
         codes = <uint64_t*>cnp.PyArray_DATA(codes_a)
         perm = <int64_t*>cnp.PyArray_DATA(perm_a)
-        # the codes (as encode_u64), then a stable sort of the rows by code
+        dc = <uint64_t*>cnp.PyArray_DATA(tc_a)
+        dg = <int64_t*>cnp.PyArray_DATA(tp_a)
+        # the codes (as encode_u64), then the groups: each row's distinct code found in a hash
+        # table (O(n), however many rows a group has), only the G distinct codes sorted, and
+        # the rows scattered to their group's run in input order (a stable grouping)
         _pack_codes(&src, kcol, plan, codes, n)
+        tbits = 4
+        while (<int64_t>1 << tbits) < 2 * n:
+            tbits += 1
+        tmask = (<int64_t>1 << tbits) - 1
+        scratch = <int64_t*>malloc(((tmask + 1) * 2 + 2 * n) * sizeof(int64_t))
+        if scratch == NULL:
+            raise MemoryError()
+        tcode = <uint64_t*>scratch
+        tgid = scratch + (tmask + 1)
+        gid = tgid + (tmask + 1)
+        cnt = gid + n
         with nogil:
+            for i in range(tmask + 1):
+                tgid[i] = -1
+            G = 0
             for i in range(n):
-                perm[i] = i
-            _merge_sort(codes, perm, <uint64_t*>cnp.PyArray_DATA(tc_a),
-                        <int64_t*>cnp.PyArray_DATA(tp_a), n)
-            G = 1
-            for i in range(1, n):
-                G += codes[i] != codes[i - 1]
+                h = <int64_t>((codes[i] * <uint64_t>0x9E3779B97F4A7C15) >> (64 - tbits))
+                while True:
+                    g = tgid[h]
+                    if g < 0:
+                        tgid[h] = G
+                        tcode[h] = codes[i]
+                        dc[G] = codes[i]
+                        dg[G] = G
+                        gid[i] = G
+                        G += 1
+                        break
+                    if tcode[h] == codes[i]:
+                        gid[i] = g
+                        break
+                    h = (h + 1) & tmask
+            # the distinct codes ascending, each carrying its group number (codes and perm
+            # are the merge's scratch, free until the scatter)
+            _merge_sort(dc, dg, codes, perm, G)
+            for g in range(G):  # group number -> rank (tgid's first G slots: free again)
+                tgid[dg[g]] = g
+                cnt[g] = 0
+            for i in range(n):
+                gid[i] = tgid[gid[i]]
+                cnt[gid[i]] += 1
         bounds_a = empty1(G + 1, cnp.NPY_INT64)
         kc_a = empty1(G, cnp.NPY_UINT64)
         ws_a = empty1(n, cnp.NPY_INT64)
@@ -656,17 +701,22 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         kc = <uint64_t*>cnp.PyArray_DATA(kc_a)
         ws = <int64_t*>cnp.PyArray_DATA(ws_a)
         pw = <const int64_t*>cnp.PyArray_DATA(wa)
-        firsts = <int64_t*>cnp.PyArray_DATA(tp_a)  # (scratch, free again)
+        firsts = dg  # (free again)
         with nogil:
-            g = 0
+            bounds[0] = 0
+            for g in range(G):
+                kc[g] = dc[g]
+                bounds[g + 1] = bounds[g] + cnt[g]
+                cnt[g] = bounds[g]
+            for i in range(n):
+                perm[cnt[gid[i]]] = i
+                cnt[gid[i]] += 1
+            for g in range(G):
+                firsts[g] = perm[bounds[g]]
             for i in range(n):
                 ws[i] = pw[perm[i]]
-                if i == 0 or codes[i] != codes[i - 1]:
-                    bounds[g] = i
-                    kc[g] = codes[i]
-                    firsts[g] = perm[i]
-                    g += 1
-            bounds[G] = n
+        free(scratch)
+        scratch = NULL
         # the keys of the groups' first rows, and the value columns in sorted order
         kblock = _gathered_block(&src, kcol, kw, nk, firsts, G)
         vblock = _gathered_block(&src, vcol, vw, nv, perm, n)
@@ -706,6 +756,7 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
             free(kblock)
         if vblock != NULL:
             free(vblock)
+        free(scratch)
     if nps is not None:
         return keys, kc_a, bounds_a, vals, ws_a, nps
     return keys, kc_a, bounds_a, vals, ws_a

@@ -834,7 +834,7 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-GROUP_ROWS_MAX = 4096
+GROUP_ROWS_MAX = 1 << 16
 
 
 def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema,
