@@ -564,6 +564,30 @@ cdef void _merge_sort(uint64_t* c, int64_t* p, uint64_t* tc, int64_t* tp,
         w *= 2
 
 
+cdef int64_t* _group_table(int tbits) noexcept nogil:
+    """A hash table of ``2 ** tbits`` slots for :func:`group_rows`: the codes, then the group
+    numbers (-1: empty), in one allocation (NULL when out of memory)."""
+    cdef int64_t size = (<int64_t>1) << tbits, i
+    cdef int64_t* t = <int64_t*>malloc(2 * size * sizeof(int64_t))
+    if t != NULL:
+        for i in range(size):
+            t[size + i] = -1
+    return t
+
+
+cdef void _group_rehash(int64_t* table, int tbits, const uint64_t* codes,
+                        int64_t G) noexcept nogil:
+    """Insert the distinct ``codes[g]`` (group ``g``) into an empty :func:`_group_table`."""
+    cdef int64_t mask = ((<int64_t>1) << tbits) - 1, g, h
+    cdef int64_t* gids = table + mask + 1
+    for g in range(G):
+        h = <int64_t>((codes[g] * <uint64_t>0x9E3779B97F4A7C15) >> (64 - tbits))
+        while gids[h] >= 0:
+            h = (h + 1) & mask
+        gids[h] = g
+        (<uint64_t*>table)[h] = codes[g]
+
+
 def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_schema,
                list np_dtypes=None):
     """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (``plan``: per
@@ -604,7 +628,7 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a, a
     cdef list nps = None
     cdef int64_t* scratch = NULL
-    cdef uint64_t* tcode
+    cdef int64_t* table = NULL
     cdef int64_t* tgid
     cdef int64_t* gid
     cdef int64_t* cnt
@@ -654,41 +678,52 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         # table (O(n), however many rows a group has), only the G distinct codes sorted, and
         # the rows scattered to their group's run in input order (a stable grouping)
         _pack_codes(&src, kcol, plan, codes, n)
-        tbits = 4
-        while (<int64_t>1 << tbits) < 2 * n:
-            tbits += 1
-        tmask = (<int64_t>1 << tbits) - 1
-        scratch = <int64_t*>malloc(((tmask + 1) * 2 + 2 * n) * sizeof(int64_t))
+        # the table starts small and doubles when half full (its size follows the distinct
+        # codes, not the rows: a step of 10K rows over 100 keys fills 256 slots)
+        scratch = <int64_t*>malloc(2 * n * sizeof(int64_t))
         if scratch == NULL:
             raise MemoryError()
-        tcode = <uint64_t*>scratch
-        tgid = scratch + (tmask + 1)
-        gid = tgid + (tmask + 1)
-        cnt = gid + n
+        gid = scratch
+        cnt = scratch + n
+        tbits = 6
+        table = _group_table(tbits)
+        if table == NULL:
+            raise MemoryError()
         with nogil:
-            for i in range(tmask + 1):
-                tgid[i] = -1
             G = 0
             for i in range(n):
+                tmask = (<int64_t>1 << tbits) - 1
+                tgid = table + (tmask + 1)
                 h = <int64_t>((codes[i] * <uint64_t>0x9E3779B97F4A7C15) >> (64 - tbits))
                 while True:
                     g = tgid[h]
                     if g < 0:
                         tgid[h] = G
-                        tcode[h] = codes[i]
+                        (<uint64_t*>table)[h] = codes[i]
                         dc[G] = codes[i]
                         dg[G] = G
                         gid[i] = G
                         G += 1
                         break
-                    if tcode[h] == codes[i]:
+                    if (<uint64_t*>table)[h] == codes[i]:
                         gid[i] = g
                         break
                     h = (h + 1) & tmask
+                if 2 * G > tmask + 1:  # half full: a table twice the size, the codes again
+                    free(table)
+                    tbits += 1
+                    table = _group_table(tbits)
+                    if table == NULL:
+                        break
+                    _group_rehash(table, tbits, dc, G)
+        if table == NULL:
+            raise MemoryError()
+        tgid = table  # (its first G slots: free scratch now)
+        with nogil:
             # the distinct codes ascending, each carrying its group number (codes and perm
             # are the merge's scratch, free until the scatter)
             _merge_sort(dc, dg, codes, perm, G)
-            for g in range(G):  # group number -> rank (tgid's first G slots: free again)
+            for g in range(G):  # group number -> rank (the table's first G slots)
                 tgid[dg[g]] = g
                 cnt[g] = 0
             for i in range(n):
@@ -717,6 +752,8 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
                 ws[i] = pw[perm[i]]
         free(scratch)
         scratch = NULL
+        free(table)
+        table = NULL
         # the keys of the groups' first rows, and the value columns in sorted order
         kblock = _gathered_block(&src, kcol, kw, nk, firsts, G)
         vblock = _gathered_block(&src, vcol, vw, nv, perm, n)
@@ -757,6 +794,7 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         if vblock != NULL:
             free(vblock)
         free(scratch)
+        free(table)
     if nps is not None:
         return keys, kc_a, bounds_a, vals, ws_a, nps
     return keys, kc_a, bounds_a, vals, ws_a
