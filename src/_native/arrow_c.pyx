@@ -595,13 +595,17 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     the batch: ``(keys, codes, bounds, vals, weights)`` with the distinct codes ascending, the
     first row of each group's key columns (a batch of ``key_schema``), group ``g``'s rows at
     ``bounds[g]:bounds[g + 1]`` of ``vals`` (the columns ``val_cols``, a batch of ``val_schema``,
-    rows in a stable order) and of ``weights`` (``weights`` taken in that order). The schemas
+    rows in input order) and of ``weights`` (``weights`` taken in that order). The schemas
     must be the batch's fields of those columns. With ``np_dtypes`` (one numpy dtype per value
     column, of its byte width), a sixth item: the value columns again, as numpy arrays of those
     dtypes (for a caller that computes on them; read-only views of ``vals``' buffers, which
     they keep alive). None when a column read is not fixed-width without nulls, a key column
     does not match its plan, or the batch has no row or more than :data:`GROUP_ROWS_MAX` (the
-    caller's general path)."""
+    caller's general path).
+
+    Grouping costs O(n + G log G) for G distinct codes: each row's code is looked up in a hash
+    table (open addressing, grown by doubling, so its size follows G), only the distinct codes
+    are sorted, and the rows are scattered to their group's run in input order."""
     cdef ArrowArray src
     cdef ArrowSchema ssrc
     src.release = NULL

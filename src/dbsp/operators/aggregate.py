@@ -1035,8 +1035,15 @@ class LinearAggregateOperator(Operator):
     finished, in the order of the output's row codes and consolidated
     (:func:`~dbsp.algebra.kernels.finish_emit`), as a
     :class:`~dbsp.operators.output.SortedPart` that an output handle reads as it is (no encode,
-    no sort: the keys were sorted by code when grouped). With u64 keys, a small step's rows are
-    grouped in one native pass (:func:`~dbsp.algebra.kernels.group_rows`).
+    no sort: the keys were sorted by code when grouped). With u64 keys, a step's rows (up to
+    64K) are grouped in one native pass (:func:`~dbsp.algebra.kernels.group_rows`: a hash table
+    of the key codes, only the distinct codes sorted).
+
+    *W > 1.* A worker's part of the partials is one ``uint64`` array (key codes, then the bits
+    of each partial column) with the plan of the codes; the parts received are merged and summed
+    in one native pass (:func:`~dbsp.algebra.kernels.merge_sum_packed`) and the key columns
+    read back from the codes (:func:`~dbsp.algebra.kernels.decode_u64`): no key batch is
+    gathered, sent, concatenated and gathered again.
     """
 
     state_attrs = ('state',)
@@ -1122,7 +1129,7 @@ class LinearAggregateOperator(Operator):
         g = self._group_plan
         if g is None or g[0] is not p:  # once per input schema
             g = self._group_plan = self._plan_group(p, data.schema)
-        if g[1] is not None:  # u64 keys: one native pass (None: a null, or a large step)
+        if g[1] is not None:  # u64 keys: one native pass (None: a null, or past 64K rows)
             got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4], g[6])
             if got is not None:
                 keys, kcodes, bounds, vals, w = got[:5]
