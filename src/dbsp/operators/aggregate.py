@@ -1479,9 +1479,7 @@ class LinearAggregateOperator(Operator):
         out = K.take_batch(None, None, cols, schema[1])
         if out is None:  # (a type take_batch does not build)
             out = pa.RecordBatch.from_arrays(
-                [pa.Array.from_buffers(f.type, len(v), [
-                    None if m is None else pa.py_buffer(np.packbits(~m, bitorder="little")),
-                    pa.py_buffer(v)]) for f, (v, m) in zip(codec.fields, cols)],
+                [pa.array(v, f.type, mask=m) for f, (v, m) in zip(codec.fields, cols)],
                 schema=schema[1])
         return out
 
