@@ -38,7 +38,7 @@ from _native.arrow_blocks cimport (blk_release_child as _release_child,
                                    blk_head as _struct_head, blk_release_parent as _release_parent,
                                    blk_up64 as _up64, blk_width as _width)
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
-from libc.stdlib cimport free
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 from cpython.ref cimport Py_INCREF
 
@@ -505,9 +505,9 @@ def encode_u64(batch, list plan):
     return out_a
 
 
-#: most rows :func:`group_rows` sorts (its merge sort is for small steps; larger ones take the
-#: radix sort of ``dbsp._native.sort``)
-GROUP_ROWS_MAX = 4096
+#: most rows :func:`group_rows` groups (a step's change; a larger batch takes the caller's path
+#: of an encode, a radix sort and gathers)
+GROUP_ROWS_MAX = 1 << 16
 
 
 ctypedef uint8_t _no_second_t
@@ -598,6 +598,30 @@ cdef void _merge_sort(uint64_t* c, _second_t* d, int64_t* p, uint64_t* tc, _seco
         w *= 2
 
 
+cdef int64_t* _group_table(int tbits) noexcept nogil:
+    """A hash table of ``2 ** tbits`` slots for :func:`group_rows`: the codes, then the group
+    numbers (-1: empty), in one allocation (NULL when out of memory)."""
+    cdef int64_t size = (<int64_t>1) << tbits, i
+    cdef int64_t* t = <int64_t*>malloc(2 * size * sizeof(int64_t))
+    if t != NULL:
+        for i in range(size):
+            t[size + i] = -1
+    return t
+
+
+cdef void _group_rehash(int64_t* table, int tbits, const uint64_t* codes,
+                        int64_t G) noexcept nogil:
+    """Insert the distinct ``codes[g]`` (group ``g``) into an empty :func:`_group_table`."""
+    cdef int64_t mask = ((<int64_t>1) << tbits) - 1, g, h
+    cdef int64_t* gids = table + mask + 1
+    for g in range(G):
+        h = <int64_t>((codes[g] * <uint64_t>0x9E3779B97F4A7C15) >> (64 - tbits))
+        while gids[h] >= 0:
+            h = (h + 1) & mask
+        gids[h] = g
+        (<uint64_t*>table)[h] = codes[g]
+
+
 def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_schema,
                list np_dtypes=None):
     """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (``plan``: per
@@ -605,13 +629,17 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     the batch: ``(keys, codes, bounds, vals, weights)`` with the distinct codes ascending, the
     first row of each group's key columns (a batch of ``key_schema``), group ``g``'s rows at
     ``bounds[g]:bounds[g + 1]`` of ``vals`` (the columns ``val_cols``, a batch of ``val_schema``,
-    rows in a stable order) and of ``weights`` (``weights`` taken in that order). The schemas
+    rows in input order) and of ``weights`` (``weights`` taken in that order). The schemas
     must be the batch's fields of those columns. With ``np_dtypes`` (one numpy dtype per value
     column, of its byte width), a sixth item: the value columns again, as numpy arrays of those
     dtypes (for a caller that computes on them; read-only views of ``vals``' buffers, which
     they keep alive). None when a column read is not fixed-width without nulls, a key column
     does not match its plan, or the batch has no row or more than :data:`GROUP_ROWS_MAX` (the
-    caller's general path)."""
+    caller's general path).
+
+    Grouping costs O(n + G log G) for G distinct codes: each row's code is looked up in a hash
+    table (open addressing, grown by doubling, so its size follows G), only the distinct codes
+    are sorted, and the rows are scattered to their group's run in input order."""
     cdef ArrowArray src
     cdef ArrowSchema ssrc
     src.release = NULL
@@ -637,6 +665,15 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
     cdef int64_t* firsts
     cdef cnp.ndarray codes_a, perm_a, tc_a, tp_a, bounds_a, kc_a, ws_a, a
     cdef list nps = None
+    cdef int64_t* scratch = NULL
+    cdef int64_t* table = NULL
+    cdef int64_t* tgid
+    cdef int64_t* gid
+    cdef int64_t* cnt
+    cdef uint64_t* dc
+    cdef int64_t* dg
+    cdef int64_t h, tmask
+    cdef int tbits
     cdef cnp.npy_intp dims
     if nk == 0 or nk > 64 or nv == 0 or nv > 64 or len(plan) != nk \
             or batch.num_rows > GROUP_ROWS_MAX:
@@ -673,16 +710,63 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         tp_a = empty1(n, cnp.NPY_INT64)
         codes = <uint64_t*>cnp.PyArray_DATA(codes_a)
         perm = <int64_t*>cnp.PyArray_DATA(perm_a)
-        # the codes (as encode_u64), then a stable sort of the rows by code
+        dc = <uint64_t*>cnp.PyArray_DATA(tc_a)
+        dg = <int64_t*>cnp.PyArray_DATA(tp_a)
+        # the codes (as encode_u64), then the groups: each row's distinct code found in a hash
+        # table (O(n), however many rows a group has), only the G distinct codes sorted, and
+        # the rows scattered to their group's run in input order (a stable grouping)
         _pack_codes(&src, kcol, plan, codes, n)
+        # the table starts small and doubles when half full (its size follows the distinct
+        # codes, not the rows: a step of 10K rows over 100 keys fills 256 slots)
+        scratch = <int64_t*>malloc(2 * n * sizeof(int64_t))
+        if scratch == NULL:
+            raise MemoryError()
+        gid = scratch
+        cnt = scratch + n
+        tbits = 6
+        table = _group_table(tbits)
+        if table == NULL:
+            raise MemoryError()
         with nogil:
+            G = 0
             for i in range(n):
-                perm[i] = i
-            _merge_sort[_no_second_t](codes, NULL, perm, <uint64_t*>cnp.PyArray_DATA(tc_a),
-                                      NULL, <int64_t*>cnp.PyArray_DATA(tp_a), n)
-            G = 1
-            for i in range(1, n):
-                G += codes[i] != codes[i - 1]
+                tmask = (<int64_t>1 << tbits) - 1
+                tgid = table + (tmask + 1)
+                h = <int64_t>((codes[i] * <uint64_t>0x9E3779B97F4A7C15) >> (64 - tbits))
+                while True:
+                    g = tgid[h]
+                    if g < 0:
+                        tgid[h] = G
+                        (<uint64_t*>table)[h] = codes[i]
+                        dc[G] = codes[i]
+                        dg[G] = G
+                        gid[i] = G
+                        G += 1
+                        break
+                    if (<uint64_t*>table)[h] == codes[i]:
+                        gid[i] = g
+                        break
+                    h = (h + 1) & tmask
+                if 2 * G > tmask + 1:  # half full: a table twice the size, the codes again
+                    free(table)
+                    tbits += 1
+                    table = _group_table(tbits)
+                    if table == NULL:
+                        break
+                    _group_rehash(table, tbits, dc, G)
+        if table == NULL:
+            raise MemoryError()
+        tgid = table  # (its first G slots: free scratch now)
+        with nogil:
+            # the distinct codes ascending, each carrying its group number (codes and perm
+            # are the merge's scratch, free until the scatter)
+            _merge_sort[_no_second_t](dc, NULL, dg, codes, NULL, perm, G)
+            for g in range(G):  # group number -> rank (the table's first G slots)
+                tgid[dg[g]] = g
+                cnt[g] = 0
+            for i in range(n):
+                gid[i] = tgid[gid[i]]
+                cnt[gid[i]] += 1
         bounds_a = empty1(G + 1, cnp.NPY_INT64)
         kc_a = empty1(G, cnp.NPY_UINT64)
         ws_a = empty1(n, cnp.NPY_INT64)
@@ -690,17 +774,24 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
         kc = <uint64_t*>cnp.PyArray_DATA(kc_a)
         ws = <int64_t*>cnp.PyArray_DATA(ws_a)
         pw = <const int64_t*>cnp.PyArray_DATA(wa)
-        firsts = <int64_t*>cnp.PyArray_DATA(tp_a)  # (scratch, free again)
+        firsts = dg  # (free again)
         with nogil:
-            g = 0
+            bounds[0] = 0
+            for g in range(G):
+                kc[g] = dc[g]
+                bounds[g + 1] = bounds[g] + cnt[g]
+                cnt[g] = bounds[g]
+            for i in range(n):
+                perm[cnt[gid[i]]] = i
+                cnt[gid[i]] += 1
+            for g in range(G):
+                firsts[g] = perm[bounds[g]]
             for i in range(n):
                 ws[i] = pw[perm[i]]
-                if i == 0 or codes[i] != codes[i - 1]:
-                    bounds[g] = i
-                    kc[g] = codes[i]
-                    firsts[g] = perm[i]
-                    g += 1
-            bounds[G] = n
+        free(scratch)
+        scratch = NULL
+        free(table)
+        table = NULL
         # the keys of the groups' first rows, and the value columns in sorted order
         kblock = _gathered_block(&src, kcol, kw, nk, firsts, G)
         vblock = _gathered_block(&src, vcol, vw, nv, perm, n)
@@ -740,6 +831,8 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
             free(kblock)
         if vblock != NULL:
             free(vblock)
+        free(scratch)
+        free(table)
     if nps is not None:
         return keys, kc_a, bounds_a, vals, ws_a, nps
     return keys, kc_a, bounds_a, vals, ws_a

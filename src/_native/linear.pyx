@@ -22,7 +22,8 @@ Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one lengt
 """
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
-from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.stdint cimport int64_t, uint64_t, uint32_t, uint16_t, uint8_t, INT64_MIN, INT64_MAX
+from libc.string cimport memcpy, memmove
 
 import numpy as np
 
@@ -394,3 +395,177 @@ def finish_emit(old, new, eo, en, plan, is_int):
                         vi[i] = (<const int64_t*>src_s)[k]
         cols.append((va, ma if nnull else None))
     return rows_a[:m], w_a[:m], cols
+
+
+cdef int _int_type(int w, bint signed) noexcept:
+    if w == 8:
+        return cnp.NPY_INT64 if signed else cnp.NPY_UINT64
+    if w == 4:
+        return cnp.NPY_INT32 if signed else cnp.NPY_UINT32
+    if w == 2:
+        return cnp.NPY_INT16 if signed else cnp.NPY_UINT16
+    return cnp.NPY_INT8 if signed else cnp.NPY_UINT8
+
+
+def decode_u64(codes, list plan):
+    """The key columns of u64 key codes (twin of ``kernels_ref.decode_u64``, the inverse of
+    ``arrow_c.encode_u64``): ``plan`` per column ``(byte width, signed, nullable)``, columns
+    packed most significant first, a nullable column's validity byte before its value, a signed
+    value's sign bit flipped. Per column ``(values, null mask or None)``: values as the signed
+    (else unsigned) integers of that width, 0 where null; a mask only for a nullable column
+    with a null. A linear aggregate's combiner sends a key's code, not its columns, and reads
+    the columns back from the code (one pass a column, no Arrow call)."""
+    cdef cnp.ndarray ca = contig(codes, cnp.NPY_UINT64)
+    cdef int64_t n = ca.shape[0], i
+    cdef Py_ssize_t k = len(plan), c
+    cdef int w, shift = 0, vshift, fshift, bits = 0
+    cdef bint signed, nullable, anynull
+    cdef uint64_t vmask, flip, v
+    cdef const uint64_t* pc = <const uint64_t*>cnp.PyArray_DATA(ca)
+    cdef cnp.ndarray va, ma
+    cdef uint8_t* pm
+    cdef void* pv
+    for c in range(k):
+        w, signed, nullable = plan[c]
+        if w not in (1, 2, 4, 8):
+            raise ValueError(f"decode_u64: plan {plan} is not a u64 code")
+        bits += 8 * w + (8 if nullable else 0)
+    if bits > 64:
+        raise ValueError(f"decode_u64: plan {plan} is not a u64 code")
+    cdef list out = [None] * k
+    for c in range(k - 1, -1, -1):
+        w, signed, nullable = plan[c]
+        vshift = shift
+        shift += 8 * w
+        fshift = shift
+        if nullable:
+            shift += 8
+        vmask = 0xFFFFFFFFFFFFFFFF if w == 8 else ((<uint64_t>1) << (8 * w)) - 1
+        flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
+        va = empty1(n, _int_type(w, signed))
+        pv = cnp.PyArray_DATA(va)
+        ma = None
+        anynull = False
+        if nullable:
+            ma = empty1(n, cnp.NPY_BOOL)
+            pm = <uint8_t*>cnp.PyArray_DATA(ma)
+        with nogil:
+            for i in range(n):
+                v = ((pc[i] >> vshift) & vmask) ^ flip
+                if nullable:
+                    if ((pc[i] >> fshift) & 0xFF) == 0:
+                        pm[i] = 1
+                        anynull = True
+                        v = 0
+                    else:
+                        pm[i] = 0
+                if w == 8:
+                    (<uint64_t*>pv)[i] = v
+                elif w == 4:
+                    (<uint32_t*>pv)[i] = <uint32_t>v
+                elif w == 2:
+                    (<uint16_t*>pv)[i] = <uint16_t>v
+                else:
+                    (<uint8_t*>pv)[i] = <uint8_t>v
+        out[c] = (va, ma if anynull else None)
+    return out
+
+
+cdef extern from *:
+    """
+    typedef __int128 agg_i128;   /* exact sums of int64 partials */
+    """
+    ctypedef long long agg_i128
+
+
+def merge_sum_packed(list parts, list is_int):
+    """A combiner's packed parts merged and summed per key (twin of
+    ``kernels_ref.merge_sum_packed``): ``parts`` are W 2-d ``uint64`` arrays of ``1 + C`` rows,
+    row 0 a run of key codes (ascending, distinct), row ``1 + c`` the bits of partial column
+    ``c`` (int64 where ``is_int[c]``, else float64). Returns ``(out, over)``: ``out`` of
+    ``1 + C`` rows, row 0 the distinct codes ascending, row ``1 + c`` column ``c`` summed per
+    key (int64 sums exact, stored wrapped; floats added in part order from the first value),
+    and a bool mask of the keys some int64 sum of which leaves int64 (None when none does).
+
+    One k-way merge over the W heads into one allocation: the parts stay as they crossed the
+    exchange (no array per column and part, no output array per column)."""
+    cdef Py_ssize_t W = len(parts), C = len(is_int), w, c
+    cdef int64_t n = 0, g = 0, best, i
+    cdef cnp.ndarray a
+    cdef list keep = []
+    if W == 0 or W > 64 or C > 64:
+        raise ValueError(f"merge_sum_packed: {W} parts (1 to 64), {C} columns (at most 64)")
+    cdef const uint64_t* base[64]
+    cdef int64_t kn[64]
+    cdef int64_t pos[64]
+    cdef int64_t stride[64]
+    cdef uint8_t isi[64]
+    for c in range(C):
+        isi[c] = 1 if is_int[c] else 0
+    for w in range(W):
+        a = parts[w]
+        if not isinstance(a, np.ndarray) or a.ndim != 2 or a.shape[0] != 1 + C \
+                or a.dtype != np.uint64:
+            raise ValueError(f"merge_sum_packed: part {w} is not a uint64 array of {1 + C} rows")
+        a = np.ascontiguousarray(a)
+        keep.append(a)
+        base[w] = <const uint64_t*>cnp.PyArray_DATA(a)
+        kn[w] = a.shape[1]
+        stride[w] = a.shape[1]
+        pos[w] = 0
+        n += kn[w]
+        for i in range(1, kn[w]):
+            if base[w][i] <= base[w][i - 1]:
+                raise ValueError("merge_sum_packed: a key run is not ascending and distinct")
+    cdef cnp.npy_intp dims[2]
+    dims[0] = 1 + C
+    dims[1] = n
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT64, 0)
+    cdef uint64_t* po = <uint64_t*>cnp.PyArray_DATA(out)
+    cdef cnp.ndarray overm = zeros1(n, cnp.NPY_BOOL)
+    cdef uint8_t* pov = <uint8_t*>cnp.PyArray_DATA(overm)
+    cdef bint any_over = False
+    cdef uint64_t k, bk = 0
+    cdef agg_i128 acc
+    cdef double facc, fadd
+    cdef uint64_t bits
+    with nogil:
+        while True:
+            best = -1
+            for w in range(W):  # the run whose head is the smallest code (the first such run)
+                if pos[w] < kn[w]:
+                    k = base[w][pos[w]]
+                    if best < 0 or k < bk:
+                        best, bk = w, k
+            if best < 0:
+                break
+            po[g] = bk
+            for c in range(C):
+                if isi[c]:
+                    acc = <int64_t>base[best][(1 + c) * stride[best] + pos[best]]
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                            acc += <int64_t>base[w][(1 + c) * stride[w] + pos[w]]
+                    if acc < <agg_i128>INT64_MIN or acc > <agg_i128>INT64_MAX:
+                        pov[g] = 1
+                        any_over = True
+                    po[(1 + c) * n + g] = <uint64_t><int64_t>acc
+                else:
+                    bits = base[best][(1 + c) * stride[best] + pos[best]]
+                    memcpy(&facc, &bits, 8)
+                    for w in range(best + 1, W):
+                        if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                            memcpy(&fadd, &base[w][(1 + c) * stride[w] + pos[w]], 8)
+                            facc = facc + fadd
+                    memcpy(&po[(1 + c) * n + g], &facc, 8)
+            pos[best] += 1
+            for w in range(best + 1, W):
+                if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                    pos[w] += 1
+            g += 1
+        if g < n:  # distinct keys first: pack the rows to g columns
+            for c in range(1, C + 1):
+                memmove(&po[c * g], &po[c * n], g * 8)
+    if g < n:
+        out = out.reshape(-1)[:(1 + C) * g].reshape(1 + C, g)
+    return out, (overm[:g] if any_over else None)

@@ -426,3 +426,22 @@ def test_pick_batch_refuses_bad_arrays():
             mod.pick_batch(g, old, [a.astype(np.int32)], [a], s)
         with pytest.raises(ValueError):
             mod.pick_batch(g, old[:1], [a], [a], s)
+
+
+@given(st.lists(st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-3, 3) |
+                st.sampled_from([0, 16, 32, 2 ** 60, -2 ** 60]), min_size=1, max_size=300))
+def test_group_rows_hash_grouping_is_a_stable_sort(keys):
+    """Groups found through the hash table (collisions, many or few distinct codes): the
+    distinct codes ascending and each group's rows in input order, as a stable sort gives."""
+    n = len(keys)
+    k = np.array(keys, np.int64)
+    batch = pa.RecordBatch.from_arrays([pa.array(k), pa.array(np.arange(n))], names=["k", "v"])
+    ks, vs = pa.schema([batch.schema.field(0)]), pa.schema([batch.schema.field(1)])
+    got = arrow_c.group_rows(batch, [0], [(8, True, False)], [1], np.arange(n, dtype=np.int64),
+                             ks, vs)
+    perm = np.argsort(k, kind="stable")
+    np.testing.assert_array_equal(got[3].column(0).to_numpy(), perm)
+    np.testing.assert_array_equal(got[4], perm)
+    uniq, first = np.unique(k, return_index=True)
+    np.testing.assert_array_equal(got[0].column(0).to_numpy(), uniq)
+    np.testing.assert_array_equal(got[2], np.append(np.searchsorted(k[perm], uniq), n))

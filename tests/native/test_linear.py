@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from dbsp._native import linear as native
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dbsp.algebra import kernels_ref as ref
+from dbsp.algebra.codes import KeyCodec
 
 I64 = st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-3, 3) | st.sampled_from(
     [2 ** 62, -2 ** 62, 2 ** 63 - 1, -2 ** 63])
@@ -138,3 +140,117 @@ def test_finish_emit_rejects_bad_plan():
     many = [np.array([1], np.int64)] * 65
     with pytest.raises(ValueError, match="at most 64 partial columns"):
         native.finish_emit(many, many, np.array([0]), np.array([0]), [(0, 0, 0)], [True] * 65)
+
+
+_INT_TYPES = [(pa.int8(), 1, True), (pa.int16(), 2, True), (pa.int32(), 4, True),
+              (pa.int64(), 8, True), (pa.uint8(), 1, False), (pa.uint16(), 2, False),
+              (pa.uint32(), 4, False), (pa.uint64(), 8, False), (pa.date32(), 4, True),
+              (pa.timestamp("us"), 8, True)]
+
+
+@st.composite
+def coded_keys(draw):
+    """(record batch of integer / temporal key columns fitting a u64 code, its codec)."""
+    n = draw(st.integers(0, 8))
+    fields, cols, bits = [], [], 0
+    for j in range(draw(st.integers(1, 4))):
+        t, w, signed = draw(st.sampled_from(_INT_TYPES))
+        nullable = draw(st.booleans())
+        if bits + 8 * w + 8 * nullable > 64:
+            break
+        bits += 8 * w + 8 * nullable
+        lo, hi = (-(1 << (8 * w - 1)), (1 << (8 * w - 1)) - 1) if signed else (0, (1 << (8 * w)) - 1)
+        el = st.integers(lo, hi) | st.sampled_from([lo, hi, 0])
+        vals = draw(st.lists(el | st.none() if nullable else el, min_size=n, max_size=n))
+        st_t = pa.int64() if t == pa.timestamp("us") else (pa.int32() if t == pa.date32() else t)
+        cols.append(pa.array(vals, st_t).cast(t) if st_t != t else pa.array(vals, t))
+        fields.append(pa.field(f"k{j}", t, nullable))
+    if not fields:
+        fields, cols = [pa.field("k0", pa.int64(), False)], [pa.array([0] * n, pa.int64())]
+    return pa.RecordBatch.from_arrays(cols, schema=pa.schema(fields)), KeyCodec(fields)
+
+
+@given(coded_keys())
+@example((pa.record_batch([pa.array([-2 ** 63, 2 ** 63 - 1], pa.int64())], names=["k"]),
+          KeyCodec([pa.field("k", pa.int64(), False)])))
+def test_decode_u64(case):
+    batch, codec = case
+    plan = codec._native_plan
+    assert plan is not None
+    codes = codec.encode(batch.columns, batch.num_rows)
+    got = native.decode_u64(codes, plan)
+    want = ref.decode_u64(codes, plan)
+    assert len(got) == len(want) == batch.num_columns
+    for (gv, gm), (wv, wm), col in zip(got, want, batch.columns):
+        _same(gv, wv)
+        assert gv.dtype == wv.dtype
+        assert (gm is None) == (wm is None)
+        if gm is not None:
+            _same(gm, wm)
+        # the naive model: the column's own values back (as integers), nulls where it has them
+        ints = col.view(pa.from_numpy_dtype(gv.dtype)).to_pylist()
+        back = [None if gm is not None and gm[i] else int(v) for i, v in enumerate(gv)]
+        assert back == ints
+
+
+def test_decode_u64_rejects_wide_plan():
+    with pytest.raises(ValueError, match="decode_u64"):
+        native.decode_u64(np.zeros(1, np.uint64), [(8, True, True)])
+    with pytest.raises(ValueError, match="decode_u64"):
+        ref.decode_u64(np.zeros(1, np.uint64), [(4, True, False), (3, False, False)])
+
+
+@st.composite
+def packed_parts(draw):
+    """(W packed parts: key codes, then int64 / float64 partial bits; is_int)."""
+    is_int = [True] + draw(st.lists(st.booleans(), max_size=3))
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        keys = sorted(draw(st.sets(st.integers(0, 12) | st.sampled_from([2 ** 64 - 1]),
+                                   max_size=8)))
+        m = np.empty((1 + len(is_int), len(keys)), np.uint64)
+        m[0] = np.array(keys, np.uint64)
+        for c, i in enumerate(is_int):
+            el = I64 if i else st.floats(-1e6, 1e6) | st.sampled_from([0.0, -0.0, 0.25])
+            vals = draw(st.lists(el, min_size=len(keys), max_size=len(keys)))
+            m[1 + c] = np.array(vals, np.int64 if i else np.float64).view(np.uint64)
+        parts.append(m)
+    return parts, is_int
+
+
+@given(packed_parts())
+@example(([np.array([[5], [2 ** 63 - 1]], np.uint64), np.array([[5], [1]], np.uint64)], [True]))
+def test_merge_sum_packed(case):
+    parts, is_int = case
+    got = native.merge_sum_packed(parts, is_int)
+    want = ref.merge_sum_packed(parts, is_int)
+    _same(got[0], want[0])
+    assert (got[1] is None) == (want[1] is None)
+    if want[1] is not None:
+        _same(got[1], want[1])
+    # the naive model: per key, the sum of its values over the parts
+    sums: dict = {}
+    for p in parts:
+        for j, k in enumerate(p[0].tolist()):
+            row = [int(p[1 + c].view(np.int64)[j]) if i else float(p[1 + c].view(np.float64)[j])
+                   for c, i in enumerate(is_int)]
+            sums[k] = row if k not in sums else [a + b for a, b in zip(sums[k], row)]
+    assert got[0][0].tolist() == sorted(sums)
+    over = [any(not -2 ** 63 <= sums[k][c] < 2 ** 63 for c, i in enumerate(is_int) if i)
+            for k in sorted(sums)]
+    assert (got[1].tolist() if got[1] is not None else [False] * len(over)) == over
+    for c, i in enumerate(is_int):
+        col = got[0][1 + c].view(np.int64 if i else np.float64).tolist()
+        for g, k in enumerate(sorted(sums)):
+            x = sums[k][c]
+            if i:
+                assert col[g] == (x + 2 ** 63) % 2 ** 64 - 2 ** 63
+            else:
+                assert col[g] == pytest.approx(x)
+
+
+def test_merge_sum_packed_rejects_bad_parts():
+    with pytest.raises(ValueError, match="not ascending"):
+        native.merge_sum_packed([np.array([[3, 3], [1, 1]], np.uint64)], [True])
+    with pytest.raises(ValueError, match="rows"):
+        native.merge_sum_packed([np.zeros((3, 2), np.uint64)], [True])

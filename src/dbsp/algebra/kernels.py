@@ -53,6 +53,8 @@ _NATIVE = {
     "combine_partials": "linear",
     "delta_partials": "linear",
     "finish_emit": "linear",
+    "decode_u64": "linear",
+    "merge_sum_packed": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
     "group_rows": "arrow_c",
@@ -162,6 +164,8 @@ pick_rows = _resolve("pick_rows")
 combine_partials = _resolve("combine_partials")
 finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
+decode_u64 = _resolve("decode_u64")
+merge_sum_packed = _resolve("merge_sum_packed")
 take_batch = _resolve("take_batch")
 group_rows = _resolve("group_rows")
 index_rows = _resolve("index_rows")

@@ -517,6 +517,66 @@ def _code_order(x) -> tuple:
     return (1, x + 0.0 if isinstance(x, float) else x)
 
 
+def decode_u64(codes: np.ndarray, plan: Sequence) -> list:
+    """The key columns of u64 key codes (the inverse of ``KeyCodec._encode_u64``): ``plan`` per
+    column ``(byte width, signed, nullable)`` as ``KeyCodec._native_plan``, the columns packed
+    most significant first, a nullable column's validity byte before its value, a signed
+    value's sign bit flipped. Per column ``(values, null mask or None)``: values as the signed
+    (else unsigned) integers of that width, 0 where null; the mask only for a nullable column
+    with a null. Raises ValueError when the plan takes more than 64 bits."""
+    bits = sum(8 * w + (8 if nullable else 0) for w, _, nullable in plan)
+    if bits > 64 or any(w not in (1, 2, 4, 8) for w, _, _ in plan):
+        raise ValueError(f"decode_u64: plan {list(plan)} is not a u64 code")
+    out = []
+    rest = [int(x) for x in np.asarray(codes, np.uint64).tolist()]
+    for w, signed, nullable in reversed(list(plan)):
+        vals, valid = [], []
+        for i, c in enumerate(rest):
+            v = c & ((1 << (8 * w)) - 1)
+            c >>= 8 * w
+            ok = True
+            if nullable:
+                ok = (c & 0xFF) != 0
+                c >>= 8
+            rest[i] = c
+            if signed:
+                v ^= 1 << (8 * w - 1)
+                v = v - (1 << (8 * w)) if v >= 1 << (8 * w - 1) else v
+            vals.append(v if ok else 0)
+            valid.append(ok)
+        dt = np.dtype(f"{'i' if signed else 'u'}{w}")
+        mask = None if all(valid) else ~np.array(valid, dtype=bool)
+        out.append((np.array(vals, dtype=dt), mask))
+    return out[::-1]
+
+
+def merge_sum_packed(parts: Sequence[np.ndarray], is_int: Sequence[bool]) -> tuple:
+    """A combiner's packed parts merged and summed per key (see
+    ``dbsp._native.linear.merge_sum_packed``): ``parts`` are 2-d ``uint64`` arrays of
+    ``1 + C`` rows (key codes, then the bits of each partial column, int64 where ``is_int[c]``,
+    else float64). ``(out, over)``: :func:`merge_sum_runs` of the rows, packed alike."""
+    C = len(is_int)
+    for w, p in enumerate(parts):
+        if not isinstance(p, np.ndarray) or p.ndim != 2 or p.shape[0] != 1 + C \
+                or p.dtype != np.uint64:
+            raise ValueError(f"merge_sum_packed: part {w} is not a uint64 array of {1 + C} rows")
+    if not parts:
+        raise ValueError("merge_sum_packed: 0 parts (1 to 64), 0 columns (at most 64)")
+    for p in parts:
+        k = [int(x) for x in p[0].tolist()]
+        if any(b <= a for a, b in zip(k, k[1:])):
+            raise ValueError("merge_sum_packed: a key run is not ascending and distinct")
+    kc, _, sums, over = merge_sum_runs(
+        [p[0] for p in parts],
+        [[p[1 + c].view(np.int64 if i else np.float64) for p in parts]
+         for c, i in enumerate(is_int)], is_int)
+    out = np.empty((1 + C, len(kc)), np.uint64)
+    out[0] = kc
+    for c, s in enumerate(sums):
+        out[1 + c] = s.view(np.uint64)
+    return out, over
+
+
 def finish_emit(old: list, new: list, eo: np.ndarray, en: np.ndarray, plan: list,
                 is_int: list):
     """A linear aggregate's output rows of a step, in row order and consolidated (see
@@ -774,7 +834,7 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-GROUP_ROWS_MAX = 4096
+GROUP_ROWS_MAX = 1 << 16
 
 
 def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema,

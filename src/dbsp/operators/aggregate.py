@@ -1035,8 +1035,15 @@ class LinearAggregateOperator(Operator):
     finished, in the order of the output's row codes and consolidated
     (:func:`~dbsp.algebra.kernels.finish_emit`), as a
     :class:`~dbsp.operators.output.SortedPart` that an output handle reads as it is (no encode,
-    no sort: the keys were sorted by code when grouped). With u64 keys, a small step's rows are
-    grouped in one native pass (:func:`~dbsp.algebra.kernels.group_rows`).
+    no sort: the keys were sorted by code when grouped). With u64 keys, a step's rows (up to
+    64K) are grouped in one native pass (:func:`~dbsp.algebra.kernels.group_rows`: a hash table
+    of the key codes, only the distinct codes sorted).
+
+    *W > 1.* A worker's part of the partials is one ``uint64`` array (key codes, then the bits
+    of each partial column) with the plan of the codes; the parts received are merged and summed
+    in one native pass (:func:`~dbsp.algebra.kernels.merge_sum_packed`) and the key columns
+    read back from the codes (:func:`~dbsp.algebra.kernels.decode_u64`): no key batch is
+    gathered, sent, concatenated and gathered again.
     """
 
     state_attrs = ('state',)
@@ -1091,6 +1098,8 @@ class LinearAggregateOperator(Operator):
         self._nk = nk
         #: the key codec last seen whose order is the output's key order (see _step_numeric)
         self._ordered_kcodec: Optional[KeyCodec] = None
+        #: (codec, schema of its fields) of the key batches read back from codes (_keys_of)
+        self._key_batch_schema: Optional[tuple] = None
 
     @property
     def passes_empty(self) -> bool:  # type: ignore[override]
@@ -1120,7 +1129,7 @@ class LinearAggregateOperator(Operator):
         g = self._group_plan
         if g is None or g[0] is not p:  # once per input schema
             g = self._group_plan = self._plan_group(p, data.schema)
-        if g[1] is not None:  # u64 keys: one native pass (None: a null, or a large step)
+        if g[1] is not None:  # u64 keys: one native pass (None: a null, or past 64K rows)
             got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4], g[6])
             if got is not None:
                 keys, kcodes, bounds, vals, w = got[:5]
@@ -1387,22 +1396,34 @@ class LinearAggregateOperator(Operator):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
         partial columns)`` of the keys this worker owns, or None.
 
-        Partials cross the exchange as they are computed (numpy columns; decimal sums as Arrow
-        arrays), not as a record batch: building one, and reading it back on the other side,
-        cost more than the rows themselves (a few dozen keys a step).
+        Partials cross the exchange as they are computed, not as a record batch: building one,
+        and reading it back on the other side, cost more than the rows themselves (a few dozen
+        keys a step). With u64 key codes read from the key columns' buffers and numpy partials
+        (:meth:`_pack`), a worker's part is one ``uint64`` array (the codes, then each partial
+        column's bits) and the plan of the codes: the keys' columns are read back from their
+        codes (:func:`~dbsp.algebra.kernels.decode_u64`), so no key batch is gathered, sent,
+        concatenated and gathered again. Else a part is ``(keys, codes, partial columns)``.
         """
         P, W = self.partials, self.ctx.workers
         parts: list = [None] * W
         if len(d):
             d, local = self._delta_partials(d, z)
         if len(d):
+            packed = self._pack(d, local)
             for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
                 if len(idx):
-                    parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
+                    parts[w] = (packed[0][:, idx], packed[1]) if packed is not None else \
+                        (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
         if not got:
             return None
         codec = d.kcodec if len(d) else KeyCodec(list(self.key_schema))
+        if any(len(g) == 2 for g in got):
+            if all(len(g) == 2 for g in got):
+                done = self._sum_packed(got, codec)
+                if done is not None:
+                    return done
+            got = [self._unpack(g, codec) if len(g) == 2 else g for g in got]
         if len(got) == 1:  # one consolidated part: keys already sorted and distinct
             return got[0][0], got[0][1], codec, got[0][2]
         if P.dtypes is not None and all(type(g[1]) is np.ndarray for g in got):
@@ -1428,6 +1449,61 @@ class LinearAggregateOperator(Operator):
             ok = np.flatnonzero(bad_keys(self, keys, None, kc, flags, sums[0]))
             keys, kc, sums = take(keys, ok), K.take(kc, ok), _take_cols(sums, ok)
         return keys, kc, codec, sums
+
+    def _pack(self, d: OrdIndexedZSet, local: list) -> Optional[tuple]:
+        """``(array, plan)``: the codes of ``d``'s keys and the bits of its partials ``local``
+        as the rows of one ``uint64`` array, and the plan of the codes (``KeyCodec``'s native
+        plan, as a tuple); None when the codes are not u64 read from the key columns or a
+        partial is not a numpy column (decimals)."""
+        plan = d.kcodec._native_plan
+        if plan is None or type(d.kcodes) is not np.ndarray or self.partials.dtypes is None \
+                or any(type(c) is not np.ndarray or c.dtype.itemsize != 8 for c in local):
+            return None
+        m = np.empty((1 + len(local), len(d.kcodes)), np.uint64)
+        m[0] = d.kcodes
+        for i, c in enumerate(local):
+            m[1 + i] = c.view(np.uint64)
+        return m, tuple(plan)
+
+    def _columns(self, m: np.ndarray) -> list:
+        """The partial columns of a packed part's rows (views, each of its dtype)."""
+        return [m[1 + i].view(dt) for i, dt in enumerate(self.partials.dtypes)]
+
+    def _keys_of(self, kc: np.ndarray, plan: tuple, codec: KeyCodec) -> pa.RecordBatch:
+        """The key columns of the u64 codes ``kc`` (of ``plan``) as a batch of ``codec``'s
+        fields, in one native import."""
+        cols = K.decode_u64(kc, [tuple(p) for p in plan])
+        schema = self._key_batch_schema
+        if schema is None or schema[0] is not codec:
+            schema = self._key_batch_schema = (codec, pa.schema(codec.fields))
+        out = K.take_batch(None, None, cols, schema[1])
+        if out is None:  # (a type take_batch does not build)
+            out = pa.RecordBatch.from_arrays(
+                [pa.array(v, f.type, mask=m) for f, (v, m) in zip(codec.fields, cols)],
+                schema=schema[1])
+        return out
+
+    def _unpack(self, g: tuple, codec: KeyCodec) -> tuple:
+        """A packed part (:meth:`_pack`) as ``(keys, codes, partial columns)``."""
+        m, plan = g
+        kc = np.ascontiguousarray(m[0])
+        return self._keys_of(kc, plan, codec), kc, self._columns(m)
+
+    def _sum_packed(self, got: list, codec: KeyCodec) -> Optional[tuple]:
+        """:meth:`_exchange_partials`' result from packed parts only, or None when some key's
+        int64 sum leaves int64 (the general path names it)."""
+        plan = got[0][1]
+        if any(g[1] != plan for g in got):
+            return None
+        if len(got) == 1:
+            m = got[0][0]
+            kc = np.ascontiguousarray(m[0])
+            return self._keys_of(kc, plan, codec), kc, codec, self._columns(m)
+        m, over = K.merge_sum_packed([g[0] for g in got], self._is_int)
+        if over is not None:
+            return None
+        kc = m[0]
+        return self._keys_of(kc, plan, codec), kc, codec, self._columns(m)
 
     def clock_start(self) -> None:
         self.state.clear()
