@@ -159,6 +159,7 @@ def _key_runs(draw):
 @example([np.array([1, 1, 4], np.uint64), np.array([2, 3, 3], np.uint64)])
 @example([np.array([1, 5], np.uint64), np.array([2], np.uint64), np.array([5], np.uint64)])
 @example([np.zeros(0, np.uint64), np.array([7, 7], np.uint64)])
+@example([np.array([1, 4, 4], np.uint64), np.array([2, 4], np.uint64)])  # two runs share 4
 def test_merge_disjoint_runs(runs):
     got, want = native.merge_disjoint_runs(runs), ref.merge_disjoint_runs(runs)
     if want is None:
