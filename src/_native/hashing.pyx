@@ -397,8 +397,57 @@ cdef void _deal(const codes_t* c, const int32_t* op, int bits, int64_t workers, 
         owner_dest(c, op, bits, <int32_t*>dest, pos)
     for w in range(workers):  # counts -> start of each worker's run
         b[w + 1] = b[w] + pos[w]
+    cdef int64_t* slot = NULL
+    if ncol > 1:
+        slot = <int64_t*>malloc(n * sizeof(int64_t))
+    if slot == NULL:   # one column (or no memory for the slots): each value to its run
+        for k in range(ncol):
+            _scatter_col(dest, small, n, workers, b, pos, sp[k], outp[k], width[k])
+        return
+    # several columns: every row's slot once, then each column a plain scatter (a few
+    # instructions a value where choosing the run again costs four times as many)
+    if small:
+        place_rows(<const uint8_t*>dest, n, workers, b, pos, slot)
+    else:
+        place_rows(<const int32_t*>dest, n, workers, b, pos, slot)
     for k in range(ncol):
-        _scatter_col(dest, small, n, workers, b, pos, sp[k], outp[k], width[k])
+        if width[k] == 1:
+            put_values(slot, n, <const uint8_t*>sp[k], <uint8_t*>outp[k])
+        elif width[k] == 2:
+            put_values(slot, n, <const uint16_t*>sp[k], <uint16_t*>outp[k])
+        elif width[k] == 4:
+            put_values(slot, n, <const uint32_t*>sp[k], <uint32_t*>outp[k])
+        else:
+            put_values(slot, n, <const uint64_t*>sp[k], <uint64_t*>outp[k])
+    free(slot)
+
+
+cdef void place_rows(const dest_t* dest, int64_t n, int64_t workers, const int64_t* start,
+                     int64_t* pos, int64_t* slot) noexcept nogil:
+    """slot[i] = pos[dest[i]]++ for every row in order (``start``: each worker's first slot)."""
+    cdef int64_t i, p0, p1, d, p, w
+    if workers == 2:
+        p0, p1 = start[0], start[1]
+        for i in range(n):
+            d = dest[i]
+            slot[i] = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
+            p1 += d
+            p0 += 1 - d
+        return
+    for w in range(workers):
+        pos[w] = start[w]
+    for i in range(n):
+        d = dest[i]
+        p = pos[d]
+        slot[i] = p
+        pos[d] = p + 1
+
+
+cdef void put_values(const int64_t* slot, int64_t n, const word_t* src,
+                     word_t* out) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        out[slot[i]] = src[i]
 
 
 def owner_rows(codes, owners, int bits, int64_t workers):
