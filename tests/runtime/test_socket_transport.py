@@ -54,6 +54,32 @@ def test_large_parts_both_ways_at_once(workers):
         t.close()
 
 
+def test_two_workers_small_one_way_large_the_other():
+    """Two workers: the one whose small part is sent at once waits for the peer's large part
+    in a blocking receive, while the peer is still pushing it through the socket buffer; parts
+    of every size in between, and empty ones, arrive intact and in step."""
+    mesh = socketpair_mesh(2)
+    transports = [SocketTransport(w, mesh[w], 2) for w in range(2)]
+    sizes = [0, 1, 7, 1000, 300_000, 2_000_000]
+
+    def fn(i, t):
+        got = []
+        for rnd, n in enumerate(sizes):
+            mine = np.arange(n if i == rnd % 2 else 3, dtype=np.int64) + rnd
+            recv = t.exchange(i, [mine, mine])
+            other = recv[1 - i]
+            got.append((len(other), int(other.sum())))
+        return got
+
+    res = _run_workers(transports, fn)
+    for i in range(2):
+        for rnd, n in enumerate(sizes):
+            m = n if (1 - i) == rnd % 2 else 3
+            assert res[i][rnd] == (m, int((np.arange(m, dtype=np.int64) + rnd).sum()))
+    for t in transports:
+        t.close()
+
+
 def test_tcp_mesh_on_loopback():
     import socket
     listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]

@@ -1,12 +1,14 @@
 """A transport over a full mesh of connected sockets (between processes or hosts).
 
-Every pair of workers shares one non-blocking stream socket. An exchange sends to and receives
-from all peers in one ``poll`` loop (incremental :class:`~dbsp.storage.wire.Sender` /
-:class:`~dbsp.storage.wire.Receiver`), so two workers sending large parts to each other at the
-same time can never deadlock on full socket buffers, and no thread hand-off sits on the path.
+Every pair of workers shares one stream socket. An exchange sends to and receives from all
+peers in one ``poll`` loop of sends and receives that never block (``MSG_DONTWAIT``;
+incremental :class:`~dbsp.storage.wire.Sender` / :class:`~dbsp.storage.wire.Receiver`), so two
+workers sending large parts to each other at the same time can never deadlock on full socket
+buffers, and no thread hand-off sits on the path.
 ``poll``, not ``select``: ``select`` cannot watch a descriptor numbered 1024 or more, which a
 process with many open files (a Spark executor, a worker with thousands of batch files) hands
-out to its sockets.
+out to its sockets. A worker with one peer (two workers) whose part is sent waits for the
+peer's in a blocking receive instead: nothing can then wait on it, and it saves the poll.
 Messages carry the exchange's sequence number; all workers call :meth:`exchange` in the same
 order (identical circuits in lockstep), and a mismatch is reported as a protocol error.
 
@@ -274,8 +276,11 @@ class SocketTransport:
         self.seq = 0
         self.bytes_sent = 0
         self._aborted = False
+        # blocking sockets: the poll loop's sends and receives never block (MSG_DONTWAIT), and
+        # a worker with one peer (two workers) waits for its part in a blocking receive
         for s in peers.values():
-            s.setblocking(False)
+            s.setblocking(True)
+        self._one = next(iter(peers.items())) if len(peers) == 1 else None
 
     def exchange(self, worker: int, parts: Sequence[Any]) -> list[Any]:
         if worker != self.worker:
@@ -291,11 +296,20 @@ class SocketTransport:
             snd = wire.Sender(sock, (seq, parts[p]))
             self.bytes_sent += snd.nbytes
             sending[sock] = snd
-        receiving = {sock: (p, wire.Receiver(sock)) for p, sock in self.peers.items()}
         try:
             for sock in list(sending):  # most messages fit the socket buffer: no poll needed
                 if sending[sock].pump():
                     del sending[sock]
+            if self._one is not None and not sending:
+                # one peer and our part sent: nothing can block on us, so wait for the
+                # peer's part in a blocking receive (a send, two receives: no poll, no
+                # poller set up, no receive that finds nothing)
+                p, sock = self._one
+                rcv = wire.Receiver(sock)
+                rcv.wait()
+                out[p] = self._value(p, rcv, seq)
+                return out
+            receiving = {sock: (p, wire.Receiver(sock)) for p, sock in self.peers.items()}
             by_fd = {s.fileno(): s for s in self.peers.values()}
             poller = select.poll()  # no syscall until poll(); no limit on descriptor numbers
 
@@ -317,12 +331,7 @@ class SocketTransport:
                         p, rcv = receiving[sock]
                         if rcv.feed():
                             del receiving[sock]
-                            got_seq, value = rcv.value()
-                            if got_seq != seq:
-                                raise RuntimeError(
-                                    f"exchange out of step: worker {p} sent #{got_seq}, "
-                                    f"expected #{seq} (circuits differ between workers?)")
-                            out[p] = value
+                            out[p] = self._value(p, rcv, seq)
                     mask = watch(sock)
                     if mask:
                         poller.modify(sock, mask)
@@ -332,6 +341,14 @@ class SocketTransport:
             self._aborted = True
             raise TransportAborted(f"a peer of worker {self.worker} is gone ({e})") from None
         return out
+
+    @staticmethod
+    def _value(p: int, rcv: "wire.Receiver", seq: int) -> Any:
+        got_seq, value = rcv.value()
+        if got_seq != seq:
+            raise RuntimeError(f"exchange out of step: worker {p} sent #{got_seq}, expected "
+                               f"#{seq} (circuits differ between workers?)")
+        return value
 
     def all_gather(self, worker: int, value: Any) -> list[Any]:
         return self.exchange(worker, [value] * self.workers)

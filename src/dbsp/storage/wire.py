@@ -212,21 +212,33 @@ def _pad8(n: int) -> int:
 _ZEROS = bytes(8)
 
 
+_PADS = [b""] + [bytes(8 - i) for i in range(1, 8)]  # the zeros that pad ``i`` bytes to 8
+
+
 def _frames(magic: int, meta: Any, raws: list) -> list:
     """The frames of a message: header, buffer lengths, ``meta`` (bytes-like), the buffers
-    (byte-like, contiguous), each part padded to 8 bytes."""
-    lens = [memoryview(r).nbytes for r in raws]
+    (byte-like, contiguous), each part padded to 8 bytes. Every frame is a bytes object or a
+    flat memoryview of bytes (format ``B``), ready for ``sendmsg``."""
+    pads = _PADS
+    frames: list = [b"", b"", meta]
+    lens = []
     nmeta = len(meta)
-    frames: list = [b"", struct.pack(f"<{len(lens)}Q", *lens), meta]
-    body = 8 * len(lens) + _pad8(nmeta)
+    body = 8 * len(raws) + nmeta
     if nmeta & 7:
-        frames.append(_ZEROS[:8 - (nmeta & 7)])
-    for r, n in zip(raws, lens):
+        frames.append(pads[nmeta & 7])
+        body += 8 - (nmeta & 7)
+    for r in raws:
+        if type(r) is not memoryview or r.format != "B" or r.ndim != 1:
+            r = memoryview(r).cast("B")
+        n = len(r)
+        lens.append(n)
         frames.append(r)
+        body += n
         if n & 7:
-            frames.append(_ZEROS[:8 - (n & 7)])
-        body += _pad8(n)
+            frames.append(pads[n & 7])
+            body += 8 - (n & 7)
     frames[0] = _HEAD.pack(magic, len(lens), nmeta, body)
+    frames[1] = struct.pack(f"<{len(lens)}Q", *lens)
     return frames
 
 
@@ -358,12 +370,30 @@ _COLUMNS_FROM = 1 << 16
 
 
 def _enc_array(a: np.ndarray, raws: list) -> Optional[tuple]:
-    if a.dtype.kind not in _PLAIN or a.dtype.fields is not None:
-        return None
+    dt = a.dtype
+    got = _DTYPE_STR.get(dt)
+    if got is None:
+        if dt.kind not in _PLAIN or dt.fields is not None:
+            return None
+        # numpy exports no buffer of datetimes and timedeltas: those are viewed as bytes
+        got = _DTYPE_STR[dt] = (dt.str, dt.kind in "biufc")
+    ds, flat = got
+    if flat and a.ndim == 1:   # a step's arrays: no reshaped or viewed copy of the array
+        m = memoryview(a)
+        if m.c_contiguous:
+            raws.append(m.cast("B"))
+            return (..., "a", ds, a.shape, len(raws) - 1)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
     raws.append(a.reshape(-1).view(np.uint8) if a.ndim else a.reshape(1).view(np.uint8))
-    return (..., "a", a.dtype.str, a.shape, len(raws) - 1)
+    return (..., "a", ds, a.shape, len(raws) - 1)
+
+
+#: ``dtype -> (dtype.str, its buffer can be exported)`` of the plain dtypes sent (a few; computing the string each time, and
+#: parsing it back on the other side, cost more than a small array's bytes)
+_DTYPE_STR: dict = {}
+#: ``dtype.str -> dtype`` on the receiving side
+_DTYPE_OF: dict = {}
 
 
 def _enc_varcodes(v: VarCodes, raws: list) -> tuple:
@@ -450,7 +480,14 @@ def _dec_columns(s: tuple, bufs: list) -> pa.RecordBatch:
 
 
 def _dec_array(s: tuple, bufs: list) -> np.ndarray:
-    a = np.frombuffer(bufs[s[4]], dtype=s[2])
+    dt = _DTYPE_OF.get(s[2])
+    if dt is None:
+        dt = np.dtype(s[2])
+        if dt.kind not in _PLAIN or dt.fields is not None:
+            raise WireError(f"message names an array of dtype {s[2]!r}")
+        if len(_DTYPE_OF) < _SCHEMA_CACHE:
+            _DTYPE_OF[s[2]] = dt
+    a = np.frombuffer(bufs[s[4]], dtype=dt)
     return a.reshape(s[3]) if len(s[3]) != 1 else a
 
 
@@ -516,14 +553,16 @@ def loads(message: Any) -> Any:
 def send(sock: socket.socket, obj: Any) -> int:
     """Send one message with scatter-gather writes (one ``sendmsg`` for all frames when the
     socket takes it all, which it does for anything up to the socket buffer)."""
-    frames = [memoryview(f).cast("B") for f in dumps(obj)]
-    total = sum(f.nbytes for f in frames)
+    frames = dumps(obj)   # bytes and flat memoryviews (see _frames)
+    total = 0
+    for f in frames:
+        total += len(f)
     sent = 0
     while frames:
         k = sock.sendmsg(frames[:_IOV_MAX])
         sent += k
-        while frames and k >= frames[0].nbytes:
-            k -= frames[0].nbytes
+        while frames and k >= len(frames[0]):
+            k -= len(frames[0])
             frames.pop(0)
         if k:
             frames[0] = frames[0][k:]
@@ -540,12 +579,13 @@ def _buffer(n: int) -> Any:
 
 
 def _recv_exact(sock: socket.socket, n: int, buf: Any = None) -> Any:
-    """``n`` bytes from ``sock`` (blocking), in ``buf`` (default: a new bytearray)."""
+    """``n`` bytes from ``sock`` (blocking), in ``buf`` (default: a new bytearray); one
+    receive for all of them (``MSG_WAITALL``) where the socket is blocking, not one a segment."""
     buf = bytearray(n) if buf is None else buf
     mv = memoryview(buf)
     got = 0
     while got < n:
-        k = sock.recv_into(mv[got:], n - got)
+        k = sock.recv_into(mv[got:], n - got, socket.MSG_WAITALL)
         if k == 0:
             raise WireError("connection closed by peer")
         got += k
@@ -558,11 +598,17 @@ def recv(sock: socket.socket) -> Any:
     return _unpack_body(_recv_exact(sock, head[3], _buffer(head[3])), head)
 
 
+#: the flag that makes one send or receive return at once on a blocking socket (POSIX)
+_NOW = socket.MSG_DONTWAIT
+
+
 class Receiver:
-    """Incremental receive of one message from a non-blocking socket (for ``select`` loops).
+    """Incremental receive of one message (for ``poll`` loops).
 
     Call :meth:`feed` when the socket is readable; it returns True once the message is complete,
-    then :meth:`value` unpickles it.
+    then :meth:`value` decodes it. :meth:`feed` never blocks (``MSG_DONTWAIT``), so the socket
+    may be blocking, and :meth:`wait` then reads the rest of the message blocking, with no poll
+    (a transport that has nothing more to send).
     """
 
     __slots__ = ("sock", "_stage", "_buf", "_got", "_head")
@@ -579,7 +625,7 @@ class Receiver:
             need = len(self._buf) - self._got
             if need:
                 try:
-                    k = self.sock.recv_into(memoryview(self._buf)[self._got:], need)
+                    k = self.sock.recv_into(memoryview(self._buf)[self._got:], need, _NOW)
                 except (BlockingIOError, InterruptedError):
                     return False
                 if k == 0:
@@ -593,30 +639,55 @@ class Receiver:
             self._head = _head(bytes(self._buf))
             self._stage, self._buf, self._got = 1, _buffer(self._head[3]), 0
 
+    def wait(self) -> None:
+        """Read the rest of the message, blocking (the socket must be blocking): one receive
+        for the header and one for the body (``MSG_WAITALL``), where a poll loop makes a poll
+        and a receive of each."""
+        while True:
+            need = len(self._buf) - self._got
+            if need:
+                k = self.sock.recv_into(memoryview(self._buf)[self._got:], need,
+                                        socket.MSG_WAITALL)
+                if k == 0:
+                    raise WireError("connection closed by peer")
+                self._got += k
+                continue
+            if self._stage == 1:
+                self._stage = 2
+                return
+            if self._stage == 2:
+                return
+            self._head = _head(bytes(self._buf))
+            self._stage, self._buf, self._got = 1, _buffer(self._head[3]), 0
+
     def value(self) -> Any:
         return _unpack_body(self._buf, self._head)
 
 
 class Sender:
-    """Incremental send of one message on a non-blocking socket (for ``select`` loops)."""
+    """Incremental send of one message (for ``poll`` loops): :meth:`pump` never blocks
+    (``MSG_DONTWAIT``), whether the socket is blocking or not."""
 
     __slots__ = ("sock", "frames", "nbytes")
 
     def __init__(self, sock: socket.socket, obj: Any):
         self.sock = sock
-        self.frames = [memoryview(f).cast("B") for f in dumps(obj)]
-        self.nbytes = sum(f.nbytes for f in self.frames)
+        self.frames = frames = dumps(obj)   # bytes and flat memoryviews (see _frames)
+        n = 0
+        for f in frames:
+            n += len(f)
+        self.nbytes = n
 
     def pump(self) -> bool:
         """Write what the socket takes now; True when everything is sent."""
         frames = self.frames
         while frames:
             try:
-                k = self.sock.sendmsg(frames[:_IOV_MAX])
+                k = self.sock.sendmsg(frames[:_IOV_MAX], (), _NOW)
             except (BlockingIOError, InterruptedError):
                 return False
-            while frames and k >= frames[0].nbytes:
-                k -= frames[0].nbytes
+            while frames and k >= len(frames[0]):
+                k -= len(frames[0])
                 frames.pop(0)
             if k:
                 frames[0] = frames[0][k:]
