@@ -55,6 +55,7 @@ _NATIVE = {
     "finish_emit": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
+    "export_batch": "arrow_c",
     "group_rows": "arrow_c",
     "index_rows": "arrow_c",
     "pick_batch": "arrow_c",
@@ -167,6 +168,7 @@ group_rows = _resolve("group_rows")
 index_rows = _resolve("index_rows")
 pick_batch = _resolve("pick_batch")
 take_batch_runs = _resolve("take_batch_runs")
+export_batch = _resolve("export_batch")
 
 
 def using_native() -> dict[str, bool]:

@@ -908,6 +908,15 @@ def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema):
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+def export_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A record batch as :func:`take_batch_runs` reads it step after step: natively, exported
+    once through the C data interface (``dbsp._native.arrow_c.ExportedBatch``); here the batch
+    itself."""
+    if not isinstance(batch, pa.RecordBatch):
+        raise TypeError(f"export_batch: expected a pyarrow RecordBatch, got {type(batch).__name__}")
+    return batch
+
+
 def take_batch_runs(schema: pa.Schema, groups: list):
     """One record batch of ``schema`` from column groups side by side, each group's rows the
     rows ``idx`` of its ``(batch, idx)`` runs one after another; None when a column is not
