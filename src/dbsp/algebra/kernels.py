@@ -32,6 +32,7 @@ _NATIVE = {
     "intersect": "search",
     "code_sample": "search",
     "code_runs": "search",
+    "code_rank": "search",
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
@@ -142,6 +143,7 @@ range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
 code_sample = _resolve("code_sample")
 code_runs = _resolve("code_runs")
+code_rank = _resolve("code_rank")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")

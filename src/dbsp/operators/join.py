@@ -77,7 +77,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..algebra import kernels as K
-from ..algebra.codes import KeyCodec
+from ..algebra.codes import Codes, KeyCodec
 from ..algebra.time import physical_int
 from ..algebra.schema import as_schema, empty_batch, take, take_batches
 from ..circuit.errors import RowError
@@ -129,6 +129,39 @@ def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
     if len(ai) == 0:
         return None
     return join_matched(x, ai, y, bi)
+
+
+#: a stored batch of this many keys or more is probed through its keys' rank directory when
+#: they are a dense part of their range (smaller ones: a walk of the codes costs little more)
+RANK_MIN_KEYS = 1 << 10
+
+
+def match_trace(batches: list, codes) -> list:
+    """:func:`~dbsp.trace.batch.match_batches` of a join's trace: an in-memory batch of
+    :data:`RANK_MIN_KEYS` keys or more whose key codes are a dense part of their range is probed
+    through their rank directory (:func:`~dbsp.algebra.kernels.code_rank`, made once per
+    batch and kept in its ``memo``). That is the shard of a hash-sharded id key (every W-th
+    id, at random) that the intersection's own dense case (every id of a range) no longer
+    covers once there are two workers: each probe is then a bit test and a popcount instead
+    of a step of a walk through the codes."""
+    if len(codes) == 0:
+        return []
+    if any(b.is_file for b in batches) or not Codes.is_u64(codes):
+        return match_batches(batches, codes)  # (file batches prefetch first)
+    out = []
+    for b in batches:
+        if type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS:
+            m = b.match(codes)
+            if m is not None:
+                out.append(m)
+            continue
+        rank = memoized(b, "code_rank", lambda: K.code_rank(b.kcodes))
+        pi, ki = K.intersect(codes, b.kcodes, b.code_sample(), b.code_runs(), rank)
+        n = len(pi)
+        b.hits += n
+        if n:
+            out.append((b, pi, ki))
+    return out
 
 
 #: below this many keys a batch's offsets and weights stay in the cache: not worth a check
@@ -420,12 +453,12 @@ class JoinOperator(Operator):
         if len(db):
             # z^-1(I(a)) ⋈ Δb: each stored batch is probed with Δb's keys (batch-probe
             # interface: file batches read only the blocks of those keys, all prefetched first)
-            for sub, pi, ki in match_batches(self.left.batches(), db.kcodes):
+            for sub, pi, ki in match_trace(self.left.batches(), db.kcodes):
                 pieces.append((sub, db, join_matched(sub, ki, db, pi, "x")))
             n_left = len(pieces)
             self.right.insert(db)
         if len(da):
-            for sub, pi, ki in match_batches(self.right.batches(), da.kcodes):  # Δa ⋈ I(b)
+            for sub, pi, ki in match_trace(self.right.batches(), da.kcodes):  # Δa ⋈ I(b)
                 pieces.append((da, sub, join_matched(da, pi, sub, ki, "y")))
             self.left.insert(da)
         return self._build(pieces, n_left)
