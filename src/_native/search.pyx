@@ -418,7 +418,8 @@ def code_rank(codes, int64_t max_spread=RANK_SPREAD):
     set when ``lo + d`` is a code and ``counts[w]`` is the number of codes below ``lo + 64 w``.
     The position of code ``x`` is then ``counts[w] + popcount(bits[w] & (2^r - 1))`` (``d =
     x - lo = 64 w + r``): :func:`intersect` places each probe without reading the codes. None for
-    var codes, no codes, or a range more than ``max_spread`` times the number of codes."""
+    var codes, no codes, a range more than ``max_spread`` times the number of codes, or every
+    code of the range (intersect's dense case places those without an index)."""
     co = as_codes(codes)
     if is_var(co):
         return None
@@ -428,8 +429,8 @@ def code_rank(codes, int64_t max_spread=RANK_SPREAD):
         return None
     cdef const uint64_t* u = k.u64
     cdef uint64_t span = u[n - 1] - u[0], d
-    if span / <uint64_t>max(max_spread, 1) >= <uint64_t>n:
-        return None
+    if span / <uint64_t>max(max_spread, 1) >= <uint64_t>n or span == <uint64_t>(n - 1):
+        return None  # (too sparse; or every code of the range: intersect's dense case)
     nw = <int64_t>(span >> 6) + 1
     cdef cnp.ndarray out = zeros1(2 + 2 * nw, cnp.NPY_UINT64)
     cdef uint64_t* r = <uint64_t*>cnp.PyArray_DATA(out)

@@ -268,12 +268,13 @@ def code_runs(codes: CodeArray, max_runs: int = -1):
 def code_rank(codes: CodeArray, max_spread: int = 8):
     """The rank directory of sorted distinct u64 ``codes`` (see ``dbsp._native.search.code_rank``):
     uint64 ``[lo, nw, bitmap words, counts of codes below each word]``, or None for var codes,
-    no codes, or a code range at least ``max_spread`` times the number of codes."""
+    no codes, a code range at least ``max_spread`` times the number of codes, or every code of
+    the range."""
     if not isinstance(codes, np.ndarray) or len(codes) == 0:
         return None
     c = np.asarray(codes, dtype=np.uint64)
     lo, span = int(c[0]), int(c[-1]) - int(c[0])
-    if span // max(max_spread, 1) >= len(c):
+    if span // max(max_spread, 1) >= len(c) or span == len(c) - 1:
         return None
     nw = (span >> 6) + 1
     bits = [0] * nw
@@ -290,7 +291,7 @@ def intersect(a: CodeArray, b: CodeArray, b_sample=None, b_runs=None, b_rank=Non
     None or ``code_rank(b)`` (all checked here; they change no answer)."""
     if b_rank is not None:
         want = code_rank(b, 1 << 62)
-        if want is None or not np.array_equal(np.asarray(b_rank), want):
+        if want is None or not np.array_equal(np.asarray(b_rank), want):  # (a dense b: None)
             raise ValueError("intersect: b_rank is not the rank directory of b")
     if b_runs is not None:
         want = code_runs(b)
