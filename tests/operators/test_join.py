@@ -197,6 +197,7 @@ def test_join_through_rank_directories_random(workers, steps, swap):
     from dbsp.operators import join as J
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(J, "RANK_MIN_KEYS", 0)
+        mp.setattr(J, "RANK_PROBES", 1 << 30)  # (every batch, however few the probes)
         if swap:
             check_steps(workers, {"r": NN, "l": LNN}, lambda r, l: _ix(r).join(_ix(l)),
                         lambda r, l: ref.join(r, l, [0], [0]),

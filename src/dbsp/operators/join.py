@@ -134,6 +134,10 @@ def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
 #: a stored batch of this many keys or more is probed through its keys' rank directory when
 #: they are a dense part of their range (smaller ones: a walk of the codes costs little more)
 RANK_MIN_KEYS = 1 << 10
+#: ... and a probe of at least one code per this many of its keys makes it (its making costs a
+#: pass over the keys: a few probes, e.g. new ids above most of the stored ones, do not repay
+#: it); once made, every probe uses it
+RANK_PROBES = 8
 
 
 def match_trace(batches: list, codes) -> list:
@@ -149,8 +153,10 @@ def match_trace(batches: list, codes) -> list:
     if any(b.is_file for b in batches) or not Codes.is_u64(codes):
         return match_batches(batches, codes)  # (file batches prefetch first)
     out = []
+    few = len(codes) * RANK_PROBES < RANK_MIN_KEYS  # (no batch is probed densely enough)
     for b in batches:
-        if type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS:
+        if few or type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS or (
+                len(codes) * RANK_PROBES < b.num_keys and "code_rank" not in (b.memo or ())):
             m = b.match(codes)
             if m is not None:
                 out.append(m)
