@@ -148,15 +148,15 @@ def match_trace(batches: list, codes) -> list:
     id, at random) that the intersection's own dense case (every id of a range) no longer
     covers once there are two workers: each probe is then a bit test and a popcount instead
     of a step of a walk through the codes."""
-    if len(codes) == 0:
-        return []
-    if any(b.is_file for b in batches) or not Codes.is_u64(codes):
-        return match_batches(batches, codes)  # (file batches prefetch first)
+    n = len(codes)
+    if n * RANK_PROBES < RANK_MIN_KEYS or any(b.is_file for b in batches) \
+            or not Codes.is_u64(codes):
+        # (no batch is probed densely enough; file batches prefetch first)
+        return match_batches(batches, codes)
     out = []
-    few = len(codes) * RANK_PROBES < RANK_MIN_KEYS  # (no batch is probed densely enough)
     for b in batches:
-        if few or type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS or (
-                len(codes) * RANK_PROBES < b.num_keys and "code_rank" not in (b.memo or ())):
+        if type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS or (
+                n * RANK_PROBES < b.num_keys and "code_rank" not in (b.memo or ())):
             m = b.match(codes)
             if m is not None:
                 out.append(m)
