@@ -297,20 +297,91 @@ def take_batch(batch, idx, list extra=None, schema=None):
     return _import_batch(<uintptr_t>out, batch.schema if not e else schema)
 
 
+cdef class ExportedBatch:
+    """A record batch exported once through the C data interface (:func:`export_batch`), for
+    a batch that :func:`take_batch_runs` reads step after step (a stored batch of a join's
+    trace): a run on it reads the kept export instead of exporting the batch again (an export
+    makes a struct type and a field table: thousands of instructions, more than a 100-row
+    gather). Holds the batch, so it pickles as a new export of it."""
+    cdef ArrowArray arr
+    cdef readonly object batch
+
+    def __cinit__(self):
+        self.arr.release = NULL
+
+    def __dealloc__(self):
+        if self.arr.release != NULL:
+            self.arr.release(&self.arr)
+
+    def __reduce__(self):
+        return export_batch, (self.batch,)
+
+    @property
+    def num_rows(self) -> int:
+        return self.arr.length
+
+
+def export_batch(batch):
+    """``batch`` (a record batch) exported once, as an :class:`ExportedBatch` that
+    :func:`take_batch_runs` accepts in place of the batch."""
+    if not isinstance(batch, pa.RecordBatch):
+        raise TypeError(f"export_batch: expected a pyarrow RecordBatch, got {type(batch).__name__}")
+    cdef ExportedBatch e = ExportedBatch.__new__(ExportedBatch)
+    batch._export_to_c(<uintptr_t>&e.arr)
+    e.batch = batch
+    return e
+
+
+#: id(schema) -> (schema, bytes of column widths, or None when some column cannot be gathered):
+#: an operator passes the same output schema object every step, so its widths are read from
+#: one export of it, not one export per step (the schema is kept, so its id is not reused)
+cdef dict _schema_widths = {}
+
+
+cdef bytes _widths_of(schema):
+    got = _schema_widths.get(id(schema))
+    if got is not None and (<tuple>got)[0] is schema:
+        return (<tuple>got)[1]
+    cdef ArrowSchema sout
+    sout.release = NULL
+    cdef int64_t c, kt
+    cdef bytearray ws = None
+    cdef int w
+    schema._export_to_c(<uintptr_t>&sout)
+    try:
+        kt = sout.n_children
+        if 0 < kt <= 64:
+            ws = bytearray(kt)
+            for c in range(kt):
+                w = _width(sout.children[c].format)
+                if w == 0 or w > 255 or sout.children[c].dictionary != NULL:
+                    ws = None
+                    break
+                ws[c] = w
+    finally:
+        if sout.release != NULL:
+            sout.release(&sout)
+    out = None if ws is None else bytes(ws)
+    if len(_schema_widths) >= 256:
+        _schema_widths.clear()
+    _schema_widths[id(schema)] = (schema, out)
+    return out
+
+
 def take_batch_runs(schema, list groups):
     """One record batch of ``schema`` from column groups side by side: group ``g`` is a list of
-    ``(batch, idx)`` runs, its rows the rows ``idx`` of each run's batch one run after another
+    ``(batch, idx)`` runs, its rows the rows ``idx`` of each run's batch one after another
     (every batch of a group has the group's columns, which come next in ``schema``). Every
     group has the same number of rows. None when a column is not fixed-width without nulls (or
-    a group has no column). A run on the same batch object as the run before it reuses its
-    export. An index outside its batch raises IndexError."""
-    cdef ArrowSchema sout
+    a group has no column). A run's batch may be an :class:`ExportedBatch` (a stored batch
+    exported once); a run on the same batch object as the run before it reuses its export. An
+    index outside its batch raises IndexError."""
     cdef ArrowArray src
-    sout.release = NULL
     src.release = NULL
+    cdef ArrowArray* cur = NULL
     cdef int64_t ng = len(groups), g, r, nr, c, kg, col0 = 0, kt, m = -1, mg, i, n, lo = 0
     cdef int64_t row0
-    cdef int widths[64]
+    cdef const unsigned char* widths
     cdef ArrowArray* ch
     cdef ArrowArray* out = NULL
     cdef ArrowArray* kids
@@ -333,15 +404,12 @@ def take_batch_runs(schema, list groups):
         m = mg
     if m < 0:
         return None
-    schema._export_to_c(<uintptr_t>&sout)
+    cdef bytes wb = _widths_of(schema)
+    if wb is None:
+        return None
+    widths = <const unsigned char*>wb
+    kt = len(wb)
     try:
-        kt = sout.n_children
-        if kt == 0 or kt > 64:
-            return None
-        for c in range(kt):
-            widths[c] = _width(sout.children[c].format)
-            if widths[c] == 0 or sout.children[c].dictionary != NULL:
-                return None
         head = _struct_head(kt)
         size = head
         for c in range(kt):
@@ -364,21 +432,25 @@ def take_batch_runs(schema, list groups):
                 if b is not prev:
                     if src.release != NULL:
                         src.release(&src)
-                    b._export_to_c(<uintptr_t>&src)
+                    if type(b) is ExportedBatch:
+                        cur = &(<ExportedBatch>b).arr
+                    else:
+                        b._export_to_c(<uintptr_t>&src)
+                        cur = &src
                     prev = b
-                    if src.dictionary != NULL or (kg >= 0 and src.n_children != kg):
+                    if cur.dictionary != NULL or (kg >= 0 and cur.n_children != kg):
                         raise ValueError(f"take_batch_runs: group {g} mixes batches of different "
                                          f"columns")
-                    kg = src.n_children
+                    kg = cur.n_children
                     if kg == 0 or col0 + kg > kt:
                         return None  # (a group without columns: the caller's path)
                     for c in range(kg):
-                        if not _check_gathered(src.children[c], widths[col0 + c]):
+                        if not _check_gathered(cur.children[c], widths[col0 + c]):
                             return None
                 ix = contig(idx, cnp.NPY_INT64)
                 p = <const int64_t*>cnp.PyArray_DATA(ix)
                 mg = ix.shape[0]
-                n = src.length
+                n = cur.length
                 with nogil:
                     for i in range(mg):
                         if p[i] < 0 or p[i] >= n:
@@ -388,8 +460,8 @@ def take_batch_runs(schema, list groups):
                     if not hi:
                         for c in range(kg):
                             w = widths[col0 + c]
-                            ch = src.children[c]
-                            _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                            ch = cur.children[c]
+                            _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + cur.offset) * w,
                                     <uint8_t*>kids[col0 + c].buffers[1] + row0 * w, w, p, mg)
                 if hi:
                     raise IndexError(f"take: row index {lo} out of range for {n} rows")
@@ -403,8 +475,6 @@ def take_batch_runs(schema, list groups):
     finally:
         if src.release != NULL:
             src.release(&src)
-        if sout.release != NULL:
-            sout.release(&sout)
         if block != NULL:
             free(block)
     return _import_batch(<uintptr_t>out, schema)

@@ -56,10 +56,21 @@ cdef enum:
     SEEK_MAX_RATIO = 128  # the other and at most this many (beyond, it gallops)
     PREFETCH = 16        # probes whose windows are in flight together (intersect, sampled;
                          # a power of 2)
+    RANK_SPREAD = 8      # code_rank: a code range at most this many times the codes (<= 2 bytes
+                         # of index a code: a bit per code of the range, a count per 64)
 
 
 cdef extern from *:
     void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+
+
+cdef inline uint64_t popcount64(uint64_t x) noexcept nogil:
+    """Set bits of ``x``, branch-free (``__builtin_popcountll`` is a library call of ~50
+    instructions on a build without ``-mpopcnt``, as a portable wheel is)."""
+    x = x - ((x >> 1) & 0x5555555555555555ULL)
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL)
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL
+    return (x * 0x0101010101010101ULL) >> 56
 
 
 cdef inline int cmp_probe(const codes_t* s, int64_t i, const codes_t* p, int64_t j) noexcept nogil:
@@ -408,7 +419,45 @@ def code_runs(codes, int64_t max_runs=-1):
     return shrink(out, o + 1)
 
 
-def intersect(a, b, b_sample=None, b_runs=None):
+def code_rank(codes, int64_t max_spread=RANK_SPREAD):
+    """A rank directory of a sorted distinct u64 code array whose codes are a dense part of
+    their range (the ids of one shard of a hash-sharded id key: every W-th id, at random): a
+    uint64 array ``[lo, nw, bits[0..nw-1], counts[0..nw-1]]`` where bit ``d`` of the bitmap is
+    set when ``lo + d`` is a code and ``counts[w]`` is the number of codes below ``lo + 64 w``.
+    The position of code ``x`` is then ``counts[w] + popcount(bits[w] & (2^r - 1))`` (``d =
+    x - lo = 64 w + r``): :func:`intersect` places each probe without reading the codes. None for
+    var codes, no codes, a range more than ``max_spread`` times the number of codes, or every
+    code of the range (intersect's dense case places those without an index)."""
+    co = as_codes(codes)
+    if is_var(co):
+        return None
+    cdef codes_t k = codes_view(co)
+    cdef int64_t n = k.n, nw, i
+    if n == 0:
+        return None
+    cdef const uint64_t* u = k.u64
+    cdef uint64_t span = u[n - 1] - u[0], d
+    if span / <uint64_t>max(max_spread, 1) >= <uint64_t>n or span == <uint64_t>(n - 1):
+        return None  # (too sparse; or every code of the range: intersect's dense case)
+    nw = <int64_t>(span >> 6) + 1
+    cdef cnp.ndarray out = zeros1(2 + 2 * nw, cnp.NPY_UINT64)
+    cdef uint64_t* r = <uint64_t*>cnp.PyArray_DATA(out)
+    cdef uint64_t* bits = r + 2
+    cdef uint64_t* cnt = r + 2 + nw
+    cdef uint64_t c = 0
+    r[0] = u[0]
+    r[1] = <uint64_t>nw
+    with nogil:
+        for i in range(n):
+            d = u[i] - u[0]
+            bits[d >> 6] |= (<uint64_t>1) << (d & 63)
+        for i in range(nw):
+            cnt[i] = c
+            c += popcount64(bits[i])
+    return out
+
+
+def intersect(a, b, b_sample=None, b_runs=None, b_rank=None):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``,
     ascending.
 
@@ -420,7 +469,10 @@ def intersect(a, b, b_sample=None, b_runs=None):
     the cache), then searched in its window of ``SAMPLE_STRIDE`` codes of ``b``. ``b_runs``:
     ``code_runs(b)`` (u64 codes), or None; when ``b`` is a few runs of consecutive codes (at
     most 4 per code of ``a`` in the overlap, plus 64), each code of ``a`` is placed in its run
-    (the runs walked in order) and its position computed: ``b`` is read at run ends only."""
+    (the runs walked in order) and its position computed: ``b`` is read at run ends only.
+    ``b_rank``: ``code_rank(b)``, or None; when ``b`` is not much the shorter side each code of
+    ``a`` is placed through it (a bit test and a popcount, no search: the ids of a hash shard,
+    which the dense case above no longer covers)."""
     ao = as_codes(a)
     bo = as_codes(b)
     cdef codes_t ka = codes_view(ao)
@@ -450,6 +502,20 @@ def intersect(a, b, b_sample=None, b_runs=None):
         rs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ro)
         if nr < 1 or rs[0] != 0 or rs[nr] != kb.n:
             raise ValueError(f"intersect: b_runs do not describe the runs of b's {kb.n} codes")
+    cdef const uint64_t* rk = NULL
+    cdef uint64_t rlo = 0, rd, rword
+    cdef int64_t rnw = 0
+    if b_rank is not None:
+        ko = contig(b_rank, cnp.NPY_UINT64)
+        if kb.u64 == NULL:
+            raise TypeError("intersect: a rank directory needs u64 codes")
+        rk = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>ko)
+        if (<cnp.ndarray>ko).shape[0] < 2 or kb.n == 0 or rk[0] != kb.u64[0] \
+                or (<cnp.ndarray>ko).shape[0] != 2 + 2 * <int64_t>rk[1] \
+                or ((kb.u64[kb.n - 1] - rk[0]) >> 6) >= rk[1]:
+            raise ValueError(f"intersect: b_rank is not the rank directory of b's {kb.n} codes")
+        rlo = rk[0]
+        rnw = <int64_t>rk[1]
     cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
     cdef cnp.ndarray ai = empty1(m + 1, cnp.NPY_INT64)  # (+1: room for an unconditional
     cdef cnp.ndarray bi = empty1(m + 1, cnp.NPY_INT64)  # store after the last match)
@@ -484,6 +550,16 @@ def intersect(a, b, b_sample=None, b_runs=None):
                 pa[o] = a1 + <int64_t>(ub[j] - x)
                 pb[o] = j
                 o += (ub[j] >= x) & (ub[j] <= y)
+        elif rk != NULL and a0 <= GALLOP_RATIO * b0:
+            # b a dense part of its range: each code of a (all inside b's range, see the cut
+            # above) placed through the rank directory, b never read
+            for i in range(a1, na):
+                rd = ua[i] - rlo
+                rword = rk[2 + (rd >> 6)]
+                pa[o] = i
+                pb[o] = <int64_t>rk[2 + rnw + (rd >> 6)] + \
+                    popcount64(rword & ((((<uint64_t>1) << (rd & 63))) - 1))
+                o += (rword >> (rd & 63)) & 1
         elif rs != NULL and nr <= 4 * a0 + 64:
             # b is a few runs of consecutive codes: walk the runs in order beside the codes of
             # a; a code inside its run is at its distance from the run's first code

@@ -129,6 +129,35 @@ def test_take_batch_runs_equals_reference(groups_types, n, data):
     got = K.take_batch_runs(schema, groups)
     assert got.schema == schema
     assert got.equals(want)
+    # the same runs with some batches exported once (as a join passes its stored batches),
+    # an export shared by several runs, and the schema's widths from the cache (second call)
+    exports: dict = {}
+    mixed = [[(exports.setdefault(id(b), K.export_batch(b)) if data.draw(st.booleans()) else b,
+               idx) for b, idx in runs] for runs in groups]
+    for _ in range(2):
+        again = K.take_batch_runs(schema, mixed)
+        assert again.schema == schema
+        assert again.equals(want)
+    assert R.take_batch_runs(schema, [[(R.export_batch(b), i) for b, i in runs]
+                                      for runs in groups]).equals(want)
+
+
+def test_export_batch_outlives_its_batch_and_pickles():
+    """An exported batch keeps its buffers (the batch object may go), pickles as a new export
+    of its batch, and names what it refuses."""
+    import pickle
+    b = pa.RecordBatch.from_arrays([pa.array(np.arange(5) * 3)], names=["k"])
+    e = K.export_batch(b)
+    assert e.num_rows == 5
+    del b
+    s = pa.schema([pa.field("k", pa.int64())])
+    assert K.take_batch_runs(s, [[(e, np.array([4, 0]))]]).column(0).to_pylist() == [12, 0]
+    e2 = pickle.loads(pickle.dumps(e))
+    assert K.take_batch_runs(s, [[(e2, np.array([1]))]]).column(0).to_pylist() == [3]
+    with pytest.raises(TypeError, match="export_batch"):
+        K.export_batch(pa.array([1, 2]))
+    with pytest.raises(IndexError):
+        K.take_batch_runs(s, [[(e, np.array([5]))]])
 
 
 def test_take_batch_runs_refuses_nulls_and_bad_indices():

@@ -437,3 +437,50 @@ def test_code_runs_stops_past_max_runs(xs, cap):
     assert (got is None) == (want is None)
     if want is not None:
         same(got, want)
+
+
+@given(st.data())
+def test_code_rank_and_intersect_through_it(data):
+    """``code_rank`` equals the reference (a bitmap of the codes' range and the counts below
+    each word; None past the spread), and an intersection through it gives the reference's
+    answers: a shard of ids (every code kept at random, as a hash shard keeps every W-th id),
+    probes before, inside and after the range, word boundaries, the top of the u64 range,
+    either side longer."""
+    lo = data.draw(st.sampled_from([0, 63, 64, 2**64 - 700]))
+    n = data.draw(st.integers(1, 600))
+    keep = data.draw(st.sampled_from([1.0, 0.5, 0.2]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32)))
+    span = np.arange(n, dtype=np.uint64) + np.uint64(lo)
+    b = span[rng.random(n) < keep]
+    if len(b) == 0:
+        b = span[:1]
+    spread = data.draw(st.sampled_from([8, 2, 1 << 40]))
+    want = ref.code_rank(b, spread)
+    got = native.code_rank(b, spread)
+    assert (got is None) == (want is None)
+    if got is None:
+        return
+    same(got, want)
+    top = min(lo + n + 70, 2**64 - 1)
+    a = np.unique(np.asarray(data.draw(st.lists(st.integers(max(lo - 70, 0), top),
+                                                max_size=data.draw(st.sampled_from([5, 300])))),
+                             dtype=np.uint64))
+    same(native.intersect(a, b, None, None, got), ref.intersect(a, b))
+    same(ref.intersect(a, b, None, None, got), ref.intersect(a, b))
+    if len(b) >= 16:
+        same(native.intersect(a, b, native.code_sample(b), native.code_runs(b), got),
+             ref.intersect(a, b))
+
+
+def test_code_rank_checks():
+    b = np.arange(0, 100, 3, dtype=np.uint64)
+    assert native.code_rank(np.zeros(0, np.uint64)) is None
+    assert native.code_rank(VarCodes.from_list([b"a"])) is None
+    assert native.code_rank(np.arange(0, 1000, 100, dtype=np.uint64)) is None  # too sparse
+    other = native.code_rank(b + np.uint64(1))
+    with pytest.raises(ValueError, match="b_rank"):
+        native.intersect(b, b, None, None, other)
+    with pytest.raises(ValueError, match="b_rank"):
+        ref.intersect(b, b, None, None, other)
+    with pytest.raises(ValueError, match="b_rank"):
+        native.intersect(b, b, None, None, np.zeros(1, np.uint64))

@@ -32,6 +32,7 @@ _NATIVE = {
     "intersect": "search",
     "code_sample": "search",
     "code_runs": "search",
+    "code_rank": "search",
     "expand_pairs": "search",
     "take": "search",
     "concat": "search",
@@ -58,6 +59,7 @@ _NATIVE = {
     "merge_sum_packed": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
+    "export_batch": "arrow_c",
     "group_rows": "arrow_c",
     "index_rows": "arrow_c",
     "pick_batch": "arrow_c",
@@ -144,6 +146,7 @@ range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
 code_sample = _resolve("code_sample")
 code_runs = _resolve("code_runs")
+code_rank = _resolve("code_rank")
 expand_pairs = _resolve("expand_pairs")
 take = _resolve("take")
 concat = _resolve("concat")
@@ -173,6 +176,7 @@ group_rows = _resolve("group_rows")
 index_rows = _resolve("index_rows")
 pick_batch = _resolve("pick_batch")
 take_batch_runs = _resolve("take_batch_runs")
+export_batch = _resolve("export_batch")
 
 
 def using_native() -> dict[str, bool]:

@@ -265,10 +265,34 @@ def code_runs(codes: CodeArray, max_runs: int = -1):
     return np.concatenate([[0], brk, [len(c)]]).astype(np.int64)
 
 
-def intersect(a: CodeArray, b: CodeArray, b_sample=None, b_runs=None):
+def code_rank(codes: CodeArray, max_spread: int = 8):
+    """The rank directory of sorted distinct u64 ``codes`` (see ``dbsp._native.search.code_rank``):
+    uint64 ``[lo, nw, bitmap words, counts of codes below each word]``, or None for var codes,
+    no codes, a code range at least ``max_spread`` times the number of codes, or every code of
+    the range."""
+    if not isinstance(codes, np.ndarray) or len(codes) == 0:
+        return None
+    c = np.asarray(codes, dtype=np.uint64)
+    lo, span = int(c[0]), int(c[-1]) - int(c[0])
+    if span // max(max_spread, 1) >= len(c) or span == len(c) - 1:
+        return None
+    nw = (span >> 6) + 1
+    bits = [0] * nw
+    for x in c.tolist():
+        d = x - lo
+        bits[d >> 6] |= 1 << (d & 63)
+    counts = np.concatenate([[0], np.cumsum([bin(w).count("1") for w in bits])[:-1]])
+    return np.array([lo, nw] + bits + [int(x) for x in counts], dtype=np.uint64)
+
+
+def intersect(a: CodeArray, b: CodeArray, b_sample=None, b_runs=None, b_rank=None):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``, ascending.
-    ``b_sample``: None or ``code_sample(b)``; ``b_runs``: None or ``code_runs(b)`` (both
-    checked here; they change no answer)."""
+    ``b_sample``: None or ``code_sample(b)``; ``b_runs``: None or ``code_runs(b)``; ``b_rank``:
+    None or ``code_rank(b)`` (all checked here; they change no answer)."""
+    if b_rank is not None:
+        want = code_rank(b, 1 << 62)
+        if want is None or not np.array_equal(np.asarray(b_rank), want):  # (a dense b: None)
+            raise ValueError("intersect: b_rank is not the rank directory of b")
     if b_runs is not None:
         want = code_runs(b)
         if want is None or not np.array_equal(np.asarray(b_runs), want):
@@ -979,6 +1003,15 @@ def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema):
         x = pick_rows(g, is_old, o.view(f"u{w}"), n.view(f"u{w}"))
         cols.append(pa.Array.from_buffers(f.type, len(g), [None, pa.py_buffer(x.tobytes())]))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def export_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A record batch as :func:`take_batch_runs` reads it step after step: natively, exported
+    once through the C data interface (``dbsp._native.arrow_c.ExportedBatch``); here the batch
+    itself."""
+    if not isinstance(batch, pa.RecordBatch):
+        raise TypeError(f"export_batch: expected a pyarrow RecordBatch, got {type(batch).__name__}")
+    return batch
 
 
 def take_batch_runs(schema: pa.Schema, groups: list):

@@ -77,7 +77,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..algebra import kernels as K
-from ..algebra.codes import KeyCodec
+from ..algebra.codes import Codes, KeyCodec
 from ..algebra.time import physical_int
 from ..algebra.schema import as_schema, empty_batch, take, take_batches
 from ..circuit.errors import RowError
@@ -131,6 +131,45 @@ def join_pairs(x: OrdIndexedZSet, y: OrdIndexedZSet):
     return join_matched(x, ai, y, bi)
 
 
+#: a stored batch of this many keys or more is probed through its keys' rank directory when
+#: they are a dense part of their range (smaller ones: a walk of the codes costs little more)
+RANK_MIN_KEYS = 1 << 10
+#: ... and a probe of at least one code per this many of its keys makes it (its making costs a
+#: pass over the keys: a few probes, e.g. new ids above most of the stored ones, do not repay
+#: it); once made, every probe uses it
+RANK_PROBES = 8
+
+
+def match_trace(batches: list, codes) -> list:
+    """:func:`~dbsp.trace.batch.match_batches` of a join's trace: an in-memory batch of
+    :data:`RANK_MIN_KEYS` keys or more whose key codes are a dense part of their range is probed
+    through their rank directory (:func:`~dbsp.algebra.kernels.code_rank`, made once per
+    batch and kept in its ``memo``). That is the shard of a hash-sharded id key (every W-th
+    id, at random) that the intersection's own dense case (every id of a range) no longer
+    covers once there are two workers: each probe is then a bit test and a popcount instead
+    of a step of a walk through the codes."""
+    n = len(codes)
+    if n * RANK_PROBES < RANK_MIN_KEYS or any(b.is_file for b in batches) \
+            or not Codes.is_u64(codes):
+        # (no batch is probed densely enough; file batches prefetch first)
+        return match_batches(batches, codes)
+    out = []
+    for b in batches:
+        if type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS or (
+                n * RANK_PROBES < b.num_keys and "code_rank" not in (b.memo or ())):
+            m = b.match(codes)
+            if m is not None:
+                out.append(m)
+            continue
+        rank = memoized(b, "code_rank", lambda: K.code_rank(b.kcodes))
+        pi, ki = K.intersect(codes, b.kcodes, b.code_sample(), b.code_runs(), rank)
+        n = len(pi)
+        b.hits += n
+        if n:
+            out.append((b, pi, ki))
+    return out
+
+
 #: below this many keys a batch's offsets and weights stay in the cache: not worth a check
 UNIT_MIN_KEYS = 1 << 14
 
@@ -151,10 +190,10 @@ def join_matched(x: OrdIndexedZSet, ai: np.ndarray, y: OrdIndexedZSet, bi: np.nd
     of ``y`` (both ascending). ``stored`` (``"x"`` or ``"y"``): the side that is a batch of a
     trace; when each of its keys holds one value of weight 1 its offsets and weights are not
     read (two cache misses per pair on a batch of millions of keys)."""
+    # one native pass (arguments by position: keywords cost a parse per call)
     kidx, xs, ys, w, over = K.join_matched_pairs(
-        x.offsets, ai, y.offsets, bi, x.weights, y.weights,
-        x_unit=stored == "x" and unit_values(x),
-        y_unit=stored == "y" and unit_values(y))  # one native pass
+        x.offsets, ai, y.offsets, bi, x.weights, y.weights, stored == "x" and unit_values(x),
+        stored == "y" and unit_values(y))
     if over is not None:  # a joined pair's weight would wrap: an error naming the key
         i = int(np.argmax(over))
         key = x.keys.slice(int(kidx[i]), 1).to_pylist()[0]
@@ -416,28 +455,44 @@ class JoinOperator(Operator):
         if self._null_keys:
             da, db = drop_null_keys(da), drop_null_keys(db)
         pieces = []
+        n_left = 0  # pieces[:n_left]: x a stored batch of the left trace; after them y stored
         if len(db):
             # z^-1(I(a)) ⋈ Δb: each stored batch is probed with Δb's keys (batch-probe
             # interface: file batches read only the blocks of those keys, all prefetched first)
-            for sub, pi, ki in match_batches(self.left.batches(), db.kcodes):
+            for sub, pi, ki in match_trace(self.left.batches(), db.kcodes):
                 pieces.append((sub, db, join_matched(sub, ki, db, pi, "x")))
+            n_left = len(pieces)
             self.right.insert(db)
         if len(da):
-            for sub, pi, ki in match_batches(self.right.batches(), da.kcodes):  # Δa ⋈ I(b)
+            for sub, pi, ki in match_trace(self.right.batches(), da.kcodes):  # Δa ⋈ I(b)
                 pieces.append((da, sub, join_matched(da, pi, sub, ki, "y")))
             self.left.insert(da)
-        return self._build(pieces)
+        return self._build(pieces, n_left)
 
-    def _build(self, pieces) -> ZSet:
+    def _build(self, pieces, n_left: int = -1) -> ZSet:
+        """The output of the matched pairs of ``pieces``, ``(x, y, join_matched(...))`` each.
+        ``n_left``: the first ``n_left`` pieces' ``x`` and the others' ``y`` are stored batches
+        of a trace (their columns are exported once and kept: see :func:`_exported`); -1: none
+        is known to be."""
         if not pieces:
             return ZSet.empty(self.out_schema)
         if self.mode not in ("left", "fn"):
             # keys, left and right values of every matched pair gathered into the output in one
-            # native pass (one export per batch met, one import: no pyarrow object per column
-            # and piece, no concat); None when a column is not fixed-width without nulls
-            out = K.take_batch_runs(self.out_schema, [[(x.keys, p[0]) for x, _, p in pieces],
-                                                [(x.vals, p[1]) for x, _, p in pieces],
-                                                [(y.vals, p[2]) for _, y, p in pieces]])
+            # native pass (one export per batch met, a stored batch's kept from step to step;
+            # one import: no pyarrow object per column and piece, no concat); None when a
+            # column is not fixed-width without nulls
+            if n_left < 0:
+                ks = [(x.keys, p[0]) for x, _, p in pieces]
+                lv = [(x.vals, p[1]) for x, _, p in pieces]
+                rv = [(y.vals, p[2]) for _, y, p in pieces]
+            else:
+                ks = [(_exported(x, "keys") if i < n_left else x.keys, p[0])
+                      for i, (x, _, p) in enumerate(pieces)]
+                lv = [(_exported(x, "vals") if i < n_left else x.vals, p[1])
+                      for i, (x, _, p) in enumerate(pieces)]
+                rv = [(y.vals if i < n_left else _exported(y, "vals"), p[2])
+                      for i, (_, y, p) in enumerate(pieces)]
+            out = K.take_batch_runs(self.out_schema, [ks, lv, rv])
             if out is not None:
                 ws = [p[3] for _, _, p in pieces]
                 return ZSet(out, ws[0] if len(ws) == 1 else np.concatenate(ws))
@@ -501,6 +556,13 @@ class JoinOperator(Operator):
 
     def state_rows(self) -> int:
         return len(self.left) + len(self.right)
+
+
+def _exported(b: OrdIndexedZSet, part: str):
+    """``b.keys`` or ``b.vals`` of a stored (immutable) batch exported once for
+    :func:`~dbsp.algebra.kernels.take_batch_runs` and kept in the batch's ``memo``: the batches
+    of a trace are met step after step, and an export costs more than a small step's gather."""
+    return memoized(b, ("export", part), lambda: K.export_batch(getattr(b, part)))
 
 
 def _gather_runs(parts: list) -> pa.RecordBatch:
