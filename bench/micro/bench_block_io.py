@@ -14,10 +14,13 @@ variants run (the buffered ones are skipped with a message). The ``mmap`` backen
 through ``madvise(MADV_WILLNEED)`` + touch.
 
 fio 3.x runs in the same session on the same files (``--readonly --direct=1 --rw=randread``,
-io_uring, QD32 for 64 KiB and QD128 for 4 KiB): 5 s when the files are made, and 3 s right
-before each backend's rounds, which is the figure its ``ratio_to_fio`` uses (the disk drifts
-up to 2x within minutes). Without fio the comparison is skipped with a message
-(``ci/install-system.sh`` installs it).
+io_uring) at the depth the backend itself keeps (the ring's ``_qd``: 128 at both sizes; pread's
+16 threads; QD32 / QD128 for mmap), 2 s right before *every* round (after a 0.5 s ramp): the ratio
+``ratio_to_fio`` is the median over rounds of each round's rate over the fio run just before it.
+Earlier versions ran fio once before a backend's rounds, at QD32 for 64 KiB while the reader kept
+128 reads in flight, and on this shared 2-core host a 3 s fio figure and a round taken a few
+seconds apart swung 0.6-1.6x against each other. Without fio the comparison is skipped with a
+message (``ci/install-system.sh`` installs it).
 
 ``default`` is ``make_backend("auto")`` as storage builds it (uring, O_DIRECT where the file
 system takes it: direct won or tied at both sizes and costs less CPU, see the backend's module
@@ -104,7 +107,7 @@ def drop_caches() -> bool:
     return True
 
 
-def run_fio(path: str, bs: int, qd: int, seconds: int = 5) -> dict:
+def run_fio(path: str, bs: int, qd: int, seconds: float = 5, ramp: str = "1") -> dict:
     """fio random reads, O_DIRECT, io_uring; {} when fio is absent or fails."""
     fio = shutil.which("fio")
     if fio is None:
@@ -112,9 +115,9 @@ def run_fio(path: str, bs: int, qd: int, seconds: int = 5) -> dict:
     cmd = [fio, "--name=t", f"--filename={path}", "--readonly", "--rw=randread",
            f"--bs={bs}", "--ioengine=io_uring", f"--iodepth={qd}", "--direct=1",
            "--randrepeat=0", "--norandommap", "--time_based", f"--runtime={seconds}",
-           "--ramp_time=1", "--output-format=json"]
+           f"--ramp_time={ramp}", "--output-format=json"]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60,
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=int(seconds) + 60,
                              check=True).stdout
         j = json.loads(out[out.index("{"):])["jobs"][0]["read"]
         return {"fio_GBps": j["bw_bytes"] / 1e9, "fio_iops": j["iops"], "fio_qd": qd,
@@ -146,6 +149,8 @@ def _print_summary():
     if not RESULTS:
         return
     print("\n\ncold random block reads (median round)", file=sys.stderr)
+    print("(x fio: the median over rounds of the round's rate over a fio run at the same queue "
+          "depth just before it)", file=sys.stderr)
     print(f"{'backend':<17}{'64 KiB GB/s':>12}{'fio':>7}{'x fio':>7}{'4 KiB reads/s':>15}"
           f"{'fio':>9}{'x fio':>7}", file=sys.stderr)
     for vid, _, _ in VARIANTS:
@@ -187,12 +192,17 @@ def test_cold_random_reads(benchmark, files, vid, kind, direct, block):
     rng = np.random.default_rng(SEED)
     state = {}
     rates = []
-    # the disk drifts up to 2x within minutes: take fio's figure right before our rounds
-    fio_now = run_fio(path, block, FIO_QD[block], seconds=3)
+    fio_rounds = []
+    # the reads the backend keeps in flight, so that fio does the same (like with like): the
+    # ring's queue depth, pread's threads; mmap has no depth of its own (FIO_QD)
+    qd = (be._qd(block) if be.name == "uring" else be.threads if be.name == "pread"
+          else FIO_QD[block])
 
     def setup():
         pick = extents[rng.choice(len(extents), n, replace=False)]
         state["ext"] = [tuple(map(int, e)) for e in pick]
+        # the disk and the CPU drift up to 2x within seconds here: fio right before each round
+        fio_rounds.append(run_fio(path, block, qd, seconds=2, ramp="500ms"))
         drop_caches()
         state["fh"] = be.open(path)      # new file id: the pool is cold for this file
         return (), {}
@@ -213,18 +223,24 @@ def test_cold_random_reads(benchmark, files, vid, kind, direct, block):
     med = float(np.median(rates))
     gbps = n * block / med / 1e9
     rps = n / med
-    fio = fio_now if fio_now.get("fio_GBps") else info["fio"]
     res = {"GBps": gbps, "reads_per_s": rps, "reads_per_round": n, "batch": batch,
-           "direct": getattr(be, "direct", direct), "dropped_caches": IS_ROOT, "file_bytes": os.path.getsize(path),
+           "queue_depth": qd, "direct": getattr(be, "direct", direct),
+           "dropped_caches": IS_ROOT, "file_bytes": os.path.getsize(path),
            "write_GBps": info["write_GBps"]}
-    if fio.get("fio_GBps"):
-        res.update(fio)
-        res["ratio_to_fio"] = gbps / fio["fio_GBps"]
+    paired = [(n * block / dt / 1e9, f["fio_GBps"]) for dt, f in zip(rates, fio_rounds)
+              if f.get("fio_GBps")]
+    if paired:
+        res["ratio_to_fio"] = float(np.median([a / b for a, b in paired]))
+        res["ratio_to_fio_rounds"] = [round(a / b, 3) for a, b in paired]
+        res["fio_GBps"] = float(np.median([b for _, b in paired]))
+        res["fio_iops"] = res["fio_GBps"] * 1e9 / block
+        res["fio_qd"] = qd
+        res["fio_cmd"] = next(f["fio_cmd"] for f in fio_rounds if f.get("fio_cmd"))
         res["fio_session_start_GBps"] = info["fio"].get("fio_GBps")
-        RESULTS[(f"fio-before-{vid}", block)] = fio
-        RESULTS[("fio", block)] = info["fio"]
-    elif "fio_error" in fio:
-        res["fio"] = f"fio failed: {fio['fio_error']}"
+        if info["fio"].get("fio_GBps"):
+            RESULTS[("fio", block)] = info["fio"]
+    elif any("fio_error" in f for f in fio_rounds):
+        res["fio"] = f"fio failed: {next(f['fio_error'] for f in fio_rounds if 'fio_error' in f)}"
     else:
         res["fio"] = "fio not installed (ci/install-system.sh installs it): no ratio"
     if hasattr(be, "pool") and be.pool is not None:
