@@ -379,8 +379,6 @@ class _PooledBackend(Backend):
             if error is not None:
                 # unpin the good blocks of the failed batch now: the traceback keeps this frame
                 # (and ``out``, shared with read_blocks) alive for as long as the error lives
-                for k in np.flatnonzero(status == 2).tolist():
-                    pool.wait(fh.file_id, int(ext[k, 0]) >> 12, int(slots[k]))
                 out[:] = [None] * len(out)
                 loc = None
                 raise error
