@@ -15,12 +15,13 @@ through ``madvise(MADV_WILLNEED)`` + touch.
 
 fio 3.x runs in the same session on the same files (``--readonly --direct=1 --rw=randread``,
 io_uring) at the depth the backend itself keeps (the ring's ``_qd``: 128 at both sizes; pread's
-16 threads; QD32 / QD128 for mmap), 2 s right before *every* round (after a 0.5 s ramp): the ratio
-``ratio_to_fio`` is the median over rounds of each round's rate over the fio run just before it.
-Earlier versions ran fio once before a backend's rounds, at QD32 for 64 KiB while the reader kept
-128 reads in flight, and on this shared 2-core host a 3 s fio figure and a round taken a few
-seconds apart swung 0.6-1.6x against each other. Without fio the comparison is skipped with a
-message (``ci/install-system.sh`` installs it).
+16 threads; QD32 / QD128 for mmap), reading as many blocks as one round from a cold start,
+before every round and once after the last: ``ratio_to_fio`` is the median over rounds of the
+round's rate over the geometric mean of the fio runs on either side of it. Earlier versions ran
+fio once (3 s) before a backend's rounds, at QD32 for 64 KiB while the reader kept 128 reads in
+flight; on this shared 2-core host (CPU pressure ~95%) such pairs swung 0.3-2x against each
+other. Without fio the comparison is skipped with a message (``ci/install-system.sh``
+installs it).
 
 ``default`` is ``make_backend("auto")`` as storage builds it (uring, O_DIRECT where the file
 system takes it: direct won or tied at both sizes and costs less CPU, see the backend's module
@@ -107,17 +108,21 @@ def drop_caches() -> bool:
     return True
 
 
-def run_fio(path: str, bs: int, qd: int, seconds: float = 5, ramp: str = "1") -> dict:
-    """fio random reads, O_DIRECT, io_uring; {} when fio is absent or fails."""
+def run_fio(path: str, bs: int, qd: int, seconds: int = 5, ios: int = 0) -> dict:
+    """fio random reads, O_DIRECT, io_uring; {} when fio is absent or fails.
+
+    ``ios``: read exactly that many blocks from a cold start (no ramp), as one of our rounds
+    does (``seconds`` then only caps the run); else ``seconds`` after a 1 s ramp."""
     fio = shutil.which("fio")
     if fio is None:
         return {}
     cmd = [fio, "--name=t", f"--filename={path}", "--readonly", "--rw=randread",
            f"--bs={bs}", "--ioengine=io_uring", f"--iodepth={qd}", "--direct=1",
-           "--randrepeat=0", "--norandommap", "--time_based", f"--runtime={seconds}",
-           f"--ramp_time={ramp}", "--output-format=json"]
+           "--randrepeat=0", "--norandommap", "--output-format=json"]
+    cmd += ([f"--number_ios={ios}", f"--runtime={seconds}"] if ios else
+            ["--time_based", f"--runtime={seconds}", "--ramp_time=1"])
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=int(seconds) + 60,
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60,
                              check=True).stdout
         j = json.loads(out[out.index("{"):])["jobs"][0]["read"]
         return {"fio_GBps": j["bw_bytes"] / 1e9, "fio_iops": j["iops"], "fio_qd": qd,
@@ -149,8 +154,8 @@ def _print_summary():
     if not RESULTS:
         return
     print("\n\ncold random block reads (median round)", file=sys.stderr)
-    print("(x fio: the median over rounds of the round's rate over a fio run at the same queue "
-          "depth just before it)", file=sys.stderr)
+    print("(x fio: median over rounds of the round's rate over the geometric mean of the fio "
+          "runs of as many reads at the same depth just before and after it)", file=sys.stderr)
     print(f"{'backend':<17}{'64 KiB GB/s':>12}{'fio':>7}{'x fio':>7}{'4 KiB reads/s':>15}"
           f"{'fio':>9}{'x fio':>7}", file=sys.stderr)
     for vid, _, _ in VARIANTS:
@@ -201,8 +206,10 @@ def test_cold_random_reads(benchmark, files, vid, kind, direct, block):
     def setup():
         pick = extents[rng.choice(len(extents), n, replace=False)]
         state["ext"] = [tuple(map(int, e)) for e in pick]
-        # the disk and the CPU drift up to 2x within seconds here: fio right before each round
-        fio_rounds.append(run_fio(path, block, qd, seconds=2, ramp="500ms"))
+        # the disk and the CPU drift up to 2x within seconds here: fio reads as many blocks as a
+        # round right before each round (and once after the last): each round is compared
+        # with the fio runs on either side of it
+        fio_rounds.append(run_fio(path, block, qd, seconds=30, ios=n))
         drop_caches()
         state["fh"] = be.open(path)      # new file id: the pool is cold for this file
         return (), {}
@@ -219,6 +226,7 @@ def test_cold_random_reads(benchmark, files, vid, kind, direct, block):
         fh.close()
 
     benchmark.pedantic(run, setup=setup, rounds=ROUNDS, iterations=1)
+    fio_rounds.append(run_fio(path, block, qd, seconds=30, ios=n))
     be.shutdown()
     med = float(np.median(rates))
     gbps = n * block / med / 1e9
@@ -227,8 +235,9 @@ def test_cold_random_reads(benchmark, files, vid, kind, direct, block):
            "queue_depth": qd, "direct": getattr(be, "direct", direct),
            "dropped_caches": IS_ROOT, "file_bytes": os.path.getsize(path),
            "write_GBps": info["write_GBps"]}
-    paired = [(n * block / dt / 1e9, f["fio_GBps"]) for dt, f in zip(rates, fio_rounds)
-              if f.get("fio_GBps")]
+    paired = [(n * block / dt / 1e9, (f0["fio_GBps"] * f1["fio_GBps"]) ** 0.5)
+              for dt, f0, f1 in zip(rates, fio_rounds, fio_rounds[1:])
+              if f0.get("fio_GBps") and f1.get("fio_GBps")]
     if paired:
         res["ratio_to_fio"] = float(np.median([a / b for a, b in paired]))
         res["ratio_to_fio_rounds"] = [round(a / b, 3) for a, b in paired]
