@@ -14,7 +14,7 @@ variants run (the buffered ones are skipped with a message). The ``mmap`` backen
 through ``madvise(MADV_WILLNEED)`` + touch.
 
 fio 3.x runs in the same session on the same files (``--readonly --direct=1 --rw=randread``,
-io_uring) at the depth the backend itself keeps (the ring's ``_qd``: 128 at both sizes; pread's
+io_uring) at the depth the backend itself keeps (the ring's ``_qd``: 128 at 64 KiB, 64 at 4 KiB; pread's
 16 threads; QD32 / QD128 for mmap), reading as many blocks as one round from a cold start,
 before every round and once after the last: ``ratio_to_fio`` is the median over rounds of the
 round's rate over the geometric mean of the fio runs on either side of it. Earlier versions ran
