@@ -102,6 +102,11 @@ HIT = 0
 RESERVED = 1
 LOADING = 2
 
+cdef enum:
+    HIT_ = 0
+    RESERVED_ = 1
+    LOADING_ = 2
+
 
 cdef char *_FMT_B = b"B"
 
@@ -643,6 +648,79 @@ cdef class SlabPool:
                 refs[i] = _make_ref(self, slots[i])
         return refs, status, slots
 
+    def acquire_extents(self, uint64_t file_id, const int64_t[:, ::1] extents, list out):
+        """``acquire_many`` for the blocks at file offsets ``extents[:, 0]`` (block number
+        ``offset >> 12``), writing the BlockRef of each hit straight into ``out[i]``.
+
+        Returns ``(status, slots, n_reserved)``, the same ``status`` and ``slots`` as
+        ``acquire_many``; the pooled read path calls this once a batch instead of shifting the
+        offsets, building a refs list and scattering hits through numpy. ``out`` must have
+        ``len(extents)`` items; entries of misses are left as they are."""
+        cdef Py_ssize_t n = extents.shape[0], i, j
+        cdef cnp.ndarray[int8_t] status
+        cdef cnp.ndarray[int32_t] slots
+        cdef int8_t *st
+        cdef int32_t *sl
+        cdef uint64_t h, b
+        cdef int32_t s
+        cdef Py_ssize_t nres = 0
+        cdef bint exhausted = False
+        if extents.shape[1] != 2 and n:
+            raise ValueError(f"extents must be (offset, length) pairs, got {extents.shape[1]} "
+                             f"columns")
+        if len(out) != n:
+            raise ValueError(f"out has {len(out)} items for {n} extents")
+        status = np.empty(n, dtype=np.int8)
+        slots = np.empty(n, dtype=np.int32)
+        st = <int8_t *>status.data
+        sl = <int32_t *>slots.data
+        for i in range(n):
+            if extents[i, 0] < 0:
+                raise ValueError(f"extent {i} has a negative offset ({extents[i, 0]})")
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            for i in range(n):
+                b = <uint64_t>extents[i, 0] >> 12
+                h = _khash(file_id, b)
+                s = self._find(file_id, b, h)
+                if s >= 0:
+                    sl[i] = s
+                    if self.state[s] == ST_VALID:
+                        if self.pins[s] == 0:
+                            self.n_pinned += 1
+                        self.pins[s] += 1
+                        self._touch(s)
+                        self.st_hits += 1
+                        st[i] = HIT_
+                    else:
+                        self.st_waits += 1
+                        st[i] = LOADING_
+                else:
+                    s = self._reserve(file_id, b, h)
+                    if s < 0:
+                        exhausted = True
+                        break
+                    sl[i] = s
+                    st[i] = RESERVED_
+                    nres += 1
+            if exhausted:
+                for j in range(i):
+                    if st[j] == RESERVED_:
+                        self._fail(sl[j])
+                        self.st_failed -= 1
+                    elif st[j] == HIT_:
+                        self.pins[sl[j]] -= 1
+                        if self.pins[sl[j]] == 0:
+                            self.n_pinned -= 1
+                pthread_cond_broadcast(&self.cv)
+            pthread_mutex_unlock(&self.mu)
+        if exhausted:
+            self._exhausted()
+        for i in range(n):
+            if st[i] == HIT_:
+                out[i] = _make_ref(self, sl[i])
+        return status, slots, nres
+
     def _exhausted(self):
         raise PoolExhaustedError(
             f"slab pool exhausted: all {self.nslots} slots of {self.slot_size // 1024} KiB "
@@ -703,6 +781,64 @@ cdef class SlabPool:
         pthread_cond_broadcast(&self.cv)
         pthread_mutex_unlock(&self.mu)
         return [_make_ref(self, slots[i]) for i in range(n)]
+
+    def complete_reads(self, const int32_t[::1] slots, const int64_t[:, ::1] extents,
+                       const int32_t[::1] results, const int64_t[::1] index, list out,
+                       Py_ssize_t flag_offset=-1, uint8_t flag_mask=0):
+        """Publish the reserved slots whose read came back whole, as ``complete_many`` would.
+
+        Read ``k`` filled ``slots[k]`` from ``extents[index[k]]`` and returned ``results[k]``
+        (bytes read, or a negative code). Where ``results[k]`` equals the extent's length and
+        byte ``flag_offset`` of the slot has no bit of ``flag_mask`` set, the slot becomes
+        valid with that length and its BlockRef goes to ``out[index[k]]``. The rest (failed
+        or short reads, flagged blocks: the caller's slow path) stay reserved; their ``k`` are
+        returned as an int64 array. ``index`` may be empty, meaning ``index[k] == k``."""
+        cdef Py_ssize_t n = slots.shape[0], k, i, nslow = 0
+        cdef bint ident = index.shape[0] == 0
+        cdef int64_t ln
+        cdef int32_t s
+        cdef cnp.ndarray[int64_t] slow
+        cdef int64_t *sw
+        if results.shape[0] != n or (not ident and index.shape[0] != n):
+            raise ValueError("slots, results and index differ in length")
+        if flag_offset >= self.slot_size:
+            raise ValueError(f"flag_offset {flag_offset} is outside a slot of {self.slot_size} B")
+        for k in range(n):
+            i = k if ident else index[k]
+            if i < 0 or i >= extents.shape[0] or i >= len(out):
+                raise IndexError(f"index {i} of read {k} is out of range")
+            if slots[k] < 0 or slots[k] >= self.nslots:
+                raise IndexError(f"slot {slots[k]} out of range")
+            if extents[i, 1] > self.slot_size or extents[i, 1] < 0:
+                raise ValueError(f"length {extents[i, 1]} does not fit the slot size "
+                                 f"{self.slot_size}")
+        slow = np.empty(n, dtype=np.int64)
+        sw = <int64_t *>slow.data
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            for k in range(n):
+                i = k if ident else index[k]
+                s = slots[k]
+                ln = extents[i, 1]
+                if (results[k] != ln or self.state[s] != ST_LOADING or
+                        (flag_offset >= 0 and
+                         (<uint8_t>self.base[<size_t>s * <size_t>self.slot_size + flag_offset]
+                          & flag_mask))):
+                    sw[nslow] = k
+                    nslow += 1
+                    continue
+                self.state[s] = ST_VALID
+                self.slen[s] = <uint32_t>ln
+                self.st_bytes_read += <uint64_t>ln
+            pthread_cond_broadcast(&self.cv)
+            pthread_mutex_unlock(&self.mu)
+        k = 0
+        for i in range(n):
+            if k < nslow and sw[k] == i:
+                k += 1
+                continue
+            out[i if ident else index[i]] = _make_ref(self, slots[i])
+        return slow[:nslow]
 
     def fail(self, int32_t slot):
         """Give up a reservation (read error, bad checksum): the block is not cached."""

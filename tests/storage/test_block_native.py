@@ -92,3 +92,30 @@ def test_extents_array_matches_numpy(ext, shape):
 def test_extents_array_names_the_bad_extent(bad, err, msg):
     with pytest.raises(err, match=msg):
         block.extents_array(bad)
+
+
+# -- check_extents: the checks of read_blocks in one C pass -----------------------------------
+
+def check_extents_ref(ext: np.ndarray, size: int, slot: int):
+    """The numpy twin: what read_blocks computed before the C pass."""
+    offs, lens = ext[:, 0], ext[:, 1]
+    bad = ((offs % 4096) != 0) | ((lens % 4096) != 0) | (lens <= 0) | (offs < 0)
+    past = ~bad & (offs.astype(object) + lens.astype(object) > size)
+    first = np.flatnonzero(bad | past)
+    if len(first):
+        k = int(first[0])
+        return (1 if bad[k] else 2), k, int(np.count_nonzero(lens[:k] > slot))
+    return 0, -1, int(np.count_nonzero(lens > slot))
+
+
+offsets = st.one_of(st.integers(-3, 40).map(lambda b: b * 4096), st.integers(-2**63, 2**63 - 1))
+lengths = st.one_of(st.integers(-1, 20).map(lambda b: b * 4096), st.integers(-2**63, 2**63 - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(offsets, lengths), max_size=40),
+       st.one_of(st.integers(0, 64).map(lambda b: b * 4096), st.integers(0, 2**40)),
+       st.sampled_from([4096, 65536]))
+def test_check_extents_matches_numpy(ext, size, slot):
+    a = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
+    assert block.check_extents(a, size, slot) == check_extents_ref(a, size, slot)

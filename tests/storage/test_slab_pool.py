@@ -289,3 +289,84 @@ def test_budget_and_validation():
     with pytest.raises(ValueError, match="policy"):
         SlabPool(1 << 20, 4096, "random")
     assert p.address(0) % 4096 == 0 and p.address(1) - p.address(0) == 65536
+
+
+# -- acquire_extents / complete_reads: the pooled read path's two native calls ------------------
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), st.integers(0, 2**32 - 1),
+       st.sampled_from(["s3fifo", "clock", "lru"]))
+def test_extents_calls_match_acquire_and_complete_many(blocks, seed, policy):
+    """Two pools fed the same batches, one through acquire_many + complete_many (the reference
+    twin), one through acquire_extents + complete_reads: the same statuses, slots, refs,
+    published blocks, slow list (failed reads and flagged blocks) and statistics."""
+    rng = np.random.default_rng(seed)
+    a, b = SlabPool(24 * SLOT, SLOT, policy), SlabPool(24 * SLOT, SLOT, policy)
+    fa, fb = a.register_file(), b.register_file()
+    keep_a, keep_b = [], []
+    for rnd in range(3):
+        bl = np.array(blocks, dtype=np.uint64)[rng.permutation(len(blocks))][:20]
+        ext = np.ascontiguousarray(np.stack([bl.astype(np.int64) << 12,
+                                             np.full(len(bl), SLOT, np.int64)], axis=1))
+        refs, st_a, sl_a = a.acquire_many(fa, bl)
+        out = [None] * len(bl)
+        st_b, sl_b, nres = b.acquire_extents(fb, ext, out)
+        assert list(st_a) == list(st_b) and list(sl_a) == list(sl_b)
+        assert nres == int(np.count_nonzero(st_a == RESERVED))
+        assert [r is None for r in refs] == [r is None for r in out]
+        miss = np.flatnonzero(st_a == RESERVED)
+        results = np.where(rng.random(len(miss)) < 0.2, -5, SLOT).astype(np.int32)
+        lz4 = rng.random(len(miss)) < 0.2
+        for pool, sl in ((a, sl_a), (b, sl_b)):
+            mem = np.frombuffer(pool, np.uint8)
+            for k, s in enumerate(sl[miss]):
+                mem[int(s) * SLOT + 9] = 1 if lz4[k] else 0
+        # reference: the failed and flagged reads are the slow ones, the rest completed
+        slow_ref = np.flatnonzero((results != SLOT) | lz4)
+        fast = np.setdiff1d(np.arange(len(miss)), slow_ref)
+        for r, i in zip(a.complete_many(sl_a[miss][fast], np.full(len(fast), SLOT, np.uint32)),
+                        miss[fast]):
+            refs[i] = r
+        slow = b.complete_reads(np.ascontiguousarray(sl_b[miss]), ext, results,
+                                miss if len(miss) < len(bl) else np.empty(0, np.int64), out,
+                                9, 1)
+        assert list(slow) == list(slow_ref)
+        for pool, sl in ((a, sl_a), (b, sl_b)):
+            for k in slow_ref:
+                pool.fail(int(sl[miss][k]))
+        for r, i in zip(refs, range(len(bl))):
+            assert (r is None) == (out[i] is None)
+            if r is not None:
+                assert (r.slot, r.block_no, len(r)) == (out[i].slot, out[i].block_no, len(out[i]))
+        for k in np.flatnonzero(st_a == LOADING):
+            assert refs[k] is None and out[k] is None
+        keep_a.append(refs)
+        keep_b.append(out)
+        if rnd == 1:
+            keep_a.clear()
+            keep_b.clear()
+        assert a.resident() == b.resident() and a.pinned() == b.pinned()
+        sa, sb = a.stats(), b.stats()
+        assert sa == sb
+
+
+def test_extents_calls_reject_bad_input():
+    pool = SlabPool(4 * SLOT, SLOT)
+    f = pool.register_file()
+    ext = np.array([[0, SLOT], [SLOT, SLOT]], dtype=np.int64)
+    with pytest.raises(ValueError, match="out has 1 items for 2 extents"):
+        pool.acquire_extents(f, ext, [None])
+    with pytest.raises(ValueError, match="extent 1 has a negative offset"):
+        pool.acquire_extents(f, np.array([[0, SLOT], [-SLOT, SLOT]], np.int64), [None, None])
+    out = [None, None]
+    st_, slots, n = pool.acquire_extents(f, ext, out)
+    assert n == 2 and pool.stats()["pinned"] == 2
+    with pytest.raises(ValueError, match=r"length 8192 does not fit the slot size 4096"):
+        pool.complete_reads(slots, np.array([[0, 2 * SLOT], [SLOT, SLOT]], np.int64),
+                            np.array([SLOT, SLOT], np.int32), np.empty(0, np.int64), out)
+    with pytest.raises(IndexError, match="index 5 of read 0"):
+        pool.complete_reads(slots, ext, np.array([SLOT, SLOT], np.int32),
+                            np.array([5, 1], np.int64), out)
+    assert list(pool.complete_reads(slots, ext, np.array([SLOT, SLOT], np.int32),
+                                    np.empty(0, np.int64), out)) == []
+    assert [len(r) for r in out] == [SLOT, SLOT]
