@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import os
-import resource
 import statistics
 import sys
 import threading
