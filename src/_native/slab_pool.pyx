@@ -592,6 +592,55 @@ cdef class SlabPool:
             self._exhausted()
         return RESERVED, s
 
+    cdef Py_ssize_t _acquire_run(self, uint64_t file_id, const uint64_t* keys,
+                                 Py_ssize_t stride, int shift, Py_ssize_t n, int8_t* st,
+                                 int32_t* sl) noexcept nogil:
+        """The one loop of ``acquire_many`` and ``acquire_extents``: block ``i`` is
+        ``keys[i * stride] >> shift``; ``st[i]`` / ``sl[i]`` get its status and slot. Returns
+        how many were reserved, or -1 when the pool ran out of unpinned slots (every
+        reservation and pin made so far undone)."""
+        cdef Py_ssize_t i, j, nres = 0
+        cdef uint64_t h, b
+        cdef int32_t s
+        cdef bint exhausted = False
+        pthread_mutex_lock(&self.mu)
+        for i in range(n):
+            b = keys[i * stride] >> shift
+            h = _khash(file_id, b)
+            s = self._find(file_id, b, h)
+            if s >= 0:
+                sl[i] = s
+                if self.state[s] == ST_VALID:
+                    if self.pins[s] == 0:
+                        self.n_pinned += 1
+                    self.pins[s] += 1
+                    self._touch(s)
+                    self.st_hits += 1
+                    st[i] = HIT_
+                else:
+                    self.st_waits += 1
+                    st[i] = LOADING_
+            else:
+                s = self._reserve(file_id, b, h)
+                if s < 0:
+                    exhausted = True
+                    break
+                sl[i] = s
+                st[i] = RESERVED_
+                nres += 1
+        if exhausted:
+            for j in range(i):
+                if st[j] == RESERVED_:
+                    self._fail(sl[j])
+                    self.st_failed -= 1
+                elif st[j] == HIT_:
+                    self.pins[sl[j]] -= 1
+                    if self.pins[sl[j]] == 0:
+                        self.n_pinned -= 1
+            pthread_cond_broadcast(&self.cv)
+        pthread_mutex_unlock(&self.mu)
+        return -1 if exhausted else nres
+
     def acquire_many(self, uint64_t file_id, const uint64_t[:] blocks):
         """Acquire several blocks of one file at once.
 
@@ -599,53 +648,22 @@ cdef class SlabPool:
         ``status[i]`` is HIT / RESERVED / LOADING and ``slots[i]`` the slot. If the pool runs
         out of unpinned slots, the reservations made so far are undone and PoolExhaustedError
         is raised. A block listed twice is reserved once: the second entry reports LOADING."""
-        cdef Py_ssize_t n = blocks.shape[0], i
+        cdef Py_ssize_t n = blocks.shape[0], i, nres = 0
         cdef cnp.ndarray[int8_t] status = np.empty(n, dtype=np.int8)
         cdef cnp.ndarray[int32_t] slots = np.empty(n, dtype=np.int32)
-        cdef uint64_t h, b
-        cdef int32_t s
-        cdef bint exhausted = False
+        cdef int8_t *st = <int8_t *>status.data
+        cdef int32_t *sl = <int32_t *>slots.data
         refs = [None] * n
-        pthread_mutex_lock(&self.mu)
-        for i in range(n):
-            b = blocks[i]
-            h = _khash(file_id, b)
-            s = self._find(file_id, b, h)
-            if s >= 0:
-                slots[i] = s
-                if self.state[s] == ST_VALID:
-                    if self.pins[s] == 0:
-                        self.n_pinned += 1
-                    self.pins[s] += 1
-                    self._touch(s)
-                    self.st_hits += 1
-                    status[i] = HIT
-                else:
-                    self.st_waits += 1
-                    status[i] = LOADING
-            else:
-                s = self._reserve(file_id, b, h)
-                if s < 0:
-                    exhausted = True
-                    break
-                slots[i] = s
-                status[i] = RESERVED
-        if exhausted:
-            for j in range(i):
-                if status[j] == RESERVED:
-                    self._fail(slots[j])
-                    self.st_failed -= 1
-                elif status[j] == HIT:
-                    self.pins[slots[j]] -= 1
-                    if self.pins[slots[j]] == 0:
-                        self.n_pinned -= 1
-            pthread_cond_broadcast(&self.cv)
-        pthread_mutex_unlock(&self.mu)
-        if exhausted:
+        if n:
+            with nogil:
+                nres = self._acquire_run(file_id, &blocks[0],
+                                         blocks.strides[0] // <Py_ssize_t>sizeof(uint64_t), 0,
+                                         n, st, sl)
+        if nres < 0:
             self._exhausted()
         for i in range(n):
-            if status[i] == HIT:
-                refs[i] = _make_ref(self, slots[i])
+            if st[i] == HIT_:
+                refs[i] = _make_ref(self, sl[i])
         return refs, status, slots
 
     def acquire_extents(self, uint64_t file_id, const int64_t[:, ::1] extents, list out):
@@ -656,15 +674,11 @@ cdef class SlabPool:
         ``acquire_many``; the pooled read path calls this once a batch instead of shifting the
         offsets, building a refs list and scattering hits through numpy. ``out`` must have
         ``len(extents)`` items; entries of misses are left as they are."""
-        cdef Py_ssize_t n = extents.shape[0], i, j
+        cdef Py_ssize_t n = extents.shape[0], i, nres = 0
         cdef cnp.ndarray[int8_t] status
         cdef cnp.ndarray[int32_t] slots
         cdef int8_t *st
         cdef int32_t *sl
-        cdef uint64_t h, b
-        cdef int32_t s
-        cdef Py_ssize_t nres = 0
-        cdef bint exhausted = False
         if extents.shape[1] != 2 and n:
             raise ValueError(f"extents must be (offset, length) pairs, got {extents.shape[1]} "
                              f"columns")
@@ -677,44 +691,11 @@ cdef class SlabPool:
         for i in range(n):
             if extents[i, 0] < 0:
                 raise ValueError(f"extent {i} has a negative offset ({extents[i, 0]})")
-        with nogil:
-            pthread_mutex_lock(&self.mu)
-            for i in range(n):
-                b = <uint64_t>extents[i, 0] >> 12
-                h = _khash(file_id, b)
-                s = self._find(file_id, b, h)
-                if s >= 0:
-                    sl[i] = s
-                    if self.state[s] == ST_VALID:
-                        if self.pins[s] == 0:
-                            self.n_pinned += 1
-                        self.pins[s] += 1
-                        self._touch(s)
-                        self.st_hits += 1
-                        st[i] = HIT_
-                    else:
-                        self.st_waits += 1
-                        st[i] = LOADING_
-                else:
-                    s = self._reserve(file_id, b, h)
-                    if s < 0:
-                        exhausted = True
-                        break
-                    sl[i] = s
-                    st[i] = RESERVED_
-                    nres += 1
-            if exhausted:
-                for j in range(i):
-                    if st[j] == RESERVED_:
-                        self._fail(sl[j])
-                        self.st_failed -= 1
-                    elif st[j] == HIT_:
-                        self.pins[sl[j]] -= 1
-                        if self.pins[sl[j]] == 0:
-                            self.n_pinned -= 1
-                pthread_cond_broadcast(&self.cv)
-            pthread_mutex_unlock(&self.mu)
-        if exhausted:
+        if n:
+            with nogil:
+                nres = self._acquire_run(file_id, <const uint64_t*>&extents[0, 0], 2, 12, n,
+                                         st, sl)
+        if nres < 0:
             self._exhausted()
         for i in range(n):
             if st[i] == HIT_:
