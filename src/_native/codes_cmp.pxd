@@ -77,3 +77,19 @@ cdef inline uint64_t var_prefix(const var_t* v, int64_t i, int64_t skip) noexcep
     """Big-endian u64 of bytes [skip, skip + 8) of row i, zero padded."""
     cdef int64_t s = v.offsets[i] + skip
     return be_prefix(v.data + s, v.offsets[i + 1] - s)
+
+
+cdef inline int64_t min_head(const uint64_t** runs, const int64_t* pos, const int64_t* n,
+                             int64_t W, uint64_t* head) noexcept nogil:
+    """Of ``W`` sorted u64 runs, each read from ``pos[w]`` up to ``n[w]``: the run whose head
+    is the smallest code (the first such run), its head in ``head[0]``; -1 when every run is
+    spent. The step of the k-way merges that sum partials per key."""
+    cdef int64_t w, best = -1
+    cdef uint64_t k, bk = 0
+    for w in range(W):
+        if pos[w] < n[w]:
+            k = runs[w][pos[w]]
+            if best < 0 or k < bk:
+                best, bk = w, k
+    head[0] = bk
+    return best

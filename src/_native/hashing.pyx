@@ -31,6 +31,7 @@ from libc.stdlib cimport malloc, calloc, free
 
 from _native.types cimport codes_t
 from _native.views cimport as_codes, codes_view
+from _native.codes_cmp cimport min_head
 
 import numpy as np
 
@@ -588,12 +589,7 @@ def merge_sum_runs(list kruns, list cols, list is_int):
             vp[c * W + w] = cnp.PyArray_DATA(<cnp.ndarray>vs[c * W + w])
     if not unsorted:
         while True:
-            best = -1
-            for w in range(W):  # the run whose head is the smallest code (the first such run)
-                if pos[w] < kn[w]:
-                    k = kp[w][pos[w]]
-                    if best < 0 or k < bk:
-                        best, bk = w, k
+            best = min_head(kp, pos, kn, W, &bk)  # the run of the smallest head
             if best < 0:
                 break
             ko[g] = bk

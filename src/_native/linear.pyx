@@ -22,6 +22,7 @@ Columns are lists of 1-d contiguous ``int64`` or ``float64`` arrays of one lengt
 """
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
+from _native.codes_cmp cimport min_head
 from libc.stdint cimport int64_t, uint64_t, uint32_t, uint16_t, uint8_t, INT64_MIN, INT64_MAX
 from libc.string cimport memcpy, memmove
 
@@ -531,12 +532,7 @@ def merge_sum_packed(list parts, list is_int):
     cdef uint64_t bits
     with nogil:
         while True:
-            best = -1
-            for w in range(W):  # the run whose head is the smallest code (the first such run)
-                if pos[w] < kn[w]:
-                    k = base[w][pos[w]]
-                    if best < 0 or k < bk:
-                        best, bk = w, k
+            best = min_head(base, pos, kn, W, &bk)  # the run of the smallest head
             if best < 0:
                 break
             po[g] = bk
