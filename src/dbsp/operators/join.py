@@ -141,13 +141,12 @@ RANK_PROBES = 8
 
 
 def match_trace(batches: list, codes) -> list:
-    """:func:`~dbsp.trace.batch.match_batches` of a join's trace: an in-memory batch of
-    :data:`RANK_MIN_KEYS` keys or more whose key codes are a dense part of their range is probed
-    through their rank directory (:func:`~dbsp.algebra.kernels.code_rank`, made once per
-    batch and kept in its ``memo``). That is the shard of a hash-sharded id key (every W-th
+    """:func:`~dbsp.trace.batch.match_batches` of a join's trace, an in-memory batch of
+    :data:`RANK_MIN_KEYS` keys or more probed through its keys' rank directory
+    (:meth:`~dbsp.trace.batch.OrdIndexedZSet.code_rank`) once a probe is dense enough to repay
+    its making (:data:`RANK_PROBES`). That is the shard of a hash-sharded id key (every W-th
     id, at random) that the intersection's own dense case (every id of a range) no longer
-    covers once there are two workers: each probe is then a bit test and a popcount instead
-    of a step of a walk through the codes."""
+    covers once there are two workers."""
     n = len(codes)
     if n * RANK_PROBES < RANK_MIN_KEYS or any(b.is_file for b in batches) \
             or not Codes.is_u64(codes):
@@ -155,18 +154,13 @@ def match_trace(batches: list, codes) -> list:
         return match_batches(batches, codes)
     out = []
     for b in batches:
-        if type(b) is not OrdIndexedZSet or b.num_keys < RANK_MIN_KEYS or (
-                n * RANK_PROBES < b.num_keys and "code_rank" not in (b.memo or ())):
+        if type(b) is OrdIndexedZSet and b.num_keys >= RANK_MIN_KEYS and (
+                n * RANK_PROBES >= b.num_keys or "code_rank" in (b.memo or ())):
+            m = b.match(codes, True)
+        else:
             m = b.match(codes)
-            if m is not None:
-                out.append(m)
-            continue
-        rank = memoized(b, "code_rank", lambda: K.code_rank(b.kcodes))
-        pi, ki = K.intersect(codes, b.kcodes, b.code_sample(), b.code_runs(), rank)
-        n = len(pi)
-        b.hits += n
-        if n:
-            out.append((b, pi, ki))
+        if m is not None:
+            out.append(m)
     return out
 
 

@@ -590,18 +590,29 @@ class OrdIndexedZSet:
             return None
         return memoized(self, "code_runs", lambda: _few_runs(self.kcodes))
 
+    def code_rank(self) -> Optional[np.ndarray]:
+        """The rank directory of the key codes (:func:`~dbsp.algebra.kernels.code_rank`: a
+        bitmap of their range and counts, at most 2 bytes a key), made on first use and kept
+        in ``memo``; None when the codes fill their range (the intersection's dense case needs
+        none). A probe then places each code with a bit test and a popcount: for the shard of
+        a hash-sharded id key (a random part of a range of ids). The caller decides when it
+        repays its making (``match(codes, rank=True)``)."""
+        return memoized(self, "code_rank", lambda: K.code_rank(self.kcodes))
+
     def probe_keys(self, codes: CodeArray) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_idx, key_idx)`` of the sorted distinct key ``codes`` present here."""
         if len(codes) == 0 or self.num_keys == 0:
             return EMPTY_I64, EMPTY_I64
         return K.intersect(codes, self.kcodes, self.code_sample(), self.code_runs())
 
-    def match(self, codes: CodeArray):
+    def match(self, codes: CodeArray, rank: bool = False):
         """``None`` or ``(self, probe_idx, key_idx)``: in memory, a probe needs no copy (one
-        native intersection; this runs for every batch of every probed spine, every step)."""
+        native intersection; this runs for every batch of every probed spine, every step).
+        ``rank``: probe through :meth:`code_rank`."""
         if len(codes) == 0 or len(self.offsets) <= 1:
             return None
-        pi, ki = K.intersect(codes, self.kcodes, self.code_sample(), self.code_runs())
+        pi, ki = K.intersect(codes, self.kcodes, self.code_sample(), self.code_runs(),
+                             self.code_rank() if rank else None)
         n = len(pi)
         self.hits += n
         return (self, pi, ki) if n else None
