@@ -187,6 +187,19 @@ def id_shard_case(draw):
     return steps
 
 
+def _check_key_join(workers, ls, rs, steps, swap: bool) -> None:
+    """``l ⋈ r`` on their first columns against the reference over ``steps`` (``{"l": ..,
+    "r": ..}`` each); ``swap``: the same join written ``r ⋈ l`` (the stored side on the other
+    side of the operator)."""
+    if swap:
+        check_steps(workers, {"r": rs, "l": ls}, lambda r, l: _ix(r).join(_ix(l)),
+                    lambda r, l: ref.join(r, l, [0], [0]),
+                    [{"r": s["r"], "l": s["l"]} for s in steps])
+    else:
+        check_steps(workers, {"l": ls, "r": rs}, lambda l, r: _ix(l).join(_ix(r)),
+                    lambda l, r: ref.join(l, r, [0], [0]), steps)
+
+
 @settings(max_examples=40)
 @given(steps=id_shard_case(), swap=st.booleans())
 def test_join_through_rank_directories_random(workers, steps, swap):
@@ -198,13 +211,7 @@ def test_join_through_rank_directories_random(workers, steps, swap):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(J, "RANK_MIN_KEYS", 0)
         mp.setattr(J, "RANK_PROBES", 1 << 30)  # (every batch, however few the probes)
-        if swap:
-            check_steps(workers, {"r": NN, "l": LNN}, lambda r, l: _ix(r).join(_ix(l)),
-                        lambda r, l: ref.join(r, l, [0], [0]),
-                        [{"r": s["r"], "l": s["l"]} for s in steps])
-        else:
-            check_steps(workers, {"l": LNN, "r": NN}, lambda l, r: _ix(l).join(_ix(r)),
-                        lambda l, r: ref.join(l, r, [0], [0]), steps)
+        _check_key_join(workers, LNN, NN, steps, swap)
 
 
 @settings(max_examples=15)
@@ -255,10 +262,4 @@ def test_join_stored_primary_key_random(workers, steps, swap):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(J, "UNIT_MIN_KEYS", 0)
         mp.setattr(B, "SAMPLE_MIN_KEYS", 0)
-        if swap:
-            check_steps(workers, {"r": R, "l": L}, lambda r, l: _ix(r).join(_ix(l)),
-                        lambda r, l: ref.join(r, l, [0], [0]),
-                        [{"r": s["r"], "l": s["l"]} for s in steps])
-        else:
-            check_steps(workers, {"l": L, "r": R}, lambda l, r: _ix(l).join(_ix(r)),
-                        lambda l, r: ref.join(l, r, [0], [0]), steps)
+        _check_key_join(workers, L, R, steps, swap)
