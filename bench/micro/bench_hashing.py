@@ -5,9 +5,7 @@
 hash 1M var codes (FNV-1a, ~24 bytes each; no numpy baseline); and deal 100K u64 codes to the
 workers of a shard map (``owner_rows``: the rows of each of 2 and 3 workers, what the exchange
 and the driver's input split ask ``ShardMap.rows`` for), against the numpy path it replaced
-(hash, top bits, owner, one ``flatnonzero`` per worker or a stable sort); and deal 10K and
-100K rows of three int64 columns to 2 workers (``deal_columns``, the driver's split) against the
-permutation and gathers it replaced.
+(hash, top bits, owner, one ``flatnonzero`` per worker or a stable sort).
 
 Fixed seeds; native and numpy calls are timed interleaved (the machine is shared) and the ratio
 and the rates in ``extra_info`` are of their medians (the benchmark's own timings are the
@@ -98,31 +96,3 @@ def test_owner_rows(benchmark, codes, workers):
     tf, tb = interleaved(fast, base, 50)
     benchmark.extra_info.update(rows_per_s=len(k) / tf, numpy_rows_per_s=len(k) / tb,
                                 ratio_to_numpy=tb / tf)
-
-
-@pytest.mark.parametrize("rows", [10_000, 100_000])
-def test_deal_columns(benchmark, codes, rows):
-    """The driver's split of a step's input by key (two workers, the join workload's bids:
-    two int64 columns and the weights): ``deal_columns`` moving each column once, against the
-    permutation (``owner_rows``) and a gather of every column through it, the path it
-    replaced."""
-    benchmark.group = f"deal-{rows // 1000}K-rows-3-int64-W2"
-    from dbsp.circuit.exchange import ShardMap
-    m = ShardMap.dynamic(2)
-    k = codes[:rows]
-    rng = np.random.default_rng(5)
-    cols = [k.view(np.int64), rng.integers(0, 10_000, rows), np.ones(rows, np.int64)]
-
-    def fast():
-        return hashing.deal_columns(k, m.owners, m.bits, 2, cols)
-
-    def base():
-        order, b = hashing.owner_rows(k, m.owners, m.bits, 2)
-        return b, [c[order] for c in cols]
-
-    for x, y in zip(fast()[1], base()[1]):
-        np.testing.assert_array_equal(x, y)
-    benchmark.pedantic(fast, rounds=50, iterations=1, warmup_rounds=2)
-    tf, tb = interleaved(fast, base, 50)
-    benchmark.extra_info.update(rows_per_s=rows / tf, permute_rows_per_s=rows / tb,
-                                ratio_to_permute=tb / tf)

@@ -12,9 +12,7 @@ Definitions (bit-exact with the reference; every process and worker must agree):
   keys are disjoint (the driver's gather side);
 * ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
   worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
-  and one scatter pass (the exchange's and the driver's split by key);
-* ``deal_columns``: the same grouping applied to columns of fixed-width values, each moved in
-  one scatter pass (the driver's split of a step's input rows, no permutation gathered).
+  and one scatter pass (the exchange's and the driver's split by key).
 
 The u64 hash loop is vectorized (compiled for AVX-512 and AVX2 as well as the baseline on
 x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a precomputed
@@ -26,7 +24,7 @@ threads runtime a hand-off to another worker, and waiting to take it back, worth
 loop).
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, int32_t, int64_t, uint64_t, INT64_MIN, INT64_MAX
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN, INT64_MAX
 from libc.stdlib cimport malloc, calloc, free
 
 from _native.types cimport codes_t
@@ -265,192 +263,6 @@ cdef void scatter_rows(const dest_t* dest, int64_t n, int64_t workers, int64_t* 
         pos[d] = p + 1
 
 
-ctypedef fused word_t:
-    uint8_t
-    uint16_t
-    uint32_t
-    uint64_t
-
-
-cdef void scatter_values(const dest_t* dest, int64_t n, int64_t workers, const int64_t* start,
-                         int64_t* pos, const word_t* src, word_t* out) noexcept nogil:
-    """out[pos[dest[i]]++] = src[i] for every row in order (``start``: each worker's first
-    slot): :func:`scatter_rows` moving the values themselves, not their row numbers."""
-    cdef int64_t i, p0, p1, d, p, w
-    if workers == 2:
-        p0, p1 = start[0], start[1]
-        for i in range(n):
-            d = dest[i]
-            out[p0 ^ ((p0 ^ p1) & -d)] = src[i]   # p1 if d else p0, without a branch
-            p1 += d
-            p0 += 1 - d
-        return
-    for w in range(workers):
-        pos[w] = start[w]
-    for i in range(n):
-        d = dest[i]
-        p = pos[d]
-        out[p] = src[i]
-        pos[d] = p + 1
-
-
-cdef void _scatter_col(const void* dest, bint small, int64_t n, int64_t workers,
-                       const int64_t* start, int64_t* pos, const void* src, void* out,
-                       int width) noexcept nogil:
-    if small:
-        if width == 1:
-            scatter_values(<const uint8_t*>dest, n, workers, start, pos, <const uint8_t*>src,
-                           <uint8_t*>out)
-        elif width == 2:
-            scatter_values(<const uint8_t*>dest, n, workers, start, pos, <const uint16_t*>src,
-                           <uint16_t*>out)
-        elif width == 4:
-            scatter_values(<const uint8_t*>dest, n, workers, start, pos, <const uint32_t*>src,
-                           <uint32_t*>out)
-        else:
-            scatter_values(<const uint8_t*>dest, n, workers, start, pos, <const uint64_t*>src,
-                           <uint64_t*>out)
-    else:
-        if width == 1:
-            scatter_values(<const int32_t*>dest, n, workers, start, pos, <const uint8_t*>src,
-                           <uint8_t*>out)
-        elif width == 2:
-            scatter_values(<const int32_t*>dest, n, workers, start, pos, <const uint16_t*>src,
-                           <uint16_t*>out)
-        elif width == 4:
-            scatter_values(<const int32_t*>dest, n, workers, start, pos, <const uint32_t*>src,
-                           <uint32_t*>out)
-        else:
-            scatter_values(<const int32_t*>dest, n, workers, start, pos, <const uint64_t*>src,
-                           <uint64_t*>out)
-
-
-cdef cnp.ndarray _owners(owners, int bits, int64_t workers, str who):
-    """The shard map ``owners`` as contiguous int32, checked (``who``: the caller)."""
-    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
-    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
-        raise ValueError(f"{who}: {len(own)} owners for {bits} bits")
-    if workers < 1:
-        raise ValueError(f"{who}: workers must be >= 1")
-    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int64_t i
-    for i in range(len(own)):
-        if op[i] < 0 or op[i] >= workers:
-            raise ValueError(f"{who}: owner {op[i]} of shard {i} is not a worker in "
-                             f"0..{workers - 1}")
-    return own
-
-
-def deal_columns(codes, owners, int bits, int64_t workers, list cols):
-    """``(bounds, outs)``: every array of ``cols`` (1-d, contiguous, one item of 1, 2, 4 or 8
-    bytes per code) with its rows grouped by the worker of the shard map ``owners`` that owns
-    their code, ascending within each (worker ``w``'s rows are ``outs[c][bounds[w]:bounds[w +
-    1]]``): ``[c[order] for c in cols]`` for :func:`owner_rows`' ``(order, bounds)``, in one
-    hashing pass and one scatter pass a column, without the permutation and its gathers (the
-    driver dealing a step's input rows to the workers). Keeps the GIL below
-    :data:`NOGIL_MIN` rows."""
-    co = as_codes(codes)
-    cdef codes_t c = codes_view(co)
-    cdef cnp.ndarray own = _owners(owners, bits, workers, "deal_columns")
-    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int64_t n = c.n, w, k, ncol = len(cols)
-    cdef cnp.ndarray a
-    cdef list srcs = [], outs = []
-    for k in range(ncol):
-        a = cols[k]
-        if not isinstance(a, np.ndarray) or a.ndim != 1 or a.shape[0] != n or \
-                not a.flags.c_contiguous or a.itemsize not in (1, 2, 4, 8):
-            raise ValueError(f"deal_columns: column {k} is not a contiguous 1-d array of {n} "
-                             f"items of 1, 2, 4 or 8 bytes")
-        srcs.append(a)
-        outs.append(np.empty(n, dtype=a.dtype))
-    cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
-    cdef int64_t* b = <int64_t*>cnp.PyArray_DATA(bounds)
-    cdef bint small = workers <= 2
-    cdef void* dest = malloc(max(n, 1) * (sizeof(uint8_t) if small else sizeof(int32_t)))
-    cdef int64_t* pos = <int64_t*>calloc(workers, sizeof(int64_t))
-    cdef const void** sp = <const void**>malloc(max(ncol, 1) * sizeof(void*))
-    cdef void** outp = <void**>malloc(max(ncol, 1) * sizeof(void*))
-    cdef int* width = <int*>malloc(max(ncol, 1) * sizeof(int))
-    if dest == NULL or pos == NULL or sp == NULL or outp == NULL or width == NULL:
-        free(dest); free(pos); free(sp); free(outp); free(width)
-        raise MemoryError()
-    for k in range(ncol):
-        sp[k] = cnp.PyArray_DATA(<cnp.ndarray>srcs[k])
-        outp[k] = cnp.PyArray_DATA(<cnp.ndarray>outs[k])
-        width[k] = (<cnp.ndarray>srcs[k]).itemsize
-    if n >= NOGIL_MIN:
-        with nogil:
-            _deal(&c, op, bits, workers, small, dest, pos, b, ncol, sp, outp, width)
-    else:
-        _deal(&c, op, bits, workers, small, dest, pos, b, ncol, sp, outp, width)
-    free(dest); free(pos); free(sp); free(outp); free(width)
-    return bounds, outs
-
-
-cdef void _deal(const codes_t* c, const int32_t* op, int bits, int64_t workers, bint small,
-                void* dest, int64_t* pos, int64_t* b, int64_t ncol, const void** sp,
-                void** outp, const int* width) noexcept nogil:
-    cdef int64_t w, k, n = c.n
-    if small:
-        owner_dest(c, op, bits, <uint8_t*>dest, pos)
-    else:
-        owner_dest(c, op, bits, <int32_t*>dest, pos)
-    for w in range(workers):  # counts -> start of each worker's run
-        b[w + 1] = b[w] + pos[w]
-    cdef int64_t* slot = NULL
-    if ncol > 1:
-        slot = <int64_t*>malloc(n * sizeof(int64_t))
-    if slot == NULL:   # one column (or no memory for the slots): each value to its run
-        for k in range(ncol):
-            _scatter_col(dest, small, n, workers, b, pos, sp[k], outp[k], width[k])
-        return
-    # several columns: every row's slot once, then each column a plain scatter (a few
-    # instructions a value where choosing the run again costs four times as many)
-    if small:
-        place_rows(<const uint8_t*>dest, n, workers, b, pos, slot)
-    else:
-        place_rows(<const int32_t*>dest, n, workers, b, pos, slot)
-    for k in range(ncol):
-        if width[k] == 1:
-            put_values(slot, n, <const uint8_t*>sp[k], <uint8_t*>outp[k])
-        elif width[k] == 2:
-            put_values(slot, n, <const uint16_t*>sp[k], <uint16_t*>outp[k])
-        elif width[k] == 4:
-            put_values(slot, n, <const uint32_t*>sp[k], <uint32_t*>outp[k])
-        else:
-            put_values(slot, n, <const uint64_t*>sp[k], <uint64_t*>outp[k])
-    free(slot)
-
-
-cdef void place_rows(const dest_t* dest, int64_t n, int64_t workers, const int64_t* start,
-                     int64_t* pos, int64_t* slot) noexcept nogil:
-    """slot[i] = pos[dest[i]]++ for every row in order (``start``: each worker's first slot)."""
-    cdef int64_t i, p0, p1, d, p, w
-    if workers == 2:
-        p0, p1 = start[0], start[1]
-        for i in range(n):
-            d = dest[i]
-            slot[i] = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
-            p1 += d
-            p0 += 1 - d
-        return
-    for w in range(workers):
-        pos[w] = start[w]
-    for i in range(n):
-        d = dest[i]
-        p = pos[d]
-        slot[i] = p
-        pos[d] = p + 1
-
-
-cdef void put_values(const int64_t* slot, int64_t n, const word_t* src,
-                     word_t* out) noexcept nogil:
-    cdef int64_t i
-    for i in range(n):
-        out[slot[i]] = src[i]
-
-
 def owner_rows(codes, owners, int bits, int64_t workers):
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (int32, ``2 ** bits``
@@ -459,9 +271,17 @@ def owner_rows(codes, owners, int bits, int64_t workers):
     it. The GIL is released only for :data:`NOGIL_MIN` rows or more."""
     co = as_codes(codes)
     cdef codes_t c = codes_view(co)
-    cdef cnp.ndarray own = _owners(owners, bits, workers, "owner_rows")
+    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
+    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
+        raise ValueError(f"owner_rows: {len(own)} owners for {bits} bits")
+    if workers < 1:
+        raise ValueError("owner_rows: workers must be >= 1")
     cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int64_t n = c.n, i, w
+    cdef int64_t n = c.n, i, w, S = len(own)
+    for i in range(S):
+        if op[i] < 0 or op[i] >= workers:
+            raise ValueError(f"owner_rows: owner {op[i]} of shard {i} is not a worker in "
+                             f"0..{workers - 1}")
     cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
     cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)

@@ -93,57 +93,6 @@ def test_owner_rows_long_inputs(workers):
     same(bounds, np.concatenate([[0], np.cumsum(np.bincount(dest, minlength=workers))]))
 
 
-_DTYPES = [np.uint8, np.int16, np.uint32, np.int64, np.float64, np.dtype("M8[ns]")]
-
-
-@given(u64_codes() | var_codes(), OWNER_MAPS, st.lists(st.sampled_from(_DTYPES), max_size=4))
-@example(np.arange(5000, dtype=np.uint64), (5, 3, [w % 3 for w in range(32)]), [np.int64])
-@example(np.zeros(0, np.uint64), (0, 2, [1]), [np.int64, np.uint8])
-@example(np.arange(100, dtype=np.uint64), (1, 2, [0, 1]), [np.int64, np.uint8])
-def test_deal_columns(codes, owner_map, dtypes):
-    bits, workers, owners = owner_map
-    owners = np.array(owners, np.int32)
-    n = len(codes)
-    rng = np.random.default_rng(n)
-    cols = [rng.integers(0, 250, n).astype(dt) for dt in dtypes]
-    bounds, outs = native.deal_columns(codes, owners, bits, workers, cols)
-    r_bounds, r_outs = ref.deal_columns(codes, owners, bits, workers, cols)
-    same(bounds, r_bounds)
-    assert len(outs) == len(r_outs)
-    for o, r, c in zip(outs, r_outs, cols):
-        assert o.dtype == c.dtype
-        same(o.view(np.uint8), r.view(np.uint8))
-
-
-@pytest.mark.parametrize("workers", [2, 3, 300])
-def test_deal_columns_long_inputs(workers):
-    """Past NOGIL_MIN rows, two workers (the branch-free scatter) and more than 255 (int32
-    worker numbers): every column is the owner_rows permutation of its rows."""
-    rng = np.random.default_rng(workers)
-    k = rng.integers(0, 2 ** 64 - 1, 40_003, dtype=np.uint64, endpoint=True)
-    owners = rng.integers(0, workers, 1 << 10).astype(np.int32)
-    cols = [rng.integers(-9, 9, len(k)).astype(dt) for dt in (np.int8, np.int16, np.int32,
-                                                                 np.int64)]
-    bounds, outs = native.deal_columns(k, owners, 10, workers, cols)
-    order, want = native.owner_rows(k, owners, 10, workers)
-    same(bounds, want)
-    for o, c in zip(outs, cols):
-        same(o, c[order])
-
-
-def test_deal_columns_refuses_bad_columns():
-    k = np.arange(10, dtype=np.uint64)
-    for kern in (native.deal_columns, ref.deal_columns):
-        with pytest.raises(ValueError, match="column 1"):
-            kern(k, np.zeros(2, np.int32), 1, 2, [np.zeros(10), np.zeros(9)])
-        with pytest.raises(ValueError, match="column 0"):
-            kern(k, np.zeros(2, np.int32), 1, 2, [np.zeros(20)[::2]])
-        with pytest.raises(ValueError, match="column 0"):
-            kern(k, np.zeros(2, np.int32), 1, 2, [np.zeros(10, np.complex128)])
-        with pytest.raises(ValueError, match="owner 5"):
-            kern(k, np.array([0, 5], np.int32), 1, 2, [])
-
-
 @st.composite
 def _sum_runs(draw):
     """W runs of ascending distinct u64 codes drawn from a small pool (so runs share keys), an

@@ -41,7 +41,6 @@ _NATIVE = {
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
-    "deal_columns": "hashing",
     "merge_sum_runs": "hashing",
     "merge_disjoint_runs": "hashing",
     "is_identity": "step",
@@ -155,7 +154,6 @@ take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
-deal_columns = _resolve("deal_columns")
 merge_sum_runs = _resolve("merge_sum_runs")
 merge_disjoint_runs = _resolve("merge_disjoint_runs")
 is_identity = _resolve("is_identity")

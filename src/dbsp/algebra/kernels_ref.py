@@ -384,19 +384,6 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
     return order, bounds
 
 
-def deal_columns(codes: CodeArray, owners: np.ndarray, bits: int, workers: int,
-                 cols: list) -> tuple[np.ndarray, list]:
-    """``(bounds, outs)``: ``[c[order] for c in cols]`` for :func:`owner_rows`' ``(order,
-    bounds)`` (each column 1-d, contiguous, one item of 1, 2, 4 or 8 bytes per code)."""
-    order, bounds = owner_rows(codes, owners, bits, workers)
-    for k, c in enumerate(cols):
-        if not isinstance(c, np.ndarray) or c.ndim != 1 or len(c) != len(order) or \
-                not c.flags.c_contiguous or c.itemsize not in (1, 2, 4, 8):
-            raise ValueError(f"deal_columns: column {k} is not a contiguous 1-d array of "
-                             f"{len(order)} items of 1, 2, 4 or 8 bytes")
-    return bounds, [c[order] for c in cols]
-
-
 def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     """The order that merges W runs of u64 key codes, each non-decreasing (a key's rows
     together), whose keys are disjoint: positions (int64) into the concatenation of the runs,

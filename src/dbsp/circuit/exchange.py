@@ -10,8 +10,7 @@ One home for the concept, below the operators and the runtime:
   always agree. A checkpoint stores the map, and a resume with another worker count re-shards
   the state by it (:mod:`dbsp.checkpoint.reshard`);
 * **dealing rows** :func:`deal`: the rows of a record batch for each worker, by the hash of some
-  of its columns encoded as the exchange after ``index_by`` encodes them (:func:`deal_batch`:
-  the rows themselves, in worker order, each fixed-width column moved in one pass);
+  of its columns encoded as the exchange after ``index_by`` encodes them;
 * **shard maps** :class:`ShardMap`: the layout of 000 ("Scale in and out"), where a key's
   *shard* is the top ``log2(S)`` bits of its hash and an array of ``S`` owners says which worker
   holds each shard. Fixed sharding keeps ``S`` (say 1024) whatever ``W``; dynamic sharding picks
@@ -35,10 +34,9 @@ import pyarrow as pa
 
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, codec_for
-from ..algebra.schema import fixed_columns, from_fixed_columns, take
 
-__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "deal_order", "deal_batch",
-           "ShardMap", "DEFAULT_K", "as_shard_map"]
+__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "deal_order", "ShardMap", "DEFAULT_K",
+           "as_shard_map"]
 
 #: the dynamic algorithm's load tolerance used unless a circuit is given another layout:
 #: ``S = next_power_of_two(W / 0.1)`` shards (16 for one worker, 32 for two or three)
@@ -94,25 +92,6 @@ def deal_order(data: pa.RecordBatch, key: tuple, shards: "ShardMap | int"
     names, schema = key
     codes = codec_for(schema).encode_batch(data.select(list(names)))
     return as_shard_map(shards).order(codes)
-
-
-def deal_batch(data: pa.RecordBatch, weights: np.ndarray, key: tuple, shards: "ShardMap | int"
-               ) -> tuple[pa.RecordBatch, np.ndarray, list[int]]:
-    """The rows of ``data`` and their ``weights`` (int64) in worker order, with the workers'
-    bounds: worker ``w``'s rows are ``bounds[w]:bounds[w + 1]`` (ascending within each), as
-    :func:`deal_order`'s permutation applied. Fixed-width columns without nulls are dealt in
-    one scatter pass each (:func:`~dbsp.algebra.kernels.deal_columns`), not gathered through
-    a permutation; other batches are taken by :func:`deal_order`'s."""
-    names, schema = key
-    sm = as_shard_map(shards)
-    codes = codec_for(schema).encode_batch(data.select(list(names)))
-    cols = fixed_columns(data) if sm.workers > 1 and data.num_columns else None
-    if cols is not None:
-        w = np.ascontiguousarray(weights, dtype=np.int64)
-        bounds, outs = K.deal_columns(codes, sm.owners, sm.bits, sm.workers, cols + [w])
-        return from_fixed_columns(data.schema, outs[:-1]), outs[-1], bounds.tolist()
-    order, b = sm.order(codes)
-    return take(data, order), np.asarray(weights)[order], b
 
 
 def _next_pow2(x: float) -> int:
