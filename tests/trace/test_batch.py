@@ -139,3 +139,26 @@ def test_nbytes_upper_bounds_nbytes_in_memory():
         up = b.nbytes_upper
         assert up >= b.nbytes_in_memory > 0
         assert b.nbytes_upper == b.nbytes_in_memory  # cached once computed
+
+
+def test_memo_counts_in_nbytes_in_memory():
+    """What a reader memoizes on a stored batch (a rank directory, a sample of its key codes, a
+    converted value column) is part of its bytes in memory, so the memory accountant and a spill
+    see it; a memoized view of the batch's own buffers is not counted twice."""
+    from dbsp.trace.batch import memoized
+    sch = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                     pa.field("v", pa.int64(), nullable=False)])
+    keys = np.arange(0, 70000, 7)  # u64 codes that do not fill their range: a rank directory
+    z = OrdZSet.from_arrow(pa.record_batch([pa.array(keys), pa.array(keys * 3)], schema=sch))
+    ix = z.index_by(["k"])
+    base = ix.nbytes_in_memory
+    rank = ix.code_rank()
+    assert rank is not None and rank.flags.owndata
+    own = rank.nbytes
+    assert ix.nbytes_in_memory == base + own
+    assert ix.nbytes_upper == ix.nbytes_in_memory
+    memoized(ix, "view", lambda: ix.weights[:10])  # a view: no new bytes
+    memoized(ix, "pair", lambda: (np.zeros(100, np.int64), ix.weights[:5]))
+    assert ix.nbytes_in_memory == base + own + 800
+    memoized(ix, "pair", lambda: np.zeros(10**6))  # already kept: not made, not counted again
+    assert ix.nbytes_in_memory == base + own + 800

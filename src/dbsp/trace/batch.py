@@ -560,16 +560,16 @@ class OrdIndexedZSet:
         if self._nb < 0:  # immutable: computed once (Arrow's nbytes walks every buffer)
             self._nb = (self.keys.nbytes + self.kcodes.nbytes + self.offsets.nbytes
                         + self.vals.nbytes + self.vcodes.nbytes + self.weights.nbytes)
-        return self._nb
+        return self._nb + memo_nbytes(self) if self.memo else self._nb
 
     @property
     def nbytes_upper(self) -> int:
         """A cheap upper bound of :attr:`nbytes_in_memory` (see :attr:`OrdZSet.nbytes_upper`)."""
         if self._nb >= 0:
-            return self._nb
+            return self.nbytes_in_memory
         return (self.keys.get_total_buffer_size() + self.vals.get_total_buffer_size()
                 + self.kcodes.nbytes + self.offsets.nbytes + self.vcodes.nbytes
-                + self.weights.nbytes)
+                + self.weights.nbytes + memo_nbytes(self))
 
     def code_sample(self) -> Optional[np.ndarray]:
         """Every 16th key code (:func:`~dbsp.algebra.kernels.code_sample`), made on the first
@@ -702,7 +702,30 @@ def memoized(batch: Any, key: Any, make: Callable[[], Any]) -> Any:
     if key in memo:
         return memo[key]
     got = memo[key] = make()
+    nb = _owned_nbytes(got)
+    if nb:
+        memo[MEMO_NBYTES] = memo.get(MEMO_NBYTES, 0) + nb
     return got
+
+
+#: key of a batch's ``memo`` under which :func:`memoized` sums the bytes its entries own
+MEMO_NBYTES = "__nbytes"
+
+
+def memo_nbytes(batch: Any) -> int:
+    """Bytes of the arrays :func:`memoized` made for ``batch`` and that own their memory (views
+    of the batch's own buffers are not counted twice): part of its ``nbytes_in_memory``, so the
+    memory accountant sees a rank directory or a converted value column as it sees the rows."""
+    memo = batch.memo
+    return memo.get(MEMO_NBYTES, 0) if memo else 0
+
+
+def _owned_nbytes(x: Any) -> int:
+    if isinstance(x, np.ndarray):
+        return x.nbytes if x.flags.owndata else 0
+    if isinstance(x, tuple):
+        return sum(_owned_nbytes(y) for y in x)
+    return 0
 
 
 def match_batches(batches: Sequence[Any], codes: CodeArray) -> list[tuple]:

@@ -59,7 +59,7 @@ from ..algebra.schema import empty_batch
 from ..storage import format as F
 from ..storage.reader import LayerFile
 from ..storage.writer import LayerFileWriter, LayerSpec
-from .batch import OrdIndexedZSet, OrdZSet, ranges
+from .batch import OrdIndexedZSet, OrdZSet, memo_nbytes, ranges
 from .cursor import as_code
 
 __all__ = ["BatchFile", "FileOrdZSet", "FileOrdIndexedZSet", "FileBatchCursor", "BatchFileSink",
@@ -227,7 +227,7 @@ class _FileBatch:
 
     @property
     def nbytes_in_memory(self) -> int:
-        return self.file.resident
+        return self.file.resident + memo_nbytes(self) if self.memo else self.file.resident
 
     nbytes_upper = nbytes_in_memory  # (its resident bytes: already cheap)
 
