@@ -117,3 +117,43 @@ def test_killed_executors_recover_exactly_once(sessions, tmp_path):
     res = crash.check(str(tmp_path), EVENTS)
     assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), (res, kills)
     assert res["ok"] > 0
+
+
+def jvm_of(pid: int) -> int:
+    """The JVM above a Spark task's Python worker: its executor's on ``local-cluster``, the
+    driver's on ``local[N]`` (Spark's unit of placement: a task's "host")."""
+    p = pid
+    while p > 1:
+        with open(f"/proc/{p}/comm") as f:
+            if f.read().strip() == "java":
+                return p
+        with open(f"/proc/{p}/stat") as f:
+            p = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise AssertionError(f"no JVM above process {pid}")
+
+
+def test_same_workers_recover_on_fewer_executors(sessions, tmp_path):
+    """Seed 000: the worker count is fixed for recovery, the hosts are not. 2 workers in 2
+    executor JVMs (``local-cluster``) checkpoint, run on and stop without a last checkpoint (as
+    a crash would leave it); the same 2 workers as tasks of one JVM (``local[2]``) reload that
+    checkpoint from the shared storage as it is (nothing re-sharded), replay the steps after it
+    and run to the end: every step's changes equal a one-worker run, every row exactly once."""
+    spark = sessions.get(CLUSTER)
+    with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_every=5,
+                 timeout=600) as job:
+        job.open()
+        crash.feed(job, 12, EVENTS, CHUNK)
+        before = {jvm_of(pid) for pid in job.pids().values()}
+        job.durable.checkpoint_on_close = False  # steps 10, 11 are left to replay
+    assert len(before) == 2, before
+    spark = sessions.get(LOCAL)
+    with durable(spark, P.crash_views, storage=tmp_path, workers=2, checkpoint_every=5) as job:
+        d = job.open()
+        assert d.replayed == 2 and d.layout_change is None
+        after = {jvm_of(pid) for pid in job.pids().values()}
+        crash.feed(job, STEPS, EVENTS, CHUNK)
+    assert len(after) == 1 and not after & before, (before, after)
+    assert crash.logged_steps(str(tmp_path)) == crash.fixed_scale_steps(EVENTS, CHUNK)
+    res = crash.check(str(tmp_path), EVENTS)
+    assert (res["lost"], res["duplicated"], res["unexpected"]) == (0, 0, 0), res
+    assert res["ok"] > 0
