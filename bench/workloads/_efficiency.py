@@ -15,6 +15,15 @@ is read before and after the measured steps:
   call: ``time.process_time`` inside each worker process);
 * ``launcher``: the driver (coordinator) plus each worker process, as above.
 
+Sliced mode (``--modes sliced``, launcher only; reported as ``launcher/sliced``): the workload's
+big input (``join_avg``'s bids, ``keyed_count``'s events) is written beforehand as one Arrow IPC
+file a step of 8 record batches, and each worker reads its own batches
+(:mod:`dbsp.runtime.slices`, ``launch(sliced=...)``): no row of it passes through the driver,
+as on Spark, where each task reads its own partition. Its rows then reach a worker wherever
+they lie, so the first exchange after that input routes them over the mesh, where the
+driver-fed mode deals them by key and makes that exchange local. The other inputs are pushed
+through the driver in both modes.
+
 Run as a script for a quick interleaved report::
 
     python bench/workloads/_efficiency.py [--events 10000,100000] [--rounds 3]
@@ -25,14 +34,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 
+import pyarrow as pa
+
 import dbsp
+from dbsp.connectors.slices import FileSlices
 from dbsp.runtime.launcher import launch
 from dbsp.testing import pipelines as P
 
 WORKLOADS = ("keyed_count", "join_avg")
 RUNTIMES = ("threads", "processes", "launcher")
+MODES = ("driver", "sliced")
+#: the input each workload's sliced mode has the workers read themselves
+SLICED_INPUT = {"keyed_count": "events", "join_avg": "bids"}
 
 
 def steps_of(workload: str, events: int, steps: int, seed: int = 1) -> list[dict]:
@@ -43,6 +59,24 @@ def steps_of(workload: str, events: int, steps: int, seed: int = 1) -> list[dict
     if workload == "join_avg":
         return P.join_avg_steps(events, steps, seed=seed)
     raise ValueError(f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+
+
+def write_sliced(workload: str, data: list[dict], d: str, pieces: int = 8
+                 ) -> tuple[FileSlices, list[dict]]:
+    """The sliced input of ``data``'s steps written under ``d``, one Arrow IPC file a step of
+    ``pieces`` record batches; returns the source and the steps with that input replaced by
+    its step number in the source."""
+    name = SLICED_INPUT[workload]
+    out = []
+    for k, st in enumerate(data):
+        b = st[name]
+        with pa.OSFile(os.path.join(d, f"{name}-{k:05d}.arrow"), "wb") as f:
+            with pa.ipc.new_file(f, b.schema) as w:
+                step = -(-b.num_rows // pieces)
+                for i in range(0, b.num_rows, step):
+                    w.write_batch(b.slice(i, step))
+        out.append({**st, name: k})
+    return FileSlices(d, format="arrow"), out
 
 
 def _cpu(circuit, runtime: str) -> float:
@@ -94,15 +128,19 @@ def usage(pids: list[int]) -> dict:
     return out
 
 
-def open_run(runtime: str, workload: str, workers: int):
+def open_run(runtime: str, workload: str, workers: int, source: FileSlices = None):
     """``(circuit, job, one)``: the workload's circuit on ``runtime`` (``job``: the launcher's,
     else None; close ``job or circuit``) and ``one(step)``, which pushes a step's batches, steps
-    and reads every output's change as Arrow."""
+    and reads every output's change as Arrow. ``source``: the sliced mode's (launcher only,
+    :func:`write_sliced`), whose steps its input names by number."""
     build = getattr(P, workload)
+    sliced = SLICED_INPUT[workload] if source is not None else None
     if runtime == "launcher":
-        job = launch(build, workers=workers)
+        job = launch(build, workers=workers, sliced=[sliced] if sliced else [])
         circuit, outs = job.circuit, job.outputs
     else:
+        if sliced:
+            raise ValueError("the sliced mode runs on the launcher only")
         job = None
         circuit = dbsp.Circuit(workers=workers, runtime=runtime)
         outs = build_outputs(circuit, build)
@@ -110,7 +148,10 @@ def open_run(runtime: str, workload: str, workers: int):
 
     def one(step: dict) -> None:
         for name, batch in step.items():
-            inputs[name].push(batch)
+            if name == sliced:
+                circuit.read_slices(name, source, batch)
+            else:
+                inputs[name].push(batch)
         circuit.step()
         for o in outs.values():
             o.delta()
@@ -119,10 +160,10 @@ def open_run(runtime: str, workload: str, workers: int):
 
 
 def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
-               warm: int = 3) -> tuple[float, float]:
+               warm: int = 3, source: FileSlices = None) -> tuple[float, float]:
     """(CPU seconds over every process, wall seconds) of the steps ``data[warm:]``, each step's
-    change read as Arrow."""
-    circuit, job, one = open_run(runtime, workload, workers)
+    change read as Arrow (``source``: see :func:`open_run`)."""
+    circuit, job, one = open_run(runtime, workload, workers, source)
     try:
         for st in data[:warm]:
             one(st)
@@ -142,7 +183,7 @@ def build_outputs(circuit, build) -> dict:
 
 
 def efficiency(runtime: str, workload: str, events: int, steps: int, rounds: int,
-               warm: int = 3) -> dict:
+               warm: int = 3, mode: str = "driver") -> dict:
     """W = 1 and W = 2 interleaved ``rounds`` times on the same steps; medians and the
     per-round ratios, with two references measured in the same rounds:
 
@@ -153,36 +194,59 @@ def efficiency(runtime: str, workload: str, events: int, steps: int, rounds: int
       what is between ``floor`` and ``cpu_ratio`` is the cost of parallelism itself;
     * ``ceiling``: the wall-clock speed-up 2 workers could reach at most on this machine,
       T(1 worker, these steps) / T(1 worker, steps of half the events), capped by the cores.
+
+    ``mode``: ``"driver"`` (every input pushed through the driver) or ``"sliced"`` (the
+    launcher's workers read the big input themselves: see the module doc; its ``floor`` and
+    ``ceiling`` are None, the threads reference reading no file).
     """
-    import os
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     data = steps_of(workload, events, warm + steps)
     half = steps_of(workload, events // 2, warm + steps, seed=1000)
+    with tempfile.TemporaryDirectory(prefix="dbsp-eff-") as d:
+        source = None
+        if mode == "sliced":
+            source, data = write_sliced(workload, data, d)
+        return _efficiency(runtime, workload, events, steps, rounds, warm, mode, data, half,
+                           source)
+
+
+def _efficiency(runtime, workload, events, steps, rounds, warm, mode, data, half,
+                source) -> dict:
     c1, c2, w1, w2, ch, wh = [], [], [], [], [], []
     for _ in range(rounds):
-        c, w = cpu_of_run(runtime, workload, 1, data, warm)
+        c, w = cpu_of_run(runtime, workload, 1, data, warm, source)
         c1.append(c), w1.append(w)
-        c, w = cpu_of_run(runtime, workload, 2, data, warm)
+        c, w = cpu_of_run(runtime, workload, 2, data, warm, source)
         c2.append(c), w2.append(w)
-        c, w = cpu_of_run("threads", workload, 1, half, warm)
-        ch.append(c), wh.append(w)
+        if mode == "driver":
+            c, w = cpu_of_run("threads", workload, 1, half, warm)
+            ch.append(c), wh.append(w)
     ratios = [b / a for a, b in zip(c1, c2)]
     floors = [2 * h / a for a, h in zip(c1, ch)]
     ncpu = len(os.sched_getaffinity(0))
     med = statistics.median
-    return {"runtime": runtime, "workload": workload, "events": events, "steps": steps,
-            "cpu_ratio": med(ratios), "ratios": ratios, "floor": med(floors),
+    ref = mode == "driver"
+    return {"runtime": runtime if mode == "driver" else f"{runtime}/{mode}",
+            "workload": workload, "events": events, "steps": steps, "mode": mode,
+            "cpu_ratio": med(ratios), "ratios": ratios,
+            "floor": med(floors) if ref else None,
             "cpu_ms_per_step_w1": med(c1) / steps * 1e3,
             "cpu_ms_per_step_w2": med(c2) / steps * 1e3,
             "speedup": med(w1) / med(w2),
-            "ceiling": min(float(min(2, ncpu)), med(w1) / med(wh))}
+            "ceiling": min(float(min(2, ncpu)), med(w1) / med(wh)) if ref else None}
 
 
 def report(r: dict) -> str:
-    return (f"{r['workload']:12s} {r['runtime']:9s} {r['events']:>7d} ev/step x{r['steps']}: "
+    return (f"{r['workload']:12s} {r['runtime']:15s} {r['events']:>7d} ev/step x{r['steps']}: "
             f"CPU W2/W1 {r['cpu_ratio']:.2f} (rounds "
             f"{', '.join(f'{x:.2f}' for x in r['ratios'])}; {r['cpu_ms_per_step_w1']:.1f} / "
-            f"{r['cpu_ms_per_step_w2']:.1f} ms CPU a step; floor {r['floor']:.2f}); wall "
-            f"speed-up {r['speedup']:.2f} (ceiling {r['ceiling']:.2f})")
+            f"{r['cpu_ms_per_step_w2']:.1f} ms CPU a step; floor {_f(r['floor'])}); wall "
+            f"speed-up {r['speedup']:.2f} (ceiling {_f(r['ceiling'])})")
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def main(argv=None) -> None:
@@ -191,6 +255,9 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--modes", default="driver",
+                    help="driver (inputs pushed through the driver) and / or sliced (the "
+                         "launcher's workers read the big input themselves)")
     ap.add_argument("--steps", type=int, default=0,
                     help="steps a run (default: 40 at 10K events, 10 at 100K)")
     a = ap.parse_args(argv)
@@ -198,7 +265,11 @@ def main(argv=None) -> None:
         for ev in (int(x) for x in a.events.split(",")):
             steps = a.steps or max(10, min(40, 400_000 // ev))
             for rt in a.runtimes.split(","):
-                print(report(efficiency(rt, wl, ev, steps, a.rounds)), flush=True)
+                for mode in a.modes.split(","):
+                    if mode == "sliced" and rt != "launcher":
+                        continue  # (the embedded runtimes read every slice in the driver)
+                    print(report(efficiency(rt, wl, ev, steps, a.rounds, mode=mode)),
+                          flush=True)
 
 
 if __name__ == "__main__":

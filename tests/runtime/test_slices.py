@@ -4,6 +4,7 @@ driver-fed path, embedded and on the launcher with 2 and 3 processes; the driver
 row of a sliced input."""
 from __future__ import annotations
 
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,6 +59,39 @@ def test_file_reader_refuses_a_changed_file(tmp_path):
     pq.write_table(pa.table({"k": [1, 2]}), p)
     with pytest.raises(ValueError, match="changed since it was listed"):
         src.read(piece)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_file_reader_reads_a_rewritten_file_afresh(tmp_path, fmt):
+    """The reader keeps files open between pieces: one rewritten under the same name with
+    as many rows (another inode, size or time) is read again, not from the old open file."""
+    p = str(tmp_path / f"a.{fmt}")
+
+    def write(vals):
+        t = pa.table({"k": pa.array(vals, pa.int64())})
+        if fmt == "parquet":
+            pq.write_table(t, p, row_group_size=2)
+        else:
+            with pa.OSFile(p, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+                for b in t.to_batches(max_chunksize=2):
+                    w.write_batch(b)
+
+    write([1, 2, 3, 4])
+    src = FileSlices(p)
+    pieces = src.pieces(0)
+    assert [src.read(x).column("k").to_pylist() for x in pieces] == [[1, 2], [3, 4]]
+    assert src.read(pieces[1]).column("k").to_pylist() == [3, 4]  # the open file, again
+    os.replace(_rewritten(tmp_path, write, p, [5, 6, 7, 8]), p)
+    assert [src.read(x).column("k").to_pylist() for x in pieces] == [[5, 6], [7, 8]]
+
+
+def _rewritten(tmp_path, write, p, vals) -> str:
+    """``vals`` written as ``p`` would be, to another name (then moved over ``p``)."""
+    os.replace(p, p + ".old")
+    write(vals)
+    os.replace(p, p + ".new")
+    os.replace(p + ".old", p)
+    return p + ".new"
 
 
 def test_deal_and_gather_by_index():

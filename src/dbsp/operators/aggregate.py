@@ -1412,8 +1412,13 @@ class LinearAggregateOperator(Operator):
             packed = self._pack(d, local)
             for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
                 if len(idx):
-                    parts[w] = (packed[0][:, idx], packed[1]) if packed is not None else \
-                        (take(d.keys, idx), K.take(d.kcodes, idx), _take_cols(local, idx))
+                    # (take along the rows: one C-contiguous copy, where ``[:, idx]`` walks
+                    # numpy's fancy-index iterator and leaves a strided array the wire copies)
+                    if packed is not None:
+                        parts[w] = (packed[0].take(idx, axis=1), packed[1])
+                    else:
+                        parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx),
+                                    _take_cols(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
         if not got:
             return None
