@@ -19,8 +19,10 @@ a few at a time (``submit_batch``, 4) rather than all at once. On this virtio di
 bursts slower: fio itself read 78K against 88K 4 KiB blocks/s when it submitted 16 at a time, and
 43K against 60K when it also waited for 16 completions, the pattern this loop had (a quarter of
 QD64 per wake, refills submitted together after the batch's CRCs): the reads then spent 0.61
-against 0.54 ms in the device queue at the same depth (``/proc/diskstats``), and read 0.87-0.89x
-of fio against 0.92x (submitting one at a time: 0.89-0.94x, 1.5 us more system CPU a read).
+against 0.54 ms in the device queue at the same depth (``/proc/diskstats``). In
+``bench_block_io.py`` (5 sessions of each, alternating) the old loop read 0.87x of fio at 4 KiB
+(rounds 0.71-1.01, one in five below 0.8x) and this one 0.92x (0.62-1.15, one in 25 below);
+submitting one at a time read no faster than 4 and cost 1.5 us more system CPU a read.
 
 Result codes (``results[i]``): the number of bytes read (== length) on success, ``-errno`` on an
 I/O error, ``-1000 - reason`` when the block fails verification (reason as in
