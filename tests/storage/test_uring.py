@@ -1,6 +1,7 @@
 """The io_uring refill loop (``src/_native/uring.pyx``) against ``os.pread`` + ``verify_block``.
 
-Every queue depth and completion batch (``wait_batch``) must read the same bytes as plain
+Every queue depth, completion batch (``wait_batch``) and submission group (``submit_batch``;
+the refill of each completion is queued before that block is verified) must read the same bytes as plain
 ``pread`` of the same extents (the reference twin), flag exactly the blocks whose checksum fails,
 and the default backend must name the file and block of a corrupt block in a large cold batch."""
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _reference(path, offs, lens):
         os.close(fd)
 
 
-def _ring_read(path, offs, lens, qd, wait_batch, direct):
+def _ring_read(path, offs, lens, qd, wait_batch, direct, submit_batch=0):
     n = len(offs)
     buf = aligned_empty(max(n, 1) * BLOCK)
     addrs = (np.arange(n, dtype=np.uint64) * np.uint64(BLOCK)) + np.uint64(buf.ctypes.data)
@@ -66,7 +67,7 @@ def _ring_read(path, offs, lens, qd, wait_batch, direct):
     try:
         r = uring.Ring(64)
         failed = r.read(np.full(n, fd, dtype=np.int32), offs, lens.astype(np.uint32), addrs,
-                        results, qd, True, wait_batch)
+                        results, qd, True, wait_batch, submit_batch)
         r.close()
     finally:
         os.close(fd)
@@ -76,8 +77,9 @@ def _ring_read(path, offs, lens, qd, wait_batch, direct):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data(), qd=st.integers(1, 80), wait_batch=st.integers(0, 70),
-       direct=st.booleans())
-def test_ring_reads_what_pread_reads(layer, tmp_path, data, qd, wait_batch, direct):
+       submit_batch=st.integers(0, 20), direct=st.booleans())
+def test_ring_reads_what_pread_reads(layer, tmp_path, data, qd, wait_batch, submit_batch,
+                                     direct):
     path, ext = layer
     pick = data.draw(st.lists(st.integers(0, len(ext) - 1), min_size=0, max_size=300))
     corrupt = data.draw(st.sets(st.sampled_from(pick), max_size=3) if pick else st.just(set()))
@@ -93,7 +95,7 @@ def test_ring_reads_what_pread_reads(layer, tmp_path, data, qd, wait_batch, dire
                 fh.write(bytes([b[0] ^ 0x10]))
     offs = np.ascontiguousarray(ext[pick, 0]) if pick else np.empty(0, np.int64)
     lens = np.ascontiguousarray(ext[pick, 1]) if pick else np.empty(0, np.int64)
-    failed, results, buf = _ring_read(p, offs, lens, qd, wait_batch, direct)
+    failed, results, buf = _ring_read(p, offs, lens, qd, wait_batch, direct, submit_batch)
     ref = _reference(p, offs, lens)
     assert failed == sum(1 for _, v in ref if v)
     for i, (b, v) in enumerate(ref):

@@ -11,8 +11,8 @@ returning one buffer per block (verified, decompressed, ready for ``np.frombuffe
               ``madvise(MADV_WILLNEED)`` for all its blocks (asynchronous readahead, ~0.9 GB/s)
               and the mapping is ``MADV_RANDOM``. No pool: the OS page cache is the cache.
 ``uring``     Cython + liburing (static), ``nogil`` refill loop, ~8 MiB in flight (at most
-              128 reads; 64 of 4 KiB), woken once per quarter of the queue, CRC checked in
-              C as reads complete. Reads into slab pool slots.
+              128 reads; 64 of 4 KiB), each completion's refill queued before its CRC is
+              checked (in C) and handed to the kernel 4 at a time. Reads into slab pool slots.
 ``pread``     ``os.preadv`` into slab slots from a small thread pool (GIL released in the
               syscall); portable fallback when io_uring is disabled (sysctl, seccomp).
 ============  ==========================================================================
