@@ -480,7 +480,17 @@ cdef _merge_indexed(list runs, bint check, bint gather):
 
 # --- indexed batches of fixed-width columns: the whole merge in one call ------------------------
 
-_import_batch = None
+_import_kept = None  # (arrow_c.import_kept, imported on first use)
+_RecordBatch = None
+
+
+cdef ArrowArray* _exported(x, ArrowArray* slot) except NULL:
+    """The exported struct of ``x``: a record batch exported into ``slot`` (released by the
+    caller), or the kept export of an ``arrow_c.ExportedBatch`` (not released)."""
+    if type(x) is _RecordBatch:
+        x._export_to_c(<uintptr_t>slot)
+        return slot
+    return <ArrowArray*><uintptr_t>x.array_address
 
 
 cdef int _schema_widths(schema, int* widths, int64_t cap) except -2:
@@ -526,23 +536,26 @@ cdef enum:
     MAX_COLS = 64
 
 
-def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
+def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True, list views=None):
     """The sum of consolidated indexed batches whose key and value codes are u64 (numpy) and
     whose key and value columns are fixed-width without nulls, made in one call: merged, regrouped by key,
     and its key and value record batches built natively (no pyarrow or numpy object per column
     or per input: a small merge's cost was those, not its rows).
 
     ``runs``: ``(kcodes, offsets, vcodes, weights, keys, vals)`` per batch, ``keys`` / ``vals``
-    pyarrow record batches of ``key_schema`` / ``val_schema`` (one row per key / per value row).
+    pyarrow record batches of ``key_schema`` / ``val_schema`` (one row per key / per value row),
+    or ``arrow_c.ExportedBatch`` exports of them (read as they are: no export per merge). With
+    ``views`` (a list), exports of the two batches built are appended there (``import_kept``).
     Returns ``(keys, kcodes, offsets, vals, vcodes, weights)``, the parts of the merged batch
     (the reference: :func:`merge_indexed` then taking the keys at ``ksrc`` and the values at
     ``gidx``), or None when a column is not fixed-width without nulls (the caller's general
     path; also without key or value columns, or with var codes). Zero sums are dropped, and a key left without rows with them. ``check``: raise
     ``OverflowError`` when a weight sum wrapped."""
-    global _import_batch
-    if _import_batch is None:
+    global _import_kept, _RecordBatch
+    if _import_kept is None:
         import pyarrow as pa
-        _import_batch = pa.RecordBatch._import_from_c
+        from .arrow_c import import_kept
+        _import_kept, _RecordBatch = import_kept, pa.RecordBatch
     cdef int kw[MAX_COLS]
     cdef int vw[MAX_COLS]
     cdef int nkc = _schema_widths(key_schema, kw, MAX_COLS)
@@ -595,10 +608,8 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
             owners.append((kc, off, vc, wc))
             if n == 0:
                 continue
-            ka = &exp[2 * nz]
-            va = &exp[2 * nz + 1]
-            run[4]._export_to_c(<uintptr_t>ka)
-            run[5]._export_to_c(<uintptr_t>va)
+            ka = _exported(run[4], &exp[2 * nz])
+            va = _exported(run[5], &exp[2 * nz + 1])
             if not (_columns(ka, nk, nkc, kw, &ksrc_c[nz * nkc])
                     and _columns(va, n, nvc, vw, &vsrc[nz * nvc])):
                 shape_ok = False
@@ -679,7 +690,7 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
         free(kblock)
         free(vblock)
         raise OverflowError("an int64 weight sum wrapped in merge_indexed_batches")
-    keys = _import_batch(<uintptr_t>kblock, key_schema)  # owns the block from here
-    vals = _import_batch(<uintptr_t>vblock, val_schema)
+    keys = _import_kept(<uintptr_t>kblock, key_schema, views)  # owns the block from here
+    vals = _import_kept(<uintptr_t>vblock, val_schema, views)
     return (keys, shrink(kout, out.nk), shrink(offout, out.nk + 1),
             vals, shrink(vout, out.o), shrink(wout, out.o))
