@@ -148,7 +148,8 @@ def take_batch(batch, idx, list extra=None, schema=None):
     row) and ``schema`` (the output schema: ``batch``'s column types, then one fixed-width type
     per extra column whose byte width is its values' itemsize), the extra columns follow the
     gathered ones in the same batch (a null where the mask is true). ``batch`` may then be None
-    (and ``idx`` ignored): the batch of the extra columns alone."""
+    (and ``idx`` ignored): the batch of the extra columns alone. ``batch`` may be an
+    :class:`ExportedBatch` (read through its kept export when ``extra`` is given)."""
     cdef cnp.ndarray ix
     cdef int64_t m = 0, n = 0, i, lo = 0, hi = 0, nnull
     cdef const int64_t* p = NULL
@@ -159,6 +160,7 @@ def take_batch(batch, idx, list extra=None, schema=None):
     ssrc.release = NULL
     src.n_children = 0
     src.offset = 0
+    cdef ArrowArray* sp = &src  # the batch's export: made here, or kept by an ExportedBatch
     cdef int64_t k = 0, e = 0 if extra is None else len(extra), c, kt
     cdef int widths[64]
     cdef list vals = [], masks = []
@@ -202,13 +204,17 @@ def take_batch(batch, idx, list extra=None, schema=None):
                 raise ValueError("take_batch: extra columns differ in length from the rows taken")
             m = ix.shape[0]
             p = <const int64_t*>cnp.PyArray_DATA(ix)
-            if e:
+            if e and type(batch) is ExportedBatch:
+                sp = &(<ExportedBatch>batch).arr
+            elif e:
                 batch._export_to_c(<uintptr_t>&src)
             else:
+                if type(batch) is ExportedBatch:  # (the schema is read from the batch)
+                    batch = (<ExportedBatch>batch).batch
                 batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
-            k = src.n_children
-            n = src.length
-            if k > 64 or src.dictionary != NULL:
+            k = sp.n_children
+            n = sp.length
+            if k > 64 or sp.dictionary != NULL:
                 return None
         if e:  # the output schema's widths: one export per schema object, not per call
             if len(schema) != k + e:
@@ -227,7 +233,7 @@ def take_batch(batch, idx, list extra=None, schema=None):
                 w = _width(ssrc.children[c].format)
                 if w == 0 or ssrc.children[c].dictionary != NULL:
                     return None
-            if c < k and not _check_gathered(src.children[c], w):
+            if c < k and not _check_gathered(sp.children[c], w):
                 return None
             if c >= k:
                 va = vals[c - k]
@@ -261,9 +267,9 @@ def take_batch(batch, idx, list extra=None, schema=None):
             w = widths[c]
             kids[c].buffers[1] = data
             if c < k:
-                ch = src.children[c]
+                ch = sp.children[c]
                 with nogil:
-                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + sp.offset) * w,
                             data, w, p, m)
                 data += _up64(<size_t>w * <size_t>m)
                 continue

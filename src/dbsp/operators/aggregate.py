@@ -1347,7 +1347,7 @@ class LinearAggregateOperator(Operator):
         if n_old + len(en) == 0:
             return ZSet.empty(self.out_schema)
         if self._fin_plan is not None:
-            return self._emit_sorted(keys, kcodec, old, new, eo, en)
+            return self._emit_sorted(keys, kcodec, old, new, eo, en, keys_export)
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
@@ -1359,7 +1359,7 @@ class LinearAggregateOperator(Operator):
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
 
     def _emit_sorted(self, keys: pa.RecordBatch, kcodec: KeyCodec, old: list, new: list,
-                     eo: np.ndarray, en: np.ndarray) -> ZSet:
+                     eo: np.ndarray, en: np.ndarray, keys_export=None) -> ZSet:
         """The output rows of :meth:`_step_numeric` (``-old`` where ``eo``, ``+new`` where
         ``en``) finished, ordered and consolidated in one native pass
         (:func:`~dbsp.algebra.kernels.finish_emit`: a key whose old and new rows finish equal
@@ -1370,7 +1370,8 @@ class LinearAggregateOperator(Operator):
         rows, ow, fin = K.finish_emit(old, new, eo, en, self._fin_plan, self._is_int)
         if not len(rows):
             return ZSet.empty(self.out_schema)
-        out = K.take_batch(keys, rows, fin, self.out_schema)
+        out = K.take_batch(keys if keys_export is None else keys_export, rows, fin,
+                           self.out_schema)
         if out is None:  # (keys with nulls or of variable width)
             cols = list(take(keys, rows).columns) + [
                 pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]
