@@ -58,6 +58,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .identity import IdentityCache
+
 __all__ = ["VarCodes", "CodeArray", "Code", "Codes", "KeyCodec", "codec_for"]
 
 
@@ -578,26 +580,20 @@ class KeyCodec:
         return VarCodes.from_list(rows)
 
 
-#: (id(schema), names or None) -> (schema, codec): the codecs of the schema *objects* met, in
-#: front of :func:`_codec_cached`, whose key hashes the schema (every field wrapped and hashed:
-#: some 30K instructions, three quarters of an empty step of the join + average circuit) where
-#: an operator passes the same schema object step after step (the schema is kept, so its id is
-#: not reused)
-_CODEC_BY_ID: dict = {}
+#: the codecs of the schema objects met, in front of :func:`_codec_cached`, whose key hashes
+#: the schema (three quarters of an empty step of the join + average circuit)
+_CODEC_BY_ID = IdentityCache()
 
 
 def codec_for(schema: pa.Schema, names: Sequence[str] | None = None) -> KeyCodec:
     """The codec of the ``names`` columns (default: all) of ``schema``; cached, so the batches of
     a stream share one codec."""
-    key = (id(schema), None if names is None else tuple(names))
-    got = _CODEC_BY_ID.get(key)
-    if got is not None and got[0] is schema:
-        return got[1]
-    codec = _codec_cached(schema, tuple(schema.names) if names is None else key[1])
-    if len(_CODEC_BY_ID) >= 4096:
-        _CODEC_BY_ID.clear()
-    _CODEC_BY_ID[key] = (schema, codec)
-    return codec
+    nm = None if names is None else tuple(names)
+    got = _CODEC_BY_ID.get(schema, nm)
+    if got is not None:
+        return got
+    return _CODEC_BY_ID.put(schema, _codec_cached(schema, tuple(schema.names) if nm is None
+                                                  else nm), nm)
 
 
 @functools.lru_cache(maxsize=4096)

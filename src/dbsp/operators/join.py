@@ -466,8 +466,9 @@ class JoinOperator(Operator):
     def _build(self, pieces, n_left: int = -1) -> ZSet:
         """The output of the matched pairs of ``pieces``, ``(x, y, join_matched(...))`` each.
         ``n_left``: the first ``n_left`` pieces' ``x`` and the others' ``y`` are stored batches
-        of a trace (their columns are exported once and kept: see :func:`~dbsp.trace.batch.exported`); -1: none
-        is known to be."""
+        of a trace, the others the deltas going into the traces this step (their columns are
+        exported once and kept: see :func:`~dbsp.trace.batch.exported`); -1: none is known to
+        be."""
         if not pieces:
             return ZSet.empty(self.out_schema)
         if self.mode not in ("left", "fn"):
@@ -479,13 +480,11 @@ class JoinOperator(Operator):
                 ks = [(x.keys, p[0]) for x, _, p in pieces]
                 lv = [(x.vals, p[1]) for x, _, p in pieces]
                 rv = [(y.vals, p[2]) for _, y, p in pieces]
-            else:
-                ks = [(exported(x, "keys") if i < n_left else x.keys, p[0])
-                      for i, (x, _, p) in enumerate(pieces)]
-                lv = [(exported(x, "vals") if i < n_left else x.vals, p[1])
-                      for i, (x, _, p) in enumerate(pieces)]
-                rv = [(y.vals if i < n_left else exported(y, "vals"), p[2])
-                      for i, (_, y, p) in enumerate(pieces)]
+            else:  # (the deltas too: each goes into its trace this step, and the index that
+                # built it handed out its exports for free)
+                ks = [(exported(x, "keys"), p[0]) for x, _, p in pieces]
+                lv = [(exported(x, "vals"), p[1]) for x, _, p in pieces]
+                rv = [(exported(y, "vals"), p[2]) for _, y, p in pieces]
             out = K.take_batch_runs(self.out_schema, [ks, lv, rv])
             if out is not None:
                 ws = [p[3] for _, _, p in pieces]
