@@ -480,11 +480,19 @@ class JoinOperator(Operator):
                 ks = [(x.keys, p[0]) for x, _, p in pieces]
                 lv = [(x.vals, p[1]) for x, _, p in pieces]
                 rv = [(y.vals, p[2]) for _, y, p in pieces]
-            else:  # (the deltas too: each goes into its trace this step, and the index that
-                # built it handed out its exports for free)
-                ks = [(exported(x, "keys"), p[0]) for x, _, p in pieces]
-                lv = [(exported(x, "vals"), p[1]) for x, _, p in pieces]
-                rv = [(exported(y, "vals"), p[2]) for _, y, p in pieces]
+            else:
+                # the deltas too, each looked up once (Δb is the y of the first n_left pieces,
+                # Δa the x of the others): each goes into its trace this step, and the index
+                # that built it handed out its exports for free
+                dl = exported(pieces[-1][0], "keys") if n_left < len(pieces) else None
+                dlv = exported(pieces[-1][0], "vals") if n_left < len(pieces) else None
+                drv = exported(pieces[0][1], "vals") if n_left > 0 else None
+                ks = [(exported(x, "keys") if i < n_left else dl, p[0])
+                      for i, (x, _, p) in enumerate(pieces)]
+                lv = [(exported(x, "vals") if i < n_left else dlv, p[1])
+                      for i, (x, _, p) in enumerate(pieces)]
+                rv = [(drv if i < n_left else exported(y, "vals"), p[2])
+                      for i, (_, y, p) in enumerate(pieces)]
             out = K.take_batch_runs(self.out_schema, [ks, lv, rv])
             if out is not None:
                 ws = [p[3] for _, _, p in pieces]
