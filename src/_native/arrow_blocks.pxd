@@ -6,11 +6,11 @@
 # ``merge_pairs`` builds its merged record batches with these; ``arrow_c.pyx`` cimports the
 # release callbacks, ``blk_width``, ``blk_head`` and ``blk_up64`` (its ``_struct_block`` takes
 # a size its callers lay out themselves, validity buffers included, so it stays there).
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 
-from _native.arrow_abi cimport ArrowArray
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
@@ -111,3 +111,38 @@ cdef inline void blk_set_length(uint8_t* block, int64_t n) noexcept nogil:
     out.length = n
     for c in range(out.n_children):
         out.children[c].length = n
+
+
+cdef inline bytes blk_schema_widths(dict cache, schema):
+    """The byte width of each column of ``schema`` (1 to 64 columns, each fixed-width and not
+    a dictionary), or None, read from one export of it and kept in ``cache`` (``id(schema) ->
+    (schema, widths)``; the schema is kept, so its id is not reused): an operator passes the
+    same schema object every step (an output's, a state's values), and a schema export costs
+    some 8K instructions, more than a 100-row gather."""
+    got = cache.get(id(schema))
+    if got is not None and (<tuple>got)[0] is schema:
+        return (<tuple>got)[1]
+    cdef ArrowSchema sout
+    sout.release = NULL
+    cdef int64_t c, kt
+    cdef bytearray ws = None
+    cdef int w
+    schema._export_to_c(<uintptr_t>&sout)
+    try:
+        kt = sout.n_children
+        if 0 < kt <= 64:
+            ws = bytearray(kt)
+            for c in range(kt):
+                w = blk_width(sout.children[c].format)
+                if w == 0 or w > 255 or sout.children[c].dictionary != NULL:
+                    ws = None
+                    break
+                ws[c] = w
+    finally:
+        if sout.release != NULL:
+            sout.release(&sout)
+    out = None if ws is None else bytes(ws)
+    if len(cache) >= 256:
+        cache.clear()
+    cache[id(schema)] = (schema, out)
+    return out

@@ -34,7 +34,7 @@ Gather loops run without the GIL.
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
-from _native.arrow_blocks cimport (blk_release_child as _release_child,
+from _native.arrow_blocks cimport (blk_release_child as _release_child, blk_schema_widths,
                                    blk_head as _struct_head, blk_release_parent as _release_parent,
                                    blk_up64 as _up64, blk_width as _width)
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
@@ -148,19 +148,19 @@ def take_batch(batch, idx, list extra=None, schema=None):
     row) and ``schema`` (the output schema: ``batch``'s column types, then one fixed-width type
     per extra column whose byte width is its values' itemsize), the extra columns follow the
     gathered ones in the same batch (a null where the mask is true). ``batch`` may then be None
-    (and ``idx`` ignored): the batch of the extra columns alone."""
+    (and ``idx`` ignored): the batch of the extra columns alone. ``batch`` may be an
+    :class:`ExportedBatch` (read through its kept export when ``extra`` is given)."""
     cdef cnp.ndarray ix
     cdef int64_t m = 0, n = 0, i, lo = 0, hi = 0, nnull
     cdef const int64_t* p = NULL
     cdef ArrowArray src
     cdef ArrowSchema ssrc
-    cdef ArrowSchema sout
-    cdef ArrowSchema* sch
+    cdef bytes wb = None
     src.release = NULL
     ssrc.release = NULL
-    sout.release = NULL
     src.n_children = 0
     src.offset = 0
+    cdef ArrowArray* sp = &src  # the batch's export: made here, or kept by an ExportedBatch
     cdef int64_t k = 0, e = 0 if extra is None else len(extra), c, kt
     cdef int widths[64]
     cdef list vals = [], masks = []
@@ -204,30 +204,36 @@ def take_batch(batch, idx, list extra=None, schema=None):
                 raise ValueError("take_batch: extra columns differ in length from the rows taken")
             m = ix.shape[0]
             p = <const int64_t*>cnp.PyArray_DATA(ix)
-            if e:
+            if e and type(batch) is ExportedBatch:
+                sp = &(<ExportedBatch>batch).arr
+            elif e:
                 batch._export_to_c(<uintptr_t>&src)
             else:
+                if type(batch) is ExportedBatch:  # (the schema is read from the batch)
+                    batch = (<ExportedBatch>batch).batch
                 batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
-            k = src.n_children
-            n = src.length
-            if k > 64 or src.dictionary != NULL:
+            k = sp.n_children
+            n = sp.length
+            if k > 64 or sp.dictionary != NULL:
                 return None
-        if e:
-            schema._export_to_c(<uintptr_t>&sout)
-            sch = &sout
-            if sout.n_children != k + e:
-                raise ValueError(f"take_batch: the output schema has {sout.n_children} columns, "
+        if e:  # the output schema's widths: one export per schema object, not per call
+            if len(schema) != k + e:
+                raise ValueError(f"take_batch: the output schema has {len(schema)} columns, "
                                  f"not {k} + {e}")
-        else:
-            sch = &ssrc
-            if k == 0:
+            wb = _widths_of(schema)
+            if wb is None:
                 return None
+        elif k == 0:
+            return None
         kt = k + e
         for c in range(kt):
-            w = _width(sch.children[c].format)
-            if w == 0 or sch.children[c].dictionary != NULL:
-                return None
-            if c < k and not _check_gathered(src.children[c], w):
+            if e:
+                w = (<const unsigned char*>wb)[c]
+            else:
+                w = _width(ssrc.children[c].format)
+                if w == 0 or ssrc.children[c].dictionary != NULL:
+                    return None
+            if c < k and not _check_gathered(sp.children[c], w):
                 return None
             if c >= k:
                 va = vals[c - k]
@@ -261,9 +267,9 @@ def take_batch(batch, idx, list extra=None, schema=None):
             w = widths[c]
             kids[c].buffers[1] = data
             if c < k:
-                ch = src.children[c]
+                ch = sp.children[c]
                 with nogil:
-                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w,
+                    _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + sp.offset) * w,
                             data, w, p, m)
                 data += _up64(<size_t>w * <size_t>m)
                 continue
@@ -292,8 +298,6 @@ def take_batch(batch, idx, list extra=None, schema=None):
             src.release(&src)
         if ssrc.release != NULL:
             ssrc.release(&ssrc)
-        if sout.release != NULL:
-            sout.release(&sout)
     return _import_batch(<uintptr_t>out, batch.schema if not e else schema)
 
 
@@ -320,6 +324,38 @@ cdef class ExportedBatch:
     def num_rows(self) -> int:
         return self.arr.length
 
+    @property
+    def array_address(self) -> int:
+        """The address of the kept ``ArrowArray`` (valid while this object lives), for a
+        kernel of another module that reads exported batches (``merge_indexed_batches``)."""
+        return <uintptr_t>&self.arr
+
+
+cdef object _import_kept(uint8_t* block, schema, list views):
+    """``block`` (a struct array this module built) imported as a record batch of ``schema``;
+    with ``views`` (a list), an :class:`ExportedBatch` of it is appended there for free: the
+    block's header stays in place after the import (Arrow moves the parent struct, reads the
+    children where they are, and frees the block when the batch's last buffer goes), so a copy
+    of the parent made before the import reads the same columns for as long as the view holds
+    the batch. A batch a spine stores is exported again by each merge and gather that reads
+    it: those exports (some 9K instructions each) are then never made."""
+    cdef ExportedBatch e = None
+    if views is not None:
+        e = ExportedBatch.__new__(ExportedBatch)
+        e.arr = (<ArrowArray*>block)[0]
+        e.arr.release = NULL  # the import owns the block
+    batch = _import_batch(<uintptr_t>block, schema)
+    if e is not None:
+        e.batch = batch
+        views.append(e)
+    return batch
+
+
+def import_kept(uintptr_t address, schema, list views=None):
+    """:func:`_import_kept` for a struct array built by another module (one block freed by
+    its parent's ``release``, as ``arrow_blocks.blk_struct`` makes them)."""
+    return _import_kept(<uint8_t*>address, schema, views)
+
 
 def export_batch(batch):
     """``batch`` (a record batch) exported once, as an :class:`ExportedBatch` that
@@ -332,40 +368,12 @@ def export_batch(batch):
     return e
 
 
-#: id(schema) -> (schema, bytes of column widths, or None when some column cannot be gathered):
-#: an operator passes the same output schema object every step, so its widths are read from
-#: one export of it, not one export per step (the schema is kept, so its id is not reused)
+#: the column widths of the schemas met (``blk_schema_widths``)
 cdef dict _schema_widths = {}
 
 
-cdef bytes _widths_of(schema):
-    got = _schema_widths.get(id(schema))
-    if got is not None and (<tuple>got)[0] is schema:
-        return (<tuple>got)[1]
-    cdef ArrowSchema sout
-    sout.release = NULL
-    cdef int64_t c, kt
-    cdef bytearray ws = None
-    cdef int w
-    schema._export_to_c(<uintptr_t>&sout)
-    try:
-        kt = sout.n_children
-        if 0 < kt <= 64:
-            ws = bytearray(kt)
-            for c in range(kt):
-                w = _width(sout.children[c].format)
-                if w == 0 or w > 255 or sout.children[c].dictionary != NULL:
-                    ws = None
-                    break
-                ws[c] = w
-    finally:
-        if sout.release != NULL:
-            sout.release(&sout)
-    out = None if ws is None else bytes(ws)
-    if len(_schema_widths) >= 256:
-        _schema_widths.clear()
-    _schema_widths[id(schema)] = (schema, out)
-    return out
+cdef inline bytes _widths_of(schema):
+    return blk_schema_widths(_schema_widths, schema)
 
 
 def take_batch_runs(schema, list groups):
@@ -693,7 +701,7 @@ cdef void _group_rehash(int64_t* table, int tbits, const uint64_t* codes,
 
 
 def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_schema,
-               list np_dtypes=None):
+               list np_dtypes=None, list views=None):
     """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (``plan``: per
     key column ``(byte width, signed, nullable)``, as :func:`encode_u64`), from one export of
     the batch: ``(keys, codes, bounds, vals, weights)`` with the distinct codes ascending, the
@@ -878,9 +886,9 @@ def group_rows(batch, key_cols, list plan, val_cols, weights, key_schema, val_sc
                     raise ValueError(f"group_rows: numpy dtype {dt} for a column of {vw[c]} "
                                      f"bytes")
                 nps.append((dt, <uintptr_t>kids[c].buffers[1]))
-        keys = _import_batch(<uintptr_t>kblock, key_schema)
+        keys = _import_kept(kblock, key_schema, views)
         kblock = NULL  # the import owns it now
-        vals = _import_batch(<uintptr_t>vblock, val_schema)
+        vals = _import_kept(vblock, val_schema, views)
         vblock = NULL
         if nps is not None:
             dims = n
@@ -943,7 +951,7 @@ INDEX_ROWS_MAX = 512
 
 
 def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan, weights,
-               key_schema, val_schema):
+               key_schema, val_schema, list views=None):
     """The rows of ``batch`` as a consolidated indexed Z-set, from one export of the batch:
     ``(keys, kcodes, offsets, vals, vcodes, weights)``, the rows sorted by (key code, value
     code) of the columns ``key_cols`` / ``val_cols`` (``key_plan`` / ``val_plan``: per column
@@ -1081,9 +1089,9 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
                 _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * vw[c], data,
                         vw[c], perm, m)
             data += _up64(<size_t>vw[c] * <size_t>m)
-        keys = _import_batch(<uintptr_t>kblock, key_schema)
+        keys = _import_kept(kblock, key_schema, views)
         kblock = NULL  # the import owns it now
-        vals = _import_batch(<uintptr_t>vblock, val_schema)
+        vals = _import_kept(vblock, val_schema, views)
         vblock = NULL
     finally:
         if src.release != NULL:
@@ -1097,7 +1105,7 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
     return keys, okc_a, offs_a, vals, ovc_a, ow_a
 
 
-def pick_batch(g, is_old, list olds, list news, schema):
+def pick_batch(g, is_old, list olds, list news, schema, list views=None):
     """A record batch of ``schema`` whose column ``j`` row ``r`` is ``olds[j][g[r]]`` where
     ``is_old[r]``, else ``news[j][g[r]]`` (numpy arrays whose itemsize is the byte width of the
     column's fixed-width type; their bits are taken as they are, no nulls): the rows of a
@@ -1109,8 +1117,6 @@ def pick_batch(g, is_old, list olds, list news, schema):
     cdef int64_t m = ga.shape[0], r, k = len(olds), c, lo, ln
     cdef const int64_t* pg = <const int64_t*>cnp.PyArray_DATA(ga)
     cdef const uint8_t* po = <const uint8_t*>cnp.PyArray_DATA(oa)
-    cdef ArrowSchema sout
-    sout.release = NULL
     cdef int widths[64]
     cdef list xs = []
     cdef cnp.ndarray xo, xn
@@ -1126,14 +1132,14 @@ def pick_batch(g, is_old, list olds, list news, schema):
         raise ValueError("pick_batch: g and is_old differ in length")
     if len(news) != k or k == 0 or k > 64:
         raise ValueError(f"pick_batch: {k} old and {len(news)} new columns (1 to 64, as many)")
-    schema._export_to_c(<uintptr_t>&sout)
+    if len(schema) != k:
+        raise ValueError(f"pick_batch: the schema has {len(schema)} columns, not {k}")
+    cdef bytes wb = _widths_of(schema)  # (one export per schema object, not per call)
+    if wb is None:
+        return None
     try:
-        if sout.n_children != k:
-            raise ValueError(f"pick_batch: the schema has {sout.n_children} columns, not {k}")
         for c in range(k):
-            w = _width(sout.children[c].format)
-            if w == 0 or sout.children[c].dictionary != NULL:
-                return None
+            w = (<const unsigned char*>wb)[c]
             xo = np.ascontiguousarray(olds[c])
             xn = np.ascontiguousarray(news[c])
             if xo.ndim != 1 or xn.ndim != 1 or xo.itemsize != w or xn.itemsize != w:
@@ -1170,11 +1176,9 @@ def pick_batch(g, is_old, list olds, list news, schema):
                     for r in range(m):
                         memcpy(data + r * w, (so if po[r] else sn) + pg[r] * w, w)
             data += _up64(<size_t>w * <size_t>m)
-        out = _import_batch(<uintptr_t>block, schema)
+        out = _import_kept(block, schema, views)
         block = NULL  # the import owns it now
     finally:
-        if sout.release != NULL:
-            sout.release(&sout)
         if block != NULL:
             free(block)
     return out

@@ -28,6 +28,7 @@ from libc.stdlib cimport malloc, free
 
 import numpy as np
 
+from _native.arrays cimport contig, empty1
 from _native.views cimport shrink
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
 from _native.arrow_blocks cimport blk_width, blk_plain, blk_struct, blk_set_length
@@ -129,8 +130,15 @@ cdef int64_t merge_pairs(prun_t* runs, int64_t k, int64_t* tree, head_t* h, int6
     return o
 
 
-cdef bint _is_u64(x):
-    return isinstance(x, np.ndarray) and (<cnp.ndarray>x).dtype == np.uint64
+cdef inline bint _is_u64(x) noexcept:
+    """Whether ``x`` is an ndarray of native-order u64 codes (through the C API: ``isinstance``
+    and a dtype comparison cost a thousand instructions, and a merge asks twice per input)."""
+    if not cnp.PyArray_Check(x):
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef int t = cnp.PyArray_TYPE(a)
+    return (t == cnp.NPY_ULONG or t == cnp.NPY_ULONGLONG) and cnp.PyArray_ITEMSIZE(a) == 8 \
+        and cnp.PyArray_ISNOTSWAPPED(a)
 
 
 def merge_consolidate(runs, bint check=True):
@@ -160,9 +168,9 @@ def merge_consolidate(runs, bint check=True):
         raise MemoryError()
     try:
         for i in range(k):
-            kc = np.ascontiguousarray(runs[i][0])
-            vc = np.ascontiguousarray(runs[i][1])
-            wc = np.ascontiguousarray(runs[i][2], dtype=np.int64)
+            kc = contig(runs[i][0], cnp.NPY_UINT64)
+            vc = contig(runs[i][1], cnp.NPY_UINT64)
+            wc = contig(runs[i][2], cnp.NPY_INT64)
             n = kc.shape[0]
             if vc.shape[0] != n:
                 raise ValueError(f"run {i}: {vc.shape[0]} vcodes for {n} rows")
@@ -389,12 +397,12 @@ cdef _merge_indexed(list runs, bint check, bint gather):
             if len(runs[i]) != (5 if gather else 4):
                 raise ValueError("a run is (kcodes, offsets, vcodes, weights"
                                  + (", cols)" if gather else ")"))
-            kc = np.ascontiguousarray(runs[i][0])
-            off = np.ascontiguousarray(runs[i][1], dtype=np.int64)
-            vc = np.ascontiguousarray(runs[i][2])
-            wc = np.ascontiguousarray(runs[i][3], dtype=np.int64)
-            if kc.dtype != np.uint64 or vc.dtype != np.uint64:
+            if not (_is_u64(runs[i][0]) and _is_u64(runs[i][2])):
                 raise TypeError("merge_indexed takes u64 key and value codes")
+            kc = contig(runs[i][0], cnp.NPY_UINT64)
+            off = contig(runs[i][1], cnp.NPY_INT64)
+            vc = contig(runs[i][2], cnp.NPY_UINT64)
+            wc = contig(runs[i][3], cnp.NPY_INT64)
             n = vc.shape[0]
             nk = kc.shape[0]
             if off.shape[0] != nk + 1 or off[0] != 0 or off[nk] != n:
@@ -480,7 +488,17 @@ cdef _merge_indexed(list runs, bint check, bint gather):
 
 # --- indexed batches of fixed-width columns: the whole merge in one call ------------------------
 
-_import_batch = None
+_import_kept = None  # (arrow_c.import_kept, imported on first use)
+_RecordBatch = None
+
+
+cdef ArrowArray* _exported(x, ArrowArray* slot) except NULL:
+    """The exported struct of ``x``: a record batch exported into ``slot`` (released by the
+    caller), or the kept export of an ``arrow_c.ExportedBatch`` (not released)."""
+    if type(x) is _RecordBatch:
+        x._export_to_c(<uintptr_t>slot)
+        return slot
+    return <ArrowArray*><uintptr_t>x.array_address
 
 
 cdef int _schema_widths(schema, int* widths, int64_t cap) except -2:
@@ -526,23 +544,26 @@ cdef enum:
     MAX_COLS = 64
 
 
-def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
+def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True, list views=None):
     """The sum of consolidated indexed batches whose key and value codes are u64 (numpy) and
     whose key and value columns are fixed-width without nulls, made in one call: merged, regrouped by key,
     and its key and value record batches built natively (no pyarrow or numpy object per column
     or per input: a small merge's cost was those, not its rows).
 
     ``runs``: ``(kcodes, offsets, vcodes, weights, keys, vals)`` per batch, ``keys`` / ``vals``
-    pyarrow record batches of ``key_schema`` / ``val_schema`` (one row per key / per value row).
+    pyarrow record batches of ``key_schema`` / ``val_schema`` (one row per key / per value row),
+    or ``arrow_c.ExportedBatch`` exports of them (read as they are: no export per merge). With
+    ``views`` (a list), exports of the two batches built are appended there (``import_kept``).
     Returns ``(keys, kcodes, offsets, vals, vcodes, weights)``, the parts of the merged batch
     (the reference: :func:`merge_indexed` then taking the keys at ``ksrc`` and the values at
     ``gidx``), or None when a column is not fixed-width without nulls (the caller's general
     path; also without key or value columns, or with var codes). Zero sums are dropped, and a key left without rows with them. ``check``: raise
     ``OverflowError`` when a weight sum wrapped."""
-    global _import_batch
-    if _import_batch is None:
+    global _import_kept, _RecordBatch
+    if _import_kept is None:
         import pyarrow as pa
-        _import_batch = pa.RecordBatch._import_from_c
+        from .arrow_c import import_kept
+        _import_kept, _RecordBatch = import_kept, pa.RecordBatch
     cdef int kw[MAX_COLS]
     cdef int vw[MAX_COLS]
     cdef int nkc = _schema_widths(key_schema, kw, MAX_COLS)
@@ -582,23 +603,22 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
             if not (_is_u64(run[0]) and _is_u64(run[2])):
                 shape_ok = False  # var codes: the general path
                 break
-            kc = np.ascontiguousarray(run[0])
-            off = np.ascontiguousarray(run[1], dtype=np.int64)
-            vc = np.ascontiguousarray(run[2])
-            wc = np.ascontiguousarray(run[3], dtype=np.int64)
+            kc = contig(run[0], cnp.NPY_UINT64)
+            off = contig(run[1], cnp.NPY_INT64)
+            vc = contig(run[2], cnp.NPY_UINT64)
+            wc = contig(run[3], cnp.NPY_INT64)
             n = vc.shape[0]
             nk = kc.shape[0]
-            if off.shape[0] != nk + 1 or off[0] != 0 or off[nk] != n:
+            if off.shape[0] != nk + 1 or (<const int64_t*>cnp.PyArray_DATA(off))[0] != 0 \
+                    or (<const int64_t*>cnp.PyArray_DATA(off))[nk] != n:
                 raise ValueError(f"run {i}: offsets do not describe {nk} keys over {n} rows")
             if wc.shape[0] != n:
                 raise ValueError(f"run {i}: {wc.shape[0]} weights for {n} rows")
             owners.append((kc, off, vc, wc))
             if n == 0:
                 continue
-            ka = &exp[2 * nz]
-            va = &exp[2 * nz + 1]
-            run[4]._export_to_c(<uintptr_t>ka)
-            run[5]._export_to_c(<uintptr_t>va)
+            ka = _exported(run[4], &exp[2 * nz])
+            va = _exported(run[5], &exp[2 * nz + 1])
             if not (_columns(ka, nk, nkc, kw, &ksrc_c[nz * nkc])
                     and _columns(va, n, nvc, vw, &vsrc[nz * nvc])):
                 shape_ok = False
@@ -630,11 +650,11 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
         for j in range(nvc):
             vdst[j] = <char*>(<ArrowArray*>vblock).children[j].buffers[1]
             vwidth[j] = vw[j]
-        wout = np.empty(max(total, 1), dtype=np.int64)
-        vout = np.empty(max(total, 1), dtype=np.uint64)
-        kout = np.empty(max(kcap, 1), dtype=np.uint64)
-        offout = np.empty(max(kcap, 1) + 1, dtype=np.int64)
-        ksrc = np.empty(max(kcap, 1), dtype=np.int64)
+        wout = empty1(max(total, 1), cnp.NPY_INT64)
+        vout = empty1(max(total, 1), cnp.NPY_UINT64)
+        kout = empty1(max(kcap, 1), cnp.NPY_UINT64)
+        offout = empty1(max(kcap, 1) + 1, cnp.NPY_INT64)
+        ksrc = empty1(max(kcap, 1), cnp.NPY_INT64)
         out.g = NULL
         out.ncols = nvc
         out.one8 = nvc == 1 and vw[0] == 8
@@ -679,7 +699,7 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True):
         free(kblock)
         free(vblock)
         raise OverflowError("an int64 weight sum wrapped in merge_indexed_batches")
-    keys = _import_batch(<uintptr_t>kblock, key_schema)  # owns the block from here
-    vals = _import_batch(<uintptr_t>vblock, val_schema)
+    keys = _import_kept(<uintptr_t>kblock, key_schema, views)  # owns the block from here
+    vals = _import_kept(<uintptr_t>vblock, val_schema, views)
     return (keys, shrink(kout, out.nk), shrink(offout, out.nk + 1),
             vals, shrink(vout, out.o), shrink(wout, out.o))

@@ -89,6 +89,8 @@ def test_take_batch_with_extra_columns_equals_reference(types, extra_kinds, n, s
     got = K.take_batch(b, idx, extra, schema)
     assert got.schema == schema
     assert got.equals(want)
+    if b is not None:  # read through a kept export: the same batch
+        assert K.take_batch(K.export_batch(b), idx, extra, schema).equals(want)
     assert got.validate(full=pa.date64() not in got.schema.types) is None  # (test data: ms)
 
 
@@ -387,9 +389,16 @@ def test_index_rows_matches_reference_and_from_parts(case):
     if kc._native_plan is None or vc._native_plan is None:
         return
     args = (batch, kcols, kc._native_plan, vcols, vc._native_plan, w, ks, vs)
-    got, want = arrow_c.index_rows(*args), R.index_rows(*args)
+    views: list = []
+    got, want = arrow_c.index_rows(*args, views=views), R.index_rows(*args)
     if not _same_groups(got, want) or not len(got[5]):
         return
+    # the exports handed out (import_kept) read as the batches they go with, alone
+    assert [v.batch for v in views] == [got[0], got[3]]
+    for v, part in zip(views, (got[0], got[3])):
+        assert v.num_rows == part.num_rows
+        again = arrow_c.take_batch_runs(part.schema, [[(v, np.arange(part.num_rows))]])
+        assert again.equals(part)
     o = OrdIndexedZSet.from_parts(batch.select(kcols), batch.select(vcols), w, kc, vc)
     assert got[0].equals(o.keys) and got[3].equals(o.vals)
     for a, b in ((got[1], o.kcodes), (got[2], o.offsets), (got[4], o.vcodes),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from dbsp._native import arrow_c
 from dbsp._native import merge_pairs as native
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -234,6 +235,30 @@ def test_indexed_batches_match_reference(case):
     assert got[0].schema == ks and got[3].schema == vs
     assert got[0].equals(want[0]) and got[3].equals(want[3])
     assert got[0].num_rows == len(got[1]) and got[3].num_rows == len(got[5])
+
+
+@given(indexed_runs_with_batches(), st.data())
+def test_indexed_batches_read_and_hand_out_exports(case, data):
+    """Inputs given as kept exports (``export_batch``, or the free exports ``views`` hands out
+    of a merge's output, ``arrow_c.import_kept``) merge as the batches themselves; the
+    exports handed out read as the batches they go with, after those are the only owners."""
+    rs, ks, vs = case
+    mixed = [r[:4] + tuple(arrow_c.export_batch(b) if data.draw(st.booleans()) else b
+                           for b in r[4:]) for r in rs]
+    views, rviews = [], []
+    got = native.merge_indexed_batches(mixed, ks, vs, views=views)
+    want = ref.merge_indexed_batches(rs, ks, vs, views=rviews)
+    same(got[1:3] + got[4:], want[1:3] + want[4:])
+    assert got[0].equals(want[0]) and got[3].equals(want[3])
+    assert len(views) == 2 and views[0].batch is got[0] and views[1].batch is got[3]
+    assert rviews[0] is want[0] and rviews[1] is want[3]
+    del mixed
+    # the output merged with itself through its views: every weight doubled
+    out = got[1:3] + (got[4],) + (got[5],)
+    twice = native.merge_indexed_batches([out + tuple(views), out + tuple(views)], ks, vs)
+    again = ref.merge_indexed_batches([out + got[:1] + got[3:4]] * 2, ks, vs)
+    same(twice[1:3] + twice[4:], again[1:3] + again[4:])
+    assert twice[0].equals(again[0]) and twice[3].equals(again[3])
 
 
 def test_indexed_batches_refuse_what_they_cannot_gather():

@@ -58,6 +58,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .identity import IdentityCache
+
 __all__ = ["VarCodes", "CodeArray", "Code", "Codes", "KeyCodec", "codec_for"]
 
 
@@ -578,10 +580,20 @@ class KeyCodec:
         return VarCodes.from_list(rows)
 
 
+#: the codecs of the schema objects met, in front of :func:`_codec_cached`, whose key hashes
+#: the schema (three quarters of an empty step of the join + average circuit)
+_CODEC_BY_ID = IdentityCache()
+
+
 def codec_for(schema: pa.Schema, names: Sequence[str] | None = None) -> KeyCodec:
     """The codec of the ``names`` columns (default: all) of ``schema``; cached, so the batches of
     a stream share one codec."""
-    return _codec_cached(schema, tuple(schema.names if names is None else names))
+    nm = None if names is None else tuple(names)
+    got = _CODEC_BY_ID.get(schema, nm)
+    if got is not None:
+        return got
+    return _CODEC_BY_ID.put(schema, _codec_cached(schema, tuple(schema.names) if nm is None
+                                                  else nm), nm)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -90,14 +90,14 @@ def _checked_sums(name: str, fn, groups):
     if not getattr(fn, "__module__", "").startswith("dbsp._native"):
         return fn  # the reference kernels (DBSP_KERNELS=ref) do not check
 
-    def run(*args):
+    def run(*args, **kw):
         try:
-            return fn(*args)
+            return fn(*args, **kw)
         except OverflowError:
             rows, sums = _checked.exact_sum_overflows(*groups(*args))
             if rows:
                 raise _checked.WeightOverflowError(rows, sums, where=name) from None
-            return fn(*args, check=False)
+            return fn(*args, check=False, **kw)
 
     run.__name__ = run.__qualname__ = name
     run.__doc__ = fn.__doc__

@@ -174,13 +174,15 @@ def merge_indexed_cols(runs: Sequence[tuple]):
     return cols, w, vc, kc, off, ksrc
 
 
-def merge_indexed_batches(runs: Sequence[tuple], key_schema: pa.Schema, val_schema: pa.Schema):
+def merge_indexed_batches(runs: Sequence[tuple], key_schema: pa.Schema, val_schema: pa.Schema,
+                          views: Optional[list] = None):
     """:func:`merge_indexed` over ``(kcodes, offsets, vcodes, weights, keys, vals)`` runs
-    (``keys`` / ``vals`` record batches of ``key_schema`` / ``val_schema``) that builds the
-    merged batch's parts: ``(keys, kcodes, offsets, vals, vcodes, weights)``, the keys taken at
-    ``ksrc`` and the values at ``gidx`` of the concatenated inputs. None when a key or value
-    column is not fixed-width without nulls (or there is no key or no value column, or the
-    codes are var codes)."""
+    (``keys`` / ``vals`` record batches of ``key_schema`` / ``val_schema``, or their
+    :func:`export_batch`) that builds the merged batch's parts: ``(keys, kcodes, offsets, vals,
+    vcodes, weights)``, the keys taken at ``ksrc`` and the values at ``gidx`` of the
+    concatenated inputs. None when a key or value column is not fixed-width without nulls (or
+    there is no key or no value column, or the codes are var codes). ``views``: see
+    :func:`kept`."""
     runs = list(runs)
     if not key_schema.types or not val_schema.types \
             or not all(_fixed_width(t) for t in key_schema.types) \
@@ -201,7 +203,18 @@ def merge_indexed_batches(runs: Sequence[tuple], key_schema: pa.Schema, val_sche
     vb = vals.take(pa.array(gidx, pa.int64())).to_batches()
     kb = kb[0] if kb else pa.RecordBatch.from_pylist([], schema=key_schema)
     vb = vb[0] if vb else pa.RecordBatch.from_pylist([], schema=val_schema)
-    return kb, kc, off, vb, vc, w
+    kb = kept(kb, views)
+    return kb, kc, off, kept(vb, views), vc, w
+
+
+def kept(batch: pa.RecordBatch, views: Optional[list]) -> pa.RecordBatch:
+    """``batch``, its :func:`export_batch` appended to ``views`` when that is a list: a kernel
+    that builds record batches (``merge_indexed_batches``, ``index_rows``, ``group_rows``,
+    ``pick_batch``) hands out, with ``views=[]``, the exports of what it built, made natively for
+    free (``dbsp._native.arrow_c.import_kept``)."""
+    if views is not None:
+        views.append(export_batch(batch))
+    return batch
 
 
 def group_bounds(kcodes: CodeArray) -> np.ndarray:
@@ -862,7 +875,7 @@ GROUP_ROWS_MAX = 1 << 16
 
 
 def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_schema,
-               np_dtypes: Optional[list] = None):
+               np_dtypes: Optional[list] = None, views: Optional[list] = None):
     """The rows of ``batch`` grouped by the u64 codes of its columns ``key_cols`` (see
     ``dbsp._native.arrow_c.group_rows``): ``(keys, codes, bounds, vals, weights)`` or None."""
     n = batch.num_rows
@@ -885,7 +898,8 @@ def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_s
     keys = pa.RecordBatch.from_arrays([cols[c].take(pa.array(perm[start])) for c in key_cols],
                                       schema=key_schema)
     vals = pa.RecordBatch.from_arrays([cols[c].take(idx) for c in val_cols], schema=val_schema)
-    out = keys, sk[start], bounds, vals, np.asarray(weights, np.int64)[perm]
+    out = kept(keys, views), sk[start], bounds, kept(vals, views), \
+        np.asarray(weights, np.int64)[perm]
     if np_dtypes is None:
         return out
     nps = []
@@ -926,7 +940,7 @@ def _plan_codes(cols: list, plan: list) -> Optional[np.ndarray]:
 
 
 def index_rows(batch, key_cols: list, key_plan: list, val_cols: list, val_plan: list, weights,
-               key_schema, val_schema):
+               key_schema, val_schema, views: Optional[list] = None):
     """The rows of ``batch`` as a consolidated indexed Z-set ``(keys, kcodes, offsets, vals,
     vcodes, weights)`` by the u64 codes of ``key_cols`` and ``val_cols``, or None (see
     ``dbsp._native.arrow_c.index_rows``): :func:`sort_consolidate` of the codes, then the key
@@ -960,10 +974,11 @@ def index_rows(batch, key_cols: list, key_plan: list, val_cols: list, val_plan: 
         [cols[c].take(pa.array(perm[start], pa.int64())) for c in key_cols], schema=key_schema)
     vals = pa.RecordBatch.from_arrays([cols[c].take(pa.array(perm, pa.int64()))
                                        for c in val_cols], schema=val_schema)
-    return keys, sk[start], offsets, vals, vc[perm], ws
+    return kept(keys, views), sk[start], offsets, kept(vals, views), vc[perm], ws
 
 
-def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema):
+def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema,
+               views: Optional[list] = None):
     """A record batch of ``schema``: column ``j`` row ``r`` is ``olds[j][g[r]]`` where
     ``is_old[r]``, else ``news[j][g[r]]``, the arrays' bits taken as the column's type (see
     ``dbsp._native.arrow_c.pick_batch``); None when a column is not fixed-width."""
@@ -989,7 +1004,7 @@ def pick_batch(g, is_old, olds: list, news: list, schema: pa.Schema):
             raise IndexError(f"pick_batch: row index out of range in column {c}")
         x = pick_rows(g, is_old, o.view(f"u{w}"), n.view(f"u{w}"))
         cols.append(pa.Array.from_buffers(f.type, len(g), [None, pa.py_buffer(x.tobytes())]))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+    return kept(pa.RecordBatch.from_arrays(cols, schema=schema), views)
 
 
 def export_batch(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import kernels as K
+from .identity import IdentityCache
 
 WEIGHT = "__weight"
 """Name of the weight column in every Arrow table the engine returns or accepts."""
@@ -382,17 +383,22 @@ def py_values(arr: Any) -> list:
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     """A record batch of ``schema`` with no rows. Cached per schema: batches never change, and
     building one costs an Arrow call per column (the empty steps of a circuit ask for many)."""
+    b = _EMPTY_BY_ID.get(schema)  # (hashing the schema for _EMPTY costs more than the rest)
+    if b is not None:
+        return b
     b = _EMPTY.get(schema)
     if b is None:
         b = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
         if len(_EMPTY) >= 4096:
             _EMPTY.clear()
         _EMPTY[schema] = b
-    return b
+    return _EMPTY_BY_ID.put(schema, b)
 
 
 #: ``schema -> empty record batch`` (see :func:`empty_batch`)
 _EMPTY: dict = {}
+#: the same, by the schema object (:mod:`~dbsp.algebra.identity`)
+_EMPTY_BY_ID = IdentityCache()
 
 
 #: largest take (rows out) done by :func:`take` natively on fixed-width columns: Arrow's take

@@ -93,7 +93,8 @@ from ..circuit.exchange import shard_rows
 from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import DistinctZSet, OrdIndexedZSet, ZSet, match_batches, memoized, ranges
+from ..trace.batch import (DistinctZSet, OrdIndexedZSet, ZSet, keep_exports, match_batches,
+                           memoized, ranges)
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
@@ -1130,11 +1131,14 @@ class LinearAggregateOperator(Operator):
         if g is None or g[0] is not p:  # once per input schema
             g = self._group_plan = self._plan_group(p, data.schema)
         if g[1] is not None:  # u64 keys: one native pass (None: a null, or past 64K rows)
-            got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4], g[6])
+            views: list = []  # (the keys' export: kept for the state batch that holds them)
+            got = K.group_rows(data, g[1], kc._native_plan, g[2], z.weights, g[3], g[4], g[6],
+                               views=views)
             if got is not None:
                 keys, kcodes, bounds, vals, w = got[:5]
-                d = OrdIndexedZSet(keys, kcodes, bounds, vals, np.zeros(len(w), np.uint64), w,
-                                   kc, g[5])
+                d = keep_exports(OrdIndexedZSet(keys, kcodes, bounds, vals,
+                                                np.zeros(len(w), np.uint64), w, kc, g[5]),
+                                 views[0])
                 if g[6] is not None:  # the value columns as the partials read them
                     self._grouped = (d, got[5])
                 return d
@@ -1255,6 +1259,7 @@ class LinearAggregateOperator(Operator):
             if got is None:
                 return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec, delta = got
+            keys_export = None
         else:
             if len(d) == 0:
                 return ZSet.empty(self.out_schema)
@@ -1262,13 +1267,15 @@ class LinearAggregateOperator(Operator):
             if delta is None:
                 return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec = d.keys, d.kcodes, d.kcodec
+            keys_export = None if d.memo is None else d.memo.get(("export", "keys"))
         G = keys.num_rows
         if P.dtypes is not None:  # numeric partials: read, added and written back as numpy
             has_old, old, old_ver = self.state.get_numpy(kcodes, G, P.dtypes)
             old_batch = None
             fast = K.combine_partials(old, delta, has_old, self._is_int, self.positive)
             if fast is not None:  # else some key is refused: the checked path below names it
-                return self._step_numeric(keys, kcodes, kcodec, has_old, old, old_ver, fast)
+                return self._step_numeric(keys, kcodes, kcodec, has_old, old, old_ver, fast,
+                                          keys_export)
         else:
             has_old, old_batch, old_ver = self.state.get(kcodes, G)
             old = P.from_arrow(old_batch, has_old)
@@ -1302,7 +1309,8 @@ class LinearAggregateOperator(Operator):
                      new_present & changed)
 
     def _step_numeric(self, keys: pa.RecordBatch, kcodes, kcodec: KeyCodec,
-                      has_old: np.ndarray, old: list, old_ver: np.ndarray, fast: tuple) -> ZSet:
+                      has_old: np.ndarray, old: list, old_ver: np.ndarray, fast: tuple,
+                      keys_export=None) -> ZSet:
         """The rest of a step whose new partials (numpy columns) refuse no key: the versioned
         rows of the changed keys replaced, and ``-old`` / ``+new`` output rows, through the
         native kernels (:func:`~dbsp.algebra.kernels.combine_partials`, and the versioned
@@ -1322,22 +1330,24 @@ class LinearAggregateOperator(Operator):
             # the old / new partials of each row picked straight into one native import
             # (int64 / float64: the partials' dtypes); the numpy columns are views of it for
             # a later read of this batch (_np_column), made only if the spine is read
-            vals = K.pick_batch(idx, src, old, new, st.val_schema)
+            views: list = []  # (its export, kept for the merge that reads it)
+            vals = K.pick_batch(idx, src, old, new, st.val_schema, views=views)
             if vals is None:
                 vals = pa.RecordBatch.from_arrays(
                     [pa.array(K.pick_rows(idx, src, o, n), f.type)
                      for o, n, f in zip(old, new, st.val_schema)], schema=st.val_schema)
             if len(kk) == len(has_old):  # every touched key changed (kk: ascending, distinct)
-                b = OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kcodec, st.vcodec)
+                b = keep_exports(OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kcodec,
+                                                st.vcodec), keys_export, *views)
             else:
-                b = OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals, vcodes, w,
-                                   kcodec, st.vcodec)
+                b = keep_exports(OrdIndexedZSet(take(keys, kk), K.take(kcodes, kk), offsets, vals,
+                                                vcodes, w, kcodec, st.vcodec), None, *views)
             st._insert(b, table, kcodes, rm, add, start, new, None)
         n_old = len(eo)
         if n_old + len(en) == 0:
             return ZSet.empty(self.out_schema)
         if self._fin_plan is not None:
-            return self._emit_sorted(keys, kcodec, old, new, eo, en)
+            return self._emit_sorted(keys, kcodec, old, new, eo, en, keys_export)
         rows = np.concatenate([eo, en])
         ow = np.ones(len(rows), np.int64)
         ow[:n_old] = -1
@@ -1349,7 +1359,7 @@ class LinearAggregateOperator(Operator):
         return ZSet(pa.RecordBatch.from_arrays(cols, schema=self.out_schema), ow)
 
     def _emit_sorted(self, keys: pa.RecordBatch, kcodec: KeyCodec, old: list, new: list,
-                     eo: np.ndarray, en: np.ndarray) -> ZSet:
+                     eo: np.ndarray, en: np.ndarray, keys_export=None) -> ZSet:
         """The output rows of :meth:`_step_numeric` (``-old`` where ``eo``, ``+new`` where
         ``en``) finished, ordered and consolidated in one native pass
         (:func:`~dbsp.algebra.kernels.finish_emit`: a key whose old and new rows finish equal
@@ -1360,7 +1370,8 @@ class LinearAggregateOperator(Operator):
         rows, ow, fin = K.finish_emit(old, new, eo, en, self._fin_plan, self._is_int)
         if not len(rows):
             return ZSet.empty(self.out_schema)
-        out = K.take_batch(keys, rows, fin, self.out_schema)
+        out = K.take_batch(keys if keys_export is None else keys_export, rows, fin,
+                           self.out_schema)
         if out is None:  # (keys with nulls or of variable width)
             cols = list(take(keys, rows).columns) + [
                 pa.array(v, f.type, mask=m) for (v, m), f in zip(fin, self.agg_schema)]

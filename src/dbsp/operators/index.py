@@ -9,7 +9,7 @@ from ..algebra import kernels as K
 from ..algebra.codes import codec_for
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet
+from ..trace.batch import OrdIndexedZSet, keep_exports
 
 
 class IndexOperator(Operator):
@@ -58,13 +58,15 @@ class IndexOperator(Operator):
             # a small batch of integer / temporal columns: encoded, sorted, consolidated and
             # gathered in one native pass from one export of the batch (None: a null, a large
             # step, a weight sum to check: the general path below)
+            views: list = []  # (the exports of the batches built, kept for the trace's reads)
             got = K.index_rows(z.data, native[0], native[1], native[2], native[3], z.weights,
-                               native[4], native[5])
+                               native[4], native[5], views=views)
             if got is not None:
                 keys, kcodes, offsets, vals, vcodes, w = got
                 if not len(w):
                     return OrdIndexedZSet.empty(self.type.key, self.type.val)
-                return OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kc, vc)
+                return keep_exports(OrdIndexedZSet(keys, kcodes, offsets, vals, vcodes, w, kc,
+                                                   vc), *views)
         return OrdIndexedZSet.from_loose(z, self.key, vnames, kc, vc)
 
 

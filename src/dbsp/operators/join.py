@@ -83,7 +83,7 @@ from ..algebra.schema import as_schema, empty_batch, take, take_batches
 from ..circuit.errors import RowError
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, match_batches, memoized
+from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet, exported, match_batches, memoized
 from ..trace.spine import Spine
 from ._util import key_prefix_bound, to_record_batch
 from .distinct import sign_changes
@@ -466,8 +466,9 @@ class JoinOperator(Operator):
     def _build(self, pieces, n_left: int = -1) -> ZSet:
         """The output of the matched pairs of ``pieces``, ``(x, y, join_matched(...))`` each.
         ``n_left``: the first ``n_left`` pieces' ``x`` and the others' ``y`` are stored batches
-        of a trace (their columns are exported once and kept: see :func:`_exported`); -1: none
-        is known to be."""
+        of a trace, the others the deltas going into the traces this step (their columns are
+        exported once and kept: see :func:`~dbsp.trace.batch.exported`); -1: none is known to
+        be."""
         if not pieces:
             return ZSet.empty(self.out_schema)
         if self.mode not in ("left", "fn"):
@@ -480,11 +481,17 @@ class JoinOperator(Operator):
                 lv = [(x.vals, p[1]) for x, _, p in pieces]
                 rv = [(y.vals, p[2]) for _, y, p in pieces]
             else:
-                ks = [(_exported(x, "keys") if i < n_left else x.keys, p[0])
+                # the deltas too, each looked up once (Δb is the y of the first n_left pieces,
+                # Δa the x of the others): each goes into its trace this step, and the index
+                # that built it handed out its exports for free
+                dl = exported(pieces[-1][0], "keys") if n_left < len(pieces) else None
+                dlv = exported(pieces[-1][0], "vals") if n_left < len(pieces) else None
+                drv = exported(pieces[0][1], "vals") if n_left > 0 else None
+                ks = [(exported(x, "keys") if i < n_left else dl, p[0])
                       for i, (x, _, p) in enumerate(pieces)]
-                lv = [(_exported(x, "vals") if i < n_left else x.vals, p[1])
+                lv = [(exported(x, "vals") if i < n_left else dlv, p[1])
                       for i, (x, _, p) in enumerate(pieces)]
-                rv = [(y.vals if i < n_left else _exported(y, "vals"), p[2])
+                rv = [(drv if i < n_left else exported(y, "vals"), p[2])
                       for i, (_, y, p) in enumerate(pieces)]
             out = K.take_batch_runs(self.out_schema, [ks, lv, rv])
             if out is not None:
@@ -550,13 +557,6 @@ class JoinOperator(Operator):
 
     def state_rows(self) -> int:
         return len(self.left) + len(self.right)
-
-
-def _exported(b: OrdIndexedZSet, part: str):
-    """``b.keys`` or ``b.vals`` of a stored (immutable) batch exported once for
-    :func:`~dbsp.algebra.kernels.take_batch_runs` and kept in the batch's ``memo``: the batches
-    of a trace are met step after step, and an export costs more than a small step's gather."""
-    return memoized(b, ("export", part), lambda: K.export_batch(getattr(b, part)))
 
 
 def _gather_runs(parts: list) -> pa.RecordBatch:

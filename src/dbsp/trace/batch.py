@@ -436,15 +436,20 @@ class OrdIndexedZSet:
         b0 = batches[0]
         # u64 codes, fixed-width key and value columns without nulls: the whole merge in one
         # native call (merged, regrouped, both record batches built; no object per column)
+        # each input read through its kept export (made once: most were handed out free by
+        # the kernel that built the batch), the output's exports kept for its own merge
+        views: list = []
         try:
             got = K.merge_indexed_batches(
-                [(b.kcodes, b.offsets, b.vcodes, b.weights, b.keys, b.vals) for b in batches],
-                b0.keys.schema, b0.vals.schema)
+                [(b.kcodes, b.offsets, b.vcodes, b.weights, exported(b, "keys"),
+                  exported(b, "vals")) for b in batches],
+                b0.keys.schema, b0.vals.schema, views=views)
         except WeightOverflowError as e:
             raise _named(e, [b.flatten().data for b in batches]) from None
         if got is not None:
             keys, kc, bounds, vals, vc, w = got
-            return OrdIndexedZSet(keys, kc, bounds, vals, vc, w, b0.kcodec, b0.vcodec)
+            return keep_exports(OrdIndexedZSet(keys, kc, bounds, vals, vc, w, b0.kcodec,
+                                               b0.vcodec), *views)
         if all(Codes.is_u64(b.kcodes) and Codes.is_u64(b.vcodes)
                for b in batches):
             # fixed-width codes: merge and regroup in one native pass
@@ -726,6 +731,29 @@ def _owned_nbytes(x: Any) -> int:
     if isinstance(x, tuple):
         return sum(_owned_nbytes(y) for y in x)
     return 0
+
+
+def exported(b: Any, part: str):
+    """``b.keys`` or ``b.vals`` of an immutable batch exported once
+    (:func:`~dbsp.algebra.kernels.export_batch`) and kept in its ``memo``, for the native
+    kernels that read it (``take_batch_runs``, ``merge_indexed_batches``): a stored batch is
+    gathered from step after step and merged later, and an export costs more than a small
+    step's gather."""
+    return memoized(b, ("export", part), lambda: K.export_batch(getattr(b, part)))
+
+
+def keep_exports(b: Any, keys: Any = None, vals: Any = None) -> Any:
+    """``b`` with the exports of its ``keys`` / ``vals`` that the kernel which built them handed
+    out (``views=[]``) kept for :func:`exported`; returns ``b``."""
+    if keys is not None or vals is not None:
+        memo = b.memo
+        if memo is None:
+            memo = b.memo = {}
+        if keys is not None:
+            memo[("export", "keys")] = keys
+        if vals is not None:
+            memo[("export", "vals")] = vals
+    return b
 
 
 def match_batches(batches: Sequence[Any], codes: CodeArray) -> list[tuple]:

@@ -1,0 +1,50 @@
+# Run:  for e in 10000 5000; do valgrind --tool=callgrind --collect-atstart=no \
+#           --callgrind-out-file=/tmp/floor_$e python bench/workloads/callgrind_floor.py --events $e; done
+#       grep -h ^totals /tmp/floor_10000.1 /tmp/floor_5000.1   (floor = 2 x I(5000) / I(10000))
+#       A/B: the same from the other checkout (its own python); run each twice: the background
+#       merges make a run's count move by about 1.5%.
+"""Instructions of the threads runtime's steps of ``join_avg`` with 1 worker, every thread
+counted (the background merges too): the count behind ``_efficiency.py``'s *floor* (2 x CPU of
+1 worker on steps of half the events / CPU of 1 worker), without the clock's noise on a shared
+machine (its floor moved between 1.03 and 1.56 over six runs of one build).
+
+The steps are ``_efficiency.steps_of`` (3 warm-up steps, then ``--steps`` measured, one
+callgrind dump for them all, ``circuit.close()`` included), run as ``cpu_of_run`` runs them.
+
+Measured (branch agg11, 40 steps, seed 1000, two runs each): main 238.8M / 242.4M at 10K events
+and 158.0M / 155.7M at 5K (floor 1.30); agg11 241.6M / 241.5M and 154.2M / 153.8M (1.28)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "operators"))
+
+from _efficiency import open_run, steps_of  # noqa: E402
+from callgrind_step import _helper  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=10_000)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--workload", default="join_avg")
+    a = ap.parse_args()
+    data = steps_of(a.workload, a.events, 3 + a.steps, seed=a.seed)
+    cg = _helper()
+    circuit, job, one = open_run("threads", a.workload, 1)
+    for st in data[:3]:
+        one(st)
+    cg.cg_on()
+    for st in data[3:]:
+        one(st)
+    circuit.close()
+    cg.cg_off()
+
+
+if __name__ == "__main__":
+    main()
