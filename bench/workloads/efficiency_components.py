@@ -21,6 +21,10 @@ a step are split into:
   message or a lock; involuntary: preempted) a step. Where ``total`` grows more than the
   workers' extra instructions explain, these say whether it is system time (sockets,
   wake-ups, faults) or user time running slower (cache misses of data moved between cores);
+* ``threads`` (``threads`` runtime): CPU of each kind of thread of the process, from each
+  thread's own CPU clock: the driver (worker 0 steps in it), the other workers' threads, the
+  spine's background mergers, the rest; says whether a second worker's CPU is in the workers,
+  in the mergers, or in the driver waiting for them;
 * ``ops``: per operator kind, the CPU seconds the workers spent in it, summed over workers
   (the scheduler's per-operator clock is switched to the thread's CPU clock for the
   measurement; worker processes forked by the ``processes`` runtime inherit the switch, the
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 
@@ -98,6 +103,7 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
         prof0 = _profile(circuit)
         pids = E.pids_of(circuit, runtime)
         u0 = E.usage(pids)
+        th0 = _thread_cpu()
         c0 = E._cpu(circuit, runtime)
         d0 = time.process_time()
         clock.acc.clear()
@@ -107,6 +113,7 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
         clock.on = False
         driver = time.process_time() - d0
         total = E._cpu(circuit, runtime) - c0
+        th1 = _thread_cpu()
         u1 = E.usage(pids)
         prof = _profile(circuit)
         ops: dict = defaultdict(float)
@@ -119,11 +126,35 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
         out["workers"] = (total - driver) / n * 1e6 if runtime != "threads" else 0.0
         out["total"] = total / n * 1e6
         out["ops"] = {k: v / n * 1e6 for k, v in ops.items()}
+        out["threads"] = {k: (th1.get(k, 0.0) - th0.get(k, 0.0)) / n * 1e6
+                          for k in set(th0) | set(th1)} if runtime == "threads" else {}
         out["kernel"] = {k: (u1[k] - u0[k]) / n * (1e6 if k in ("user", "sys") else 1)
                          for k in E.USAGE}
         return out
     finally:
         (job or circuit).close()
+
+
+def _role(name: str) -> str:
+    if name == "MainThread":
+        return "driver (worker 0)"
+    if name.startswith("dbsp-worker-"):
+        return "workers 1.."
+    if name.startswith("dbsp-merger"):
+        return "mergers"
+    return "other"
+
+
+def _thread_cpu() -> dict:
+    """CPU seconds so far of this process's Python threads, summed by :func:`_role` (each
+    thread's CPU clock; a thread that ended is not counted)."""
+    acc: dict = defaultdict(float)
+    for t in threading.enumerate():
+        try:
+            acc[_role(t.name)] += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (OSError, TypeError):  # ended meanwhile, or not started
+            pass
+    return acc
 
 
 def _profile(circuit) -> dict:
@@ -164,6 +195,13 @@ def main(argv=None) -> None:
     for k in E.USAGE:
         m1 = med(r["kernel"][k] for r in runs[1])
         m2 = med(r["kernel"][k] for r in runs[2])
+        print(f"  {k:18s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
+    roles = sorted(set().union(*(r["threads"] for rs in runs.values() for r in rs)))
+    if roles:
+        print("threads (CPU us a step, each thread's CPU clock):")
+    for k in roles:
+        m1 = med(r["threads"].get(k, 0.0) for r in runs[1])
+        m2 = med(r["threads"].get(k, 0.0) for r in runs[2])
         print(f"  {k:18s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
     names = sorted(set().union(*(r["ops"] for rs in runs.values() for r in rs)))
     print("operators (CPU us a step, summed over workers; wall in the launcher):")

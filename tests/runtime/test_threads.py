@@ -192,3 +192,85 @@ def test_an_aborted_gate_wakes_its_waiters_and_refuses_later_waits():
     assert _woken_by_abort(gate.wait, threading.BrokenBarrierError, (0, 1), gate.abort) == [0, 1]
     with pytest.raises(threading.BrokenBarrierError):
         gate.wait(2)
+
+
+class _Exchanging:
+    """A stand-in for a scheduler whose step is ``segments`` stretches of work (a sleep, which
+    releases the GIL as a native kernel does), each ended by an exchange; records how many
+    workers were inside a stretch at once."""
+
+    def __init__(self, w: int, transport, seen: dict, segments: int = 3):
+        self.w, self.transport, self.seen, self.segments = w, transport, seen, segments
+
+    def feed(self, inp) -> None:
+        pass
+
+    def step(self) -> None:
+        seen = self.seen
+        for s in range(self.segments):
+            with seen["lock"]:
+                seen["now"] += 1
+                seen["most"] = max(seen["most"], seen["now"])
+            time.sleep(0.01)
+            with seen["lock"]:
+                seen["now"] -= 1
+            got = self.transport.exchange(self.w, [(s, self.w)] * self.transport.workers)
+            assert got == [(s, src) for src in range(self.transport.workers)]
+
+    def take_outputs(self) -> dict:
+        return {}
+
+    def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Rows:
+    """An input part of ``n`` rows (the pool counts them to choose the baton)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("rows,serial_rows,one_at_a_time", [
+    (100, 1000, True),     # a small step: the baton lets one worker run at a time
+    (5000, 1000, False),   # a large one runs side by side
+    (100, 0, False),       # the baton switched off
+])
+def test_pool_runs_the_workers_of_a_small_step_one_at_a_time(workers, rows, serial_rows,
+                                                             one_at_a_time):
+    t = InProcTransport(workers)
+    seen = {"lock": threading.Lock(), "now": 0, "most": 0}
+    reps = [_Exchanging(w, t, seen) for w in range(workers)]
+    pool = ThreadPool(reps, t, serial_rows=serial_rows)
+    try:
+        for _ in range(3):
+            pool.step([{"in": _Rows(rows)} for _ in range(workers)])
+    finally:
+        pool.close()
+    assert (seen["most"] == 1) == one_at_a_time, seen
+
+
+def test_pool_with_the_baton_reports_an_error_in_an_exchange_and_steps_again():
+    t = InProcTransport(2)
+    seen = {"lock": threading.Lock(), "now": 0, "most": 0}
+    reps = [_Exchanging(w, t, seen) for w in range(2)]
+    pool = ThreadPool(reps, t, serial_rows=1000)
+    reps[1].step = lambda: (_ for _ in ()).throw(ValueError("worker 1 failed"))
+    try:
+        with pytest.raises(ValueError, match="worker 1 failed"):
+            pool.step([{"in": _Rows(10)}] * 2)
+        del reps[1].step  # the class's step again
+        pool.step([{"in": _Rows(10)}] * 2)
+    finally:
+        pool.close()
+    assert seen["most"] == 1

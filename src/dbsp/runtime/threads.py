@@ -4,21 +4,39 @@
 ``1..W-1`` are one persistent thread each, stepping in lockstep with the driver: each waits on
 a lock of its own that the driver releases to start a step, and releases another when done (a
 handoff of two C-level locks a worker and step, where a barrier of W + 1 parties is a Python
-condition variable that every party, the driver idling in it too, enters twice a step). Native
-kernels run in parallel; the Python glue between them shares the GIL. Exchanges meet in an
+condition variable that every party, the driver idling in it too, enters twice a step). In
+large steps native kernels run in parallel; the Python glue between them shares the GIL. Exchanges meet in an
 :class:`InProcTransport`: parts are passed by reference (zero copy), and the workers meet at a
 :class:`Gate` (C-level locks: one wake-up a waiting worker, where ``threading.Barrier`` is a
 condition variable whose woken waiters then contend for its lock).
+
+Small steps run the workers one at a time (a *baton*, :data:`SERIAL_ROWS`): a worker steps while
+it holds the baton and passes it on only where it must wait, at an exchange's gate or at the end
+of its step. Run side by side, two workers of a small step overlap only in short native kernels,
+and every release of the GIL there (every ``with nogil`` of ours, every Arrow import or export)
+wakes the other worker waiting for it, then waits to take it back: two context switches (a lock
+round trip between two threads costs 13-17 us of CPU on the 2-core VM, mostly system time) and
+the interpreter's working set moved to the other core, for kernels of a few microseconds. A
+worker waiting for the baton sleeps on a lock, not on the GIL, so a release wakes nobody; the
+baton changes hands at the gates only. Steps of more rows run side by side, where the kernels
+are long enough to pay for the hand-offs.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Optional, Sequence
 
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
 
-__all__ = ["ThreadPool", "InProcTransport", "Gate"]
+__all__ = ["ThreadPool", "InProcTransport", "Gate", "SERIAL_ROWS"]
+
+#: input rows a worker and step below which the workers of a step run one at a time (module
+#: doc; ``ThreadPool(serial_rows=)``, ``DBSP_THREADS_SERIAL_ROWS``, 0: never): the same bound as
+#: the native kernels' ``NOGIL_MIN`` (``hashing.pyx``), under which a kernel's loop is cheaper
+#: than a hand-off of the GIL
+SERIAL_ROWS = 1 << 14
 
 
 class Gate:
@@ -31,11 +49,15 @@ class Gate:
     through by this one's opening.
 
     :meth:`abort` wakes every waiter and makes every later :meth:`wait` raise
-    ``threading.BrokenBarrierError`` (a gate is not reused after an abort: make a new one)."""
+    ``threading.BrokenBarrierError`` (a gate is not reused after an abort: make a new one).
 
-    __slots__ = ("n", "_mutex", "_arrived", "_locks", "_broken")
+    ``baton``: None, or a lock every waiting thread holds on arrival: one that must wait
+    releases it while it waits and takes it back before it goes on (the last to arrive keeps
+    it), so the threads run one at a time (see the module doc)."""
 
-    def __init__(self, n: int):
+    __slots__ = ("n", "_mutex", "_arrived", "_locks", "_broken", "baton")
+
+    def __init__(self, n: int, baton: Optional[Any] = None):
         if n < 1:
             raise ValueError(f"Gate: n must be >= 1, got {n}")
         self.n = n
@@ -45,6 +67,7 @@ class Gate:
         for lk in self._locks:
             lk.acquire()
         self._broken = False
+        self.baton = baton
 
     def wait(self, me: int) -> None:
         """Block thread ``me`` until all ``n`` threads have called :meth:`wait` this round."""
@@ -65,7 +88,15 @@ class Gate:
                         if not self._broken:
                             raise
             return
-        self._locks[me].acquire()
+        baton = self.baton
+        if baton is None:
+            self._locks[me].acquire()
+        else:  # the next thread runs while this one waits
+            baton.release()
+            try:
+                self._locks[me].acquire()
+            finally:
+                baton.acquire()
         if self._broken:
             raise threading.BrokenBarrierError
 
@@ -90,6 +121,7 @@ class InProcTransport:
 
     def __init__(self, workers: int):
         self.workers = workers
+        self._baton: Optional[Any] = None
         self.reset()
 
     def _wait(self, worker: int) -> None:
@@ -116,19 +148,27 @@ class InProcTransport:
     def abort(self) -> None:
         self._barrier.abort()
 
+    def set_baton(self, baton: Optional[Any]) -> None:
+        """The lock the workers of the coming exchanges hold while they run (None: no baton;
+        see :class:`Gate`). Between steps only."""
+        self._baton = self._barrier.baton = baton
+
     def reset(self) -> None:
         """A fresh barrier and mailboxes (at the start, and after an aborted step, when every
         worker has left it)."""
-        self._barrier = Gate(self.workers)
+        self._barrier = Gate(self.workers, self._baton)
         self._boxes: list[list[Any]] = [[None] * self.workers for _ in range(2)]
         self._turns = [0] * self.workers
 
 
 class ThreadPool:
     """W replicas in one process: worker 0 inline in the caller's thread, the others one
-    persistent thread each, stepping in lockstep with it (see the module doc)."""
+    persistent thread each, stepping in lockstep with it; a step of fewer than ``serial_rows``
+    input rows on every worker runs them one at a time (see the module doc; 0: never; None:
+    ``DBSP_THREADS_SERIAL_ROWS``, else :data:`SERIAL_ROWS`)."""
 
-    def __init__(self, replicas: list[Scheduler], transport: Any):
+    def __init__(self, replicas: list[Scheduler], transport: Any,
+                 serial_rows: Optional[int] = None):
         self.replicas = replicas
         self.transport = transport
         n = len(replicas)
@@ -136,6 +176,12 @@ class ThreadPool:
         self._stop = False
         self.broken: Optional[BaseException] = None  # a rollback that failed
         self._threads: list[threading.Thread] = []
+        # the baton, where the transport's gates can pass it (in-process exchanges only)
+        if serial_rows is None:
+            serial_rows = int(os.environ.get("DBSP_THREADS_SERIAL_ROWS", SERIAL_ROWS))
+        self.serial_rows = serial_rows if isinstance(transport, InProcTransport) else 0
+        self._baton = threading.Lock()
+        self._serial = False
         # worker i >= 1 steps once each time the driver releases _go[i] and releases _done[i]
         # when it has; between steps the driver holds both
         self._go = [threading.Lock() for _ in range(n)]
@@ -159,6 +205,9 @@ class ThreadPool:
             done.release()
 
     def _step_one(self, i: int) -> None:
+        serial = self._serial
+        if serial:
+            self._baton.acquire()
         try:
             self.replicas[i].step()
         except BaseException as e:  # reported by the driver
@@ -167,6 +216,9 @@ class ThreadPool:
                 self.transport.abort()  # wake the workers waiting in an exchange
             except Exception:
                 pass
+        finally:
+            if serial:
+                self._baton.release()
 
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
@@ -182,6 +234,10 @@ class ThreadPool:
                 raise
         else:
             self._errors = [None] * len(self.replicas)
+            serial = max(_rows(inp) for inp in inputs) < self.serial_rows
+            if serial != self._serial:
+                self._serial = serial
+                self.transport.set_baton(self._baton if serial else None)
             for go in self._go[1:]:
                 go.release()
             self._step_one(0)
@@ -233,3 +289,12 @@ class ThreadPool:
         for t in self._threads:
             t.join(timeout=5)
         self._threads = []
+
+
+def _rows(inputs: Any) -> int:
+    """Input rows of one worker's step (``{input node: ZSet}``; anything else counts 0)."""
+    n = 0
+    if isinstance(inputs, dict):
+        for v in inputs.values():
+            n += len(v)
+    return n
