@@ -1513,13 +1513,12 @@ class LinearAggregateOperator(Operator):
             return None
         if len(got) == 1:
             m = got[0][0]
-            kc = np.ascontiguousarray(m[0])
-            return self._keys_of(kc, plan, codec), kc, codec, self._columns(m)
-        m, over = K.merge_sum_packed([g[0] for g in got], self._is_int)
-        if over is not None:
-            return None
-        kc = m[0]
-        return self._keys_of(kc, plan, codec), kc, codec, self._columns(m)
+        else:
+            m, over = K.merge_sum_packed([g[0] for g in got], self._is_int)
+            if over is not None:
+                return None
+        keys, kc, cols = self._unpack((m, plan), codec)
+        return keys, kc, codec, cols
 
     def clock_start(self) -> None:
         self.state.clear()
