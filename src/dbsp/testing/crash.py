@@ -455,6 +455,11 @@ class _Forked:
             return b"", b""
 
 
+#: seconds a whole run of the child took, unkilled, by its settings (:func:`run_round` draws
+#: its kill moments within it)
+_FULL_RUN: dict = {}
+
+
 def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
               kill_at: Optional[str] = None, kills: int = 3, runtime: str = "threads",
               keep: bool = False, max_starts: int = 30, fork: bool = True,
@@ -474,6 +479,7 @@ def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
     cargs = argparse.Namespace(dir=d, workers=workers, every=every, events=events, chunk=chunk,
                                runtime=runtime, source=source)
     starts = killed = self_killed = 0
+    key = (workers, every, events, chunk, runtime, source, fork)
     t0 = time.monotonic()
     try:
         while True:
@@ -491,8 +497,20 @@ def run_round(seed: int, workers: int, every: int, events: int, chunk: int,
                 p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE)
             if not kill_at and killed < kills:
+                # a random moment of the run: within the time a whole unkilled run of these
+                # settings took (once seen), so a faster engine is still killed mid-run
+                full = _FULL_RUN.get(key)
+                if fork:
+                    hi = 1.5 if full is None else max(0.1, min(1.5, 0.9 * full))
+                    wait = rng.uniform(0.05, hi)
+                else:
+                    hi = 2.5 if full is None else max(0.5, min(2.5, 0.9 * full))
+                    wait = rng.uniform(0.4, hi)
+                started = time.monotonic()
                 try:
-                    p.wait(timeout=rng.uniform(0.05, 1.5) if fork else rng.uniform(0.4, 2.5))
+                    p.wait(timeout=wait)
+                    if starts == 1 and p.returncode == 0:  # a whole run, never killed
+                        _FULL_RUN[key] = time.monotonic() - started
                 except subprocess.TimeoutExpired:
                     os.kill(p.pid, signal.SIGKILL)
                     killed += 1
