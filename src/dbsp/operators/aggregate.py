@@ -93,8 +93,8 @@ from ..circuit.exchange import shard_rows
 from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import (DistinctZSet, OrdIndexedZSet, ZSet, keep_exports, match_batches,
-                           memoized, ranges)
+from ..trace.batch import (DistinctZSet, OrdIndexedZSet, ZSet, keep_exports, kept_export,
+                           match_batches, memoized, ranges)
 from ..trace.probe import codes_le, first_positive, pair_weights
 from ..trace.spine import Spine
 from .exchange import sharded
@@ -1267,7 +1267,7 @@ class LinearAggregateOperator(Operator):
             if delta is None:
                 return ZSet.empty(self.out_schema)
             keys, kcodes, kcodec = d.keys, d.kcodes, d.kcodec
-            keys_export = None if d.memo is None else d.memo.get(("export", "keys"))
+            keys_export = kept_export(d, "keys")
         G = keys.num_rows
         if P.dtypes is not None:  # numeric partials: read, added and written back as numpy
             has_old, old, old_ver = self.state.get_numpy(kcodes, G, P.dtypes)

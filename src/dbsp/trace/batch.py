@@ -742,6 +742,13 @@ def exported(b: Any, part: str):
     return memoized(b, ("export", part), lambda: K.export_batch(getattr(b, part)))
 
 
+def kept_export(b: Any, part: str):
+    """The export of ``b.keys`` / ``b.vals`` kept in its ``memo`` (:func:`keep_exports`,
+    :func:`exported`), else None: read without making one."""
+    memo = b.memo
+    return None if memo is None else memo.get(("export", part))
+
+
 def keep_exports(b: Any, keys: Any = None, vals: Any = None) -> Any:
     """``b`` with the exports of its ``keys`` / ``vals`` that the kernel which built them handed
     out (``views=[]``) kept for :func:`exported`; returns ``b``."""
