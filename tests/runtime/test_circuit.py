@@ -3,7 +3,9 @@ failure handling (an error in one worker fails the step on every worker without 
 from __future__ import annotations
 
 import threading
+import time
 
+import greenlet
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -126,7 +128,9 @@ def test_shard_puts_each_key_on_one_worker():
         # observe which worker holds which key after the exchange
         def spy(b: pa.RecordBatch):
             with lock:
-                per_worker.setdefault(threading.get_ident(), set()).update(b["x"].to_pylist())
+                # (a small step runs every worker in this thread, each a greenlet)
+                per_worker.setdefault((threading.get_ident(), id(greenlet.getcurrent())),
+                                      set()).update(b["x"].to_pylist())
             return b
 
         s.flatten().map(spy, SCHEMA).output(view=False)
@@ -145,3 +149,23 @@ def test_weights_preserved_through_workers(workers):
         t.push(pa.table({"x": [1, 2, 3]}), weights=np.array([5, -2, 0]))
         c.step()
         assert out.to_dict() == {(1,): 5, (2,): -2}
+
+
+def test_a_small_steps_exchange_is_not_timed_with_the_other_workers_turn():
+    """A small step runs both workers in one thread, taking turns at the exchange: worker 0
+    waits there while worker 1 runs its operators before it. That wait is not the exchange's
+    time (the profile would blame the exchange for the work upstream of it)."""
+    def slow(b: pa.RecordBatch):
+        time.sleep(0.05)
+        return b
+
+    with dbsp.Circuit(workers=2, runtime="threads") as c:
+        t = c.add_input("t", SCHEMA)
+        t.map(slow, SCHEMA).index_by(["x"]).shard().flatten().output(view=False)
+        t.insert([(i,) for i in range(100)])
+        c.step()
+        prof = {r["name"]: r["seconds"] for r in c.profile()}
+    shard = [v for k, v in prof.items() if k.startswith("exchange") or k.startswith("shard")]
+    mapped = [v for k, v in prof.items() if k.startswith("map")]
+    assert mapped and sum(mapped) >= 0.09, prof  # both workers' sleeps
+    assert shard and max(shard) < 0.025, prof  # (not the 0.05 s of the other turn)

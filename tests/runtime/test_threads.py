@@ -1,7 +1,8 @@
 """Threads runtime (src/dbsp/runtime/threads.py): the in-process transport's mailboxes taken by
 turns (one barrier an exchange) hand every worker exactly what each other worker sent it in that
 exchange, however the threads race; the thread pool steps worker 0 inline and the others on
-their threads, and reports a worker's error."""
+their threads (a small step: every worker in the caller's thread, one greenlet each, one at a
+time), and reports a worker's error."""
 from __future__ import annotations
 
 import random
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from dbsp.circuit.exchange import TransportAborted
 from dbsp.runtime.threads import Gate, InProcTransport, ThreadPool
+from dbsp.trace.journal import StepJournal, current_journal, use_journal
 
 
 def _race(workers: int, rounds: int, seed: int, gather_every: int = 0) -> list:
@@ -127,9 +129,12 @@ class _Replica:
         pass
 
 
-def test_pool_steps_worker_zero_inline_and_the_others_on_their_threads():
+@pytest.mark.parametrize("serial_rows,on_threads", [(0, True), (1000, False)])
+def test_pool_steps_worker_zero_inline_and_the_others_on_their_threads(serial_rows, on_threads):
+    """Large steps: worker i > 0 on its own thread; small ones (fewer than ``serial_rows``
+    rows a worker: these feed none) every worker in the caller's thread."""
     reps = [_Replica() for _ in range(3)]
-    pool = ThreadPool(reps, InProcTransport(3))
+    pool = ThreadPool(reps, InProcTransport(3), serial_rows=serial_rows)
     try:
         for s in range(5):
             outs = pool.step([s, s + 10, s + 20])
@@ -138,7 +143,11 @@ def test_pool_steps_worker_zero_inline_and_the_others_on_their_threads():
         pool.close()
     me = threading.current_thread().name
     assert reps[0].threads == [me] * 5
-    assert reps[1].threads == ["dbsp-worker-1"] * 5 and reps[2].threads == ["dbsp-worker-2"] * 5
+    if on_threads:
+        assert reps[1].threads == ["dbsp-worker-1"] * 5
+        assert reps[2].threads == ["dbsp-worker-2"] * 5
+    else:
+        assert reps[1].threads == reps[2].threads == [me] * 5
 
 
 @pytest.mark.parametrize("bad", [0, 1])
@@ -231,7 +240,7 @@ class _Exchanging:
 
 
 class _Rows:
-    """An input part of ``n`` rows (the pool counts them to choose the baton)."""
+    """An input part of ``n`` rows (the pool counts them to choose how a step runs)."""
 
     def __init__(self, n: int):
         self.n = n
@@ -242,9 +251,9 @@ class _Rows:
 
 @pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("rows,serial_rows,one_at_a_time", [
-    (100, 1000, True),     # a small step: the baton lets one worker run at a time
+    (100, 1000, True),     # a small step: one worker at a time, as greenlets
     (5000, 1000, False),   # a large one runs side by side
-    (100, 0, False),       # the baton switched off
+    (100, 0, False),       # serial steps switched off
 ])
 def test_pool_runs_the_workers_of_a_small_step_one_at_a_time(workers, rows, serial_rows,
                                                              one_at_a_time):
@@ -260,7 +269,7 @@ def test_pool_runs_the_workers_of_a_small_step_one_at_a_time(workers, rows, seri
     assert (seen["most"] == 1) == one_at_a_time, seen
 
 
-def test_pool_with_the_baton_reports_an_error_in_an_exchange_and_steps_again():
+def test_pool_of_a_small_step_reports_an_error_in_an_exchange_and_steps_again():
     t = InProcTransport(2)
     seen = {"lock": threading.Lock(), "now": 0, "most": 0}
     reps = [_Exchanging(w, t, seen) for w in range(2)]
@@ -274,3 +283,40 @@ def test_pool_with_the_baton_reports_an_error_in_an_exchange_and_steps_again():
     finally:
         pool.close()
     assert seen["most"] == 1
+
+
+class _Journaled(_Exchanging):
+    """A worker whose step records into its own journal, as a scheduler's does, and checks
+    after every exchange that the journal current is still its own."""
+
+    def __init__(self, w: int, transport, seen: dict, segments: int = 3):
+        super().__init__(w, transport, seen, segments)
+        self.journal = StepJournal()
+
+    def step(self) -> None:
+        with use_journal(self.journal):
+            for s in range(self.segments):
+                if current_journal() is not self.journal:
+                    self.seen.setdefault("wrong", []).append((self.w, s))
+                self.transport.exchange(self.w, [s] * self.transport.workers)
+            if current_journal() is not self.journal:
+                self.seen.setdefault("wrong", []).append((self.w, self.segments))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("rows", [10, 5000])
+def test_each_worker_records_into_its_own_journal_across_exchanges(workers, rows):
+    """The journal a step's spine changes go to is the worker's own after every exchange,
+    whether the workers run on threads or take turns in one thread (where a thread-local
+    journal would be the last one a worker set: a rollback would then miss changes)."""
+    t = InProcTransport(workers)
+    seen: dict = {"lock": threading.Lock(), "now": 0, "most": 0}
+    reps = [_Journaled(w, t, seen, segments=4) for w in range(workers)]
+    pool = ThreadPool(reps, t, serial_rows=1000)
+    try:
+        for _ in range(3):
+            pool.step([{"in": _Rows(rows)} for _ in range(workers)])
+    finally:
+        pool.close()
+    assert "wrong" not in seen, seen["wrong"][:5]
+    assert current_journal() is None

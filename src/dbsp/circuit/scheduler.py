@@ -324,6 +324,20 @@ class Scheduler:
         """The shard map this worker's exchanges shard by (``ShardMap.to_dict``)."""
         return self.ctx.shards.to_dict()
 
+    @staticmethod
+    def clock() -> float:
+        """A reading of the clock operators are timed by (:data:`CLOCK`), in seconds."""
+        return time.thread_time() if CLOCK == "thread" else time.perf_counter()
+
+    def discount(self, seconds: float) -> None:
+        """Take ``seconds`` off the time of the operator being evaluated now: the time this
+        worker's step was switched out at an exchange while the other workers of the thread ran
+        (a small step of the threads runtime), which its clock counted. Nothing outside an
+        operator's evaluation (or in the Python step loop, which does not say where it is)."""
+        plan = self._plan
+        if plan is not None and plan.at >= 0:
+            self.timing[plan.at] -= seconds
+
     def cpu_seconds(self) -> float:
         """CPU seconds (user + system) of the process this worker runs in, so far (for the
         parallel-efficiency benchmark: a worker process's own cost)."""

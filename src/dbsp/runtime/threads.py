@@ -10,16 +10,19 @@ large steps native kernels run in parallel; the Python glue between them shares 
 :class:`Gate` (C-level locks: one wake-up a waiting worker, where ``threading.Barrier`` is a
 condition variable whose woken waiters then contend for its lock).
 
-Small steps run the workers one at a time (a *baton*, :data:`SERIAL_ROWS`): a worker steps while
-it holds the baton and passes it on only where it must wait, at an exchange's gate or at the end
-of its step. Run side by side, two workers of a small step overlap only in short native kernels,
-and every release of the GIL there (every ``with nogil`` of ours, every Arrow import or export)
-wakes the other worker waiting for it, then waits to take it back: two context switches (a lock
-round trip between two threads costs 13-17 us of CPU on the 2-core VM, mostly system time) and
-the interpreter's working set moved to the other core, for kernels of a few microseconds. A
-worker waiting for the baton sleeps on a lock, not on the GIL, so a release wakes nobody; the
-baton changes hands at the gates only. Steps of more rows run side by side, where the kernels
-are long enough to pay for the hand-offs.
+*Small steps* (fewer than :data:`SERIAL_ROWS` input rows on every worker) run every worker in
+the driver's thread, one at a time, each a greenlet (a C stack of its own, switched in user
+space): a worker runs until it must wait, at an exchange's gate or at the end of its step, and
+then switches to the next one. Run on their threads side by side, two workers of a small step
+overlap only in short native kernels, and every release of the GIL there (every ``with nogil``
+of ours, every Arrow import or export) wakes the other worker, then waits to take it back: two
+context switches (a lock round trip between two threads costs 13-17 us of CPU on the 2-core VM,
+mostly system time), and the interpreter's working set moved to the other core, for kernels of
+a few microseconds. Handing a lock (a *baton*) from thread to thread at the gates only, as this
+runtime did before, still paid a kernel wake-up and a cold core at every gate: join_avg's
+10K-event steps cost 1.47-1.68x the CPU of one worker with the baton, 1.13-1.38x as greenlets
+(``bench/workloads/_efficiency.py``). Per-worker state that must not be shared lives in context
+variables (each greenlet has its own context), not in ``threading.local``.
 """
 from __future__ import annotations
 
@@ -27,15 +30,17 @@ import os
 import threading
 from typing import Any, Optional, Sequence
 
+from greenlet import getcurrent, greenlet
+
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
 
 __all__ = ["ThreadPool", "InProcTransport", "Gate", "SERIAL_ROWS"]
 
-#: input rows a worker and step below which the workers of a step run one at a time (module
-#: doc; ``ThreadPool(serial_rows=)``, ``DBSP_THREADS_SERIAL_ROWS``, 0: never): the same bound as
-#: the native kernels' ``NOGIL_MIN`` (``hashing.pyx``), under which a kernel's loop is cheaper
-#: than a hand-off of the GIL
+#: input rows a worker and step below which the workers of a step run one at a time in the
+#: driver's thread (module doc; ``ThreadPool(serial_rows=)``, ``DBSP_THREADS_SERIAL_ROWS``, 0:
+#: never): the same bound as the native kernels' ``NOGIL_MIN`` (``hashing.pyx``), under which a
+#: kernel's loop is cheaper than a hand-off of the GIL
 SERIAL_ROWS = 1 << 14
 
 
@@ -51,13 +56,13 @@ class Gate:
     :meth:`abort` wakes every waiter and makes every later :meth:`wait` raise
     ``threading.BrokenBarrierError`` (a gate is not reused after an abort: make a new one).
 
-    ``baton``: None, or a lock every waiting thread holds on arrival: one that must wait
-    releases it while it waits and takes it back before it goes on (the last to arrive keeps
-    it), so the threads run one at a time (see the module doc)."""
+    ``serial``: the waiters are greenlets of one thread (a small step, see the module doc): one
+    that must wait switches back to the loop that runs them (its parent greenlet) until its
+    lock is open, instead of blocking the thread."""
 
-    __slots__ = ("n", "_mutex", "_arrived", "_locks", "_broken", "baton")
+    __slots__ = ("n", "_mutex", "_arrived", "_locks", "_broken", "serial")
 
-    def __init__(self, n: int, baton: Optional[Any] = None):
+    def __init__(self, n: int, serial: bool = False):
         if n < 1:
             raise ValueError(f"Gate: n must be >= 1, got {n}")
         self.n = n
@@ -67,7 +72,7 @@ class Gate:
         for lk in self._locks:
             lk.acquire()
         self._broken = False
-        self.baton = baton
+        self.serial = serial
 
     def wait(self, me: int) -> None:
         """Block thread ``me`` until all ``n`` threads have called :meth:`wait` this round."""
@@ -88,15 +93,12 @@ class Gate:
                         if not self._broken:
                             raise
             return
-        baton = self.baton
-        if baton is None:
-            self._locks[me].acquire()
-        else:  # the next thread runs while this one waits
-            baton.release()
-            try:
-                self._locks[me].acquire()
-            finally:
-                baton.acquire()
+        lock = self._locks[me]
+        if self.serial:  # the other workers run (in this thread) until this one may go on
+            while not lock.acquire(False):
+                getcurrent().parent.switch()
+        else:
+            lock.acquire()
         if self._broken:
             raise threading.BrokenBarrierError
 
@@ -121,7 +123,7 @@ class InProcTransport:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self._baton: Optional[Any] = None
+        self._serial = False
         self.reset()
 
     def _wait(self, worker: int) -> None:
@@ -148,15 +150,15 @@ class InProcTransport:
     def abort(self) -> None:
         self._barrier.abort()
 
-    def set_baton(self, baton: Optional[Any]) -> None:
-        """The lock the workers of the coming exchanges hold while they run (None: no baton;
-        see :class:`Gate`). Between steps only."""
-        self._baton = self._barrier.baton = baton
+    def set_serial(self, serial: bool) -> None:
+        """Whether the workers of the coming exchanges are greenlets of one thread (see
+        :class:`Gate`). Between steps only."""
+        self._serial = self._barrier.serial = serial
 
     def reset(self) -> None:
         """A fresh barrier and mailboxes (at the start, and after an aborted step, when every
         worker has left it)."""
-        self._barrier = Gate(self.workers, self._baton)
+        self._barrier = Gate(self.workers, self._serial)
         self._boxes: list[list[Any]] = [[None] * self.workers for _ in range(2)]
         self._turns = [0] * self.workers
 
@@ -164,8 +166,9 @@ class InProcTransport:
 class ThreadPool:
     """W replicas in one process: worker 0 inline in the caller's thread, the others one
     persistent thread each, stepping in lockstep with it; a step of fewer than ``serial_rows``
-    input rows on every worker runs them one at a time (see the module doc; 0: never; None:
-    ``DBSP_THREADS_SERIAL_ROWS``, else :data:`SERIAL_ROWS`)."""
+    input rows on every worker runs them one at a time in the caller's thread, as greenlets
+    (see the module doc; 0: never; None: ``DBSP_THREADS_SERIAL_ROWS``, else
+    :data:`SERIAL_ROWS`)."""
 
     def __init__(self, replicas: list[Scheduler], transport: Any,
                  serial_rows: Optional[int] = None):
@@ -176,11 +179,11 @@ class ThreadPool:
         self._stop = False
         self.broken: Optional[BaseException] = None  # a rollback that failed
         self._threads: list[threading.Thread] = []
-        # the baton, where the transport's gates can pass it (in-process exchanges only)
+        # small steps as greenlets, where the transport's gates can switch them (in-process
+        # exchanges only)
         if serial_rows is None:
             serial_rows = int(os.environ.get("DBSP_THREADS_SERIAL_ROWS", SERIAL_ROWS))
         self.serial_rows = serial_rows if isinstance(transport, InProcTransport) else 0
-        self._baton = threading.Lock()
         self._serial = False
         # worker i >= 1 steps once each time the driver releases _go[i] and releases _done[i]
         # when it has; between steps the driver holds both
@@ -205,9 +208,6 @@ class ThreadPool:
             done.release()
 
     def _step_one(self, i: int) -> None:
-        serial = self._serial
-        if serial:
-            self._baton.acquire()
         try:
             self.replicas[i].step()
         except BaseException as e:  # reported by the driver
@@ -216,9 +216,24 @@ class ThreadPool:
                 self.transport.abort()  # wake the workers waiting in an exchange
             except Exception:
                 pass
-        finally:
-            if serial:
-                self._baton.release()
+
+    def _step_serial(self) -> None:
+        """Every worker's step in this thread, one greenlet each, run in turns: each runs until
+        it waits at a gate (it switches back here) or its step is over."""
+        reps = self.replicas
+        gls = [greenlet(self._step_one) for _ in reps]
+        # a worker's operator clock must not count the others' turns while it waited at a gate
+        discount = [getattr(r, "discount", None) for r in reps]
+        clock = Scheduler.clock
+        left: list = [None] * len(gls)  # when each worker switched out
+        live = range(len(gls))
+        while live:
+            for i in live:
+                if left[i] is not None and discount[i] is not None:
+                    discount[i](clock() - left[i])
+                gls[i].switch(i)
+                left[i] = clock()
+            live = [i for i in live if not gls[i].dead]
 
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
@@ -237,12 +252,15 @@ class ThreadPool:
             serial = max(_rows(inp) for inp in inputs) < self.serial_rows
             if serial != self._serial:
                 self._serial = serial
-                self.transport.set_baton(self._baton if serial else None)
-            for go in self._go[1:]:
-                go.release()
-            self._step_one(0)
-            for done in self._done[1:]:
-                done.acquire()
+                self.transport.set_serial(serial)
+            if serial:
+                self._step_serial()
+            else:
+                for go in self._go[1:]:
+                    go.release()
+                self._step_one(0)
+                for done in self._done[1:]:
+                    done.acquire()
             errs = [e for e in self._errors if e is not None]
             if errs:
                 self.rollback()

@@ -30,12 +30,14 @@ outside a step (a driver-side keyed input) is not journalled.
 """
 from __future__ import annotations
 
-import threading
+import contextvars
 from typing import Any, Optional
 
 __all__ = ["StepJournal", "use_journal", "current_journal"]
 
-_local = threading.local()
+#: the journal of the step running here: a context variable, so that each of the workers a
+#: thread runs one at a time (greenlets, :mod:`dbsp.runtime.threads`) has its own
+_journal: contextvars.ContextVar = contextvars.ContextVar("dbsp_journal", default=None)
 
 
 class StepJournal:
@@ -81,7 +83,7 @@ class StepJournal:
 
 def current_journal() -> Optional[StepJournal]:
     """The journal of the step running in this thread, or None."""
-    return getattr(_local, "journal", None)
+    return _journal.get()
 
 
 class use_journal:
@@ -94,8 +96,7 @@ class use_journal:
         self.journal = journal
 
     def __enter__(self) -> None:
-        self.prev = getattr(_local, "journal", None)
-        _local.journal = self.journal
+        self.prev = _journal.set(self.journal)
 
     def __exit__(self, *exc: Any) -> None:
-        _local.journal = self.prev
+        _journal.reset(self.prev)
