@@ -15,6 +15,9 @@ is read before and after the measured steps:
   call: ``time.process_time`` inside each worker process);
 * ``launcher``: the driver (coordinator) plus each worker process, as above.
 
+The window is settled at both edges (:func:`settle`): it includes the background merges its
+steps made owed.
+
 Sliced mode (``--modes sliced``, launcher only; reported as ``launcher/sliced``): the workload's
 big input (``join_avg``'s bids, ``keyed_count``'s events) is written beforehand as one Arrow IPC
 file a step of 8 record batches, and each worker reads its own batches
@@ -167,14 +170,25 @@ def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
     try:
         for st in data[:warm]:
             one(st)
+        settle(circuit)
         c0, t0 = _cpu(circuit, runtime), time.perf_counter()
         for st in data[warm:]:
             one(st)
+        settle(circuit)
         wall = time.perf_counter() - t0
         cpu = _cpu(circuit, runtime) - c0
     finally:
         (job or circuit).close()
     return cpu, wall
+
+
+def settle(circuit) -> None:
+    """Wait until no worker's spine owes or runs a merge. A run's window is settled at both
+    edges, so that it is charged the background merges its own steps made owed: unsettled, a
+    merge the warm-up owed could run inside the window, and one the window owed after it, and a
+    40-step window of a millisecond a step moved with where a merge fell (the lumps of an LSM
+    tree's merges differ between one worker's spine and two half-size ones)."""
+    circuit._executor.call("wait_merges")
 
 
 def build_outputs(circuit, build) -> dict:
