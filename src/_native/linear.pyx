@@ -565,3 +565,88 @@ def merge_sum_packed(list parts, list is_int):
     if g < n:
         out = out.reshape(-1)[:(1 + C) * g].reshape(1 + C, g)
     return out, (overm[:g] if any_over else None)
+
+
+def pack_parts(kcodes, list cols, order, bounds):
+    """A combiner's partials packed for each worker (twin of ``kernels_ref.pack_parts``):
+    ``order[bounds[w]:bounds[w + 1]]`` are the rows of worker ``w`` (a shard map's ``order``);
+    per worker None when it has no row, else a 2-d ``uint64`` array of ``1 + C`` rows (``C =
+    len(cols)``): row 0 the codes ``kcodes[order[r]]``, row ``1 + c`` the bits of ``cols[c]``
+    (8-byte items) at the same rows. With the rows of each worker ascending in ``order`` and
+    ``kcodes`` ascending and distinct, each part is a run as :func:`merge_sum_packed` reads it.
+
+    One allocation a worker, filled in one pass: no packed array of every row, no fancy-index
+    take of it per worker."""
+    cdef cnp.ndarray kc = contig(kcodes, cnp.NPY_UINT64)
+    cdef cnp.ndarray oa = contig(order, cnp.NPY_INT64)
+    cdef cnp.ndarray ba = contig(bounds, cnp.NPY_INT64)
+    cdef int64_t n = kc.shape[0], W = ba.shape[0] - 1, w, r, m, i
+    cdef Py_ssize_t C = len(cols), c
+    cdef cnp.ndarray a
+    cdef list keep = []
+    cdef const uint64_t* src[64]
+    if C > 63:
+        raise ValueError(f"pack_parts: {C} columns (at most 63)")
+    if W < 1:
+        raise ValueError("pack_parts: bounds need at least two entries")
+    for c in range(C):
+        a = contig_any(cols[c])
+        if a.ndim != 1 or a.shape[0] != n or a.itemsize != 8:
+            raise ValueError(f"pack_parts: column {c} is not {n} items of 8 bytes")
+        keep.append(a)
+        src[c] = <const uint64_t*>cnp.PyArray_DATA(a)
+    cdef const uint64_t* pk = <const uint64_t*>cnp.PyArray_DATA(kc)
+    cdef const int64_t* po = <const int64_t*>cnp.PyArray_DATA(oa)
+    cdef const int64_t* pb = <const int64_t*>cnp.PyArray_DATA(ba)
+    if pb[0] != 0 or pb[W] != oa.shape[0]:
+        raise ValueError("pack_parts: bounds must run from 0 to the length of order")
+    for w in range(W):
+        if pb[w + 1] < pb[w]:
+            raise ValueError("pack_parts: bounds must not decrease")
+    for i in range(oa.shape[0]):
+        if po[i] < 0 or po[i] >= n:
+            raise IndexError("pack_parts: a row of order is out of range")
+    cdef list out = [None] * W
+    cdef cnp.npy_intp dims[2]
+    cdef uint64_t* pd
+    dims[0] = 1 + C
+    for w in range(W):
+        m = pb[w + 1] - pb[w]
+        if m == 0:
+            continue
+        dims[1] = m
+        a = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT64, 0)
+        pd = <uint64_t*>cnp.PyArray_DATA(a)
+        with nogil:
+            for i in range(m):
+                r = po[pb[w] + i]
+                pd[i] = pk[r]
+                for c in range(C):
+                    pd[(1 + c) * m + i] = src[c][r]
+        out[w] = a
+    return out
+
+
+def sum_unpack(list parts, list is_int, list plan):
+    """A combiner's received packed parts summed per key and taken apart (twin of
+    ``kernels_ref.sum_unpack``): ``(codes, columns, key columns)`` where ``codes`` are the
+    distinct key codes ascending, ``columns`` the summed partial columns (int64 where
+    ``is_int[c]``, else float64: views of one array) and ``key columns`` the
+    :func:`decode_u64` of the codes by ``plan``; None when some int64 sum leaves int64 (the
+    caller's checked path names the key). One part is taken as it is (its codes are ascending
+    and distinct already); several are merged by :func:`merge_sum_packed`."""
+    cdef cnp.ndarray m
+    cdef Py_ssize_t C = len(is_int), c
+    if len(parts) == 1:
+        m = parts[0]
+        if m.ndim != 2 or m.shape[0] != 1 + C or m.dtype != np.uint64:
+            raise ValueError(f"sum_unpack: the part is not a uint64 array of {1 + C} rows")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(m):
+            m = np.ascontiguousarray(m)
+    else:
+        m, over = merge_sum_packed(parts, is_int)
+        if over is not None:
+            return None
+    kc = m[0]
+    cdef list cols = [m[1 + c].view(np.int64 if is_int[c] else np.float64) for c in range(C)]
+    return kc, cols, decode_u64(kc, plan)
