@@ -851,6 +851,17 @@ class LiveTable:
                     valids[j][i] = ok
         return found
 
+    def read(self, kcodes, dtypes: list) -> tuple:
+        """:meth:`get` into fresh arrays of ``dtypes``: ``(has, cols, versions)``."""
+        if len(dtypes) != len(self.itemsizes):
+            raise ValueError(f"LiveTable.read: {len(dtypes)} dtypes for a table of "
+                             f"{len(self.itemsizes)} columns")
+        G = len(kcodes)
+        has, ver = np.zeros(G, bool), np.zeros(G, np.uint64)
+        cols = [np.zeros(G, dt) for dt in dtypes]
+        self.get(kcodes, has, ver, cols, [None] * len(cols))
+        return has, cols, ver
+
     def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:
         """Where ``add[i]``: key ``kcodes[i]``'s row becomes the row ``i`` of the arrays (a None
         validity array: all valid; a null value is stored as 0); else where ``rm[i]``: its row is deleted.

@@ -614,6 +614,8 @@ class VersionedRows(Stateful):
         step beyond a zero-copy view of each matched batch's columns; with ``flat``, one pass
         over the flat table (see the class doc)."""
         t = self._flat_table(kcodes, dtypes) if G else None
+        if t is not None and not valid:
+            return t.read(kcodes, dtypes)
         if t is not None:
             has = np.zeros(G, dtype=bool)
             ver = np.zeros(G, dtype=np.uint64)
