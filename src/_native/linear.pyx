@@ -34,8 +34,8 @@ cdef extern from *:
     bint add_overflow "__builtin_add_overflow"(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
 
-cdef inline cnp.ndarray _col(object a, object dtype, int64_t n, str what):
-    cdef cnp.ndarray x = np.ascontiguousarray(a, dtype=dtype)
+cdef inline cnp.ndarray _col(object a, int typenum, int64_t n, str what):
+    cdef cnp.ndarray x = contig(a, typenum)  # (no numpy call when it is one already)
     if x.ndim != 1 or x.shape[0] != n:
         raise ValueError(f"{what}: expected {n} values, got shape {np.shape(a)}")
     return x
@@ -71,8 +71,8 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
         pc[g] = not ph[g]
     for j in range(ncols):
         if is_int[j]:
-            o = _col(old[j], np.int64, G, "combine_partials")
-            d = _col(delta[j], np.int64, G, "combine_partials")
+            o = _col(old[j], cnp.NPY_INT64, G, "combine_partials")
+            d = _col(delta[j], cnp.NPY_INT64, G, "combine_partials")
             out = empty1(G, cnp.NPY_INT64)
             io = <int64_t*>cnp.PyArray_DATA(o)
             ii = <int64_t*>cnp.PyArray_DATA(d)
@@ -86,8 +86,8 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
                     for g in range(G):
                         bad |= inew[g] < 0
         else:
-            o = _col(old[j], np.float64, G, "combine_partials")
-            d = _col(delta[j], np.float64, G, "combine_partials")
+            o = _col(old[j], cnp.NPY_FLOAT64, G, "combine_partials")
+            d = _col(delta[j], cnp.NPY_FLOAT64, G, "combine_partials")
             out = empty1(G, cnp.NPY_FLOAT64)
             fo = <double*>cnp.PyArray_DATA(o)
             fd = <double*>cnp.PyArray_DATA(d)
@@ -159,13 +159,13 @@ def delta_partials(bounds, weights, kinds, cols, values, valids):
             c = cols[j]
             v = valids[c]
             if v is not None:
-                va = _col(v, np.bool_, n, "delta_partials")
+                va = _col(v, cnp.NPY_BOOL, n, "delta_partials")
                 ok = <const uint8_t*>cnp.PyArray_DATA(va)
             if kind == 2:
-                xa = _col(values[c], np.int64, n, "delta_partials")
+                xa = _col(values[c], cnp.NPY_INT64, n, "delta_partials")
                 xi = <const int64_t*>cnp.PyArray_DATA(xa)
             elif kind == 3:
-                xa = _col(values[c], np.float64, n, "delta_partials")
+                xa = _col(values[c], cnp.NPY_FLOAT64, n, "delta_partials")
                 xf = <const double*>cnp.PyArray_DATA(xa)
         if kind == 3:
             res = empty1(G, cnp.NPY_FLOAT64)
