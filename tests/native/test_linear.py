@@ -249,6 +249,18 @@ def test_merge_sum_packed(case):
                 assert col[g] == pytest.approx(x)
 
 
+def test_merge_sum_packed_reads_a_part_that_is_not_c_contiguous():
+    """A part in Fortran order (or a strided view) is read through a contiguous copy."""
+    a = np.array([[1, 4, 9], [10, 20, 30]], np.uint64)
+    b = np.asfortranarray(np.array([[4, 5], [1, 2]], np.uint64))
+    for kernel in (native.merge_sum_packed, ref.merge_sum_packed):
+        out, over = kernel([a, b], [True])
+        assert over is None
+        assert out.tolist() == [[1, 4, 5, 9], [10, 21, 2, 30]]
+    kc, cols, _ = native.sum_unpack([a, b], [True], [(8, False, False)])
+    assert kc.tolist() == [1, 4, 5, 9] and cols[0].tolist() == [10, 21, 2, 30]
+
+
 def test_merge_sum_packed_rejects_bad_parts():
     with pytest.raises(ValueError, match="not ascending"):
         native.merge_sum_packed([np.array([[3, 3], [1, 1]], np.uint64)], [True])
