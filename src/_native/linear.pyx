@@ -479,16 +479,19 @@ cdef extern from *:
     ctypedef long long agg_i128
 
 
-cdef int64_t _check_parts(list parts, Py_ssize_t C, const uint64_t** base, int64_t* kn,
-                          list keep, str what) except -1:
+cdef int64_t _check_parts(list parts, list is_int, const uint64_t** base, int64_t* kn,
+                          uint8_t* isi, list keep, str what) except -1:
     """Point ``base[w]`` at packed part ``w`` (``kn[w]`` keys): 2-d ``uint64`` arrays of
-    ``1 + C`` rows whose row 0 is ascending and distinct (a C-contiguous copy, kept alive in
-    ``keep``, of one that is not). Returns the total number of keys."""
-    cdef Py_ssize_t W = len(parts), w
+    ``1 + C`` rows (``C = len(is_int)``, ``isi[c]`` set from ``is_int[c]``) whose row 0 is
+    ascending and distinct (a C-contiguous copy, kept alive in ``keep``, of one that is not).
+    Returns the total number of keys."""
+    cdef Py_ssize_t W = len(parts), C = len(is_int), w, c
     cdef int64_t n = 0, i
     cdef cnp.ndarray a
     if W == 0 or W > 64 or C > 64:
         raise ValueError(f"{what}: {W} parts (1 to 64), {C} columns (at most 64)")
+    for c in range(C):
+        isi[c] = 1 if is_int[c] else 0
     for w in range(W):
         x = parts[w]
         if not cnp.PyArray_Check(x):
@@ -590,9 +593,7 @@ def merge_sum_packed(list parts, list is_int):
     cdef uint8_t isi[64]
     cdef uint64_t* outp[65]
     cdef list keep = []
-    _check_parts(parts, C, base, kn, keep, "merge_sum_packed")
-    for c in range(C):
-        isi[c] = 1 if is_int[c] else 0
+    _check_parts(parts, is_int, base, kn, isi, keep, "merge_sum_packed")
     cdef int64_t g = _count_keys(base, kn, W)
     cdef cnp.npy_intp dims[2]
     dims[0] = 1 + C
@@ -682,9 +683,7 @@ def sum_unpack(list parts, list is_int, list plan):
     cdef uint8_t isi[64]
     cdef uint64_t* outp[65]
     cdef list keep = []
-    _check_parts(parts, C, base, kn, keep, "sum_unpack")
-    for c in range(C):
-        isi[c] = 1 if is_int[c] else 0
+    _check_parts(parts, is_int, base, kn, isi, keep, "sum_unpack")
     cdef int64_t g = _count_keys(base, kn, W) if W > 1 else kn[0]
     cdef cnp.ndarray kc = empty1(g, cnp.NPY_UINT64)
     cdef cnp.ndarray overm = zeros1(g, cnp.NPY_BOOL)

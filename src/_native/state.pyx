@@ -602,8 +602,15 @@ cdef class LiveTable:
         cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
         cdef uint8_t* ph = <uint8_t*>cnp.PyArray_DATA(has)
         cdef uint64_t* pver = <uint64_t*>cnp.PyArray_DATA(ver)
+        return self._probe(pq, G, ph, pver, pc, pv)
+
+    cdef int64_t _probe(self, const uint64_t* pq, int64_t G, uint8_t* ph, uint64_t* pver,
+                        const size_t* pc, const size_t* pv) noexcept nogil:
+        """The loop of :meth:`get` / :meth:`read`: for each key of ``pq`` with a row, ``ph[i]``
+        set, its version in ``pver[i]``, column ``j``'s value at ``pc[j]`` and (where ``pv`` is
+        not NULL and ``pv[j]`` not 0) its validity at ``pv[j]``. Returns the keys found."""
+        cdef int64_t i, j, at, s, found = 0
         cdef char* r
-        cdef int64_t s
         for i in range(G):
             if i + 16 < G:
                 prefetch(self.rows + <int64_t>(_mix(pq[i + 16]) & <uint64_t>self.mask)
@@ -615,10 +622,10 @@ cdef class LiveTable:
             r = self.rows + at * self.rowsize
             ph[i] = 1
             pver[i] = (<uint64_t*>r)[1]
-            for j in range(nc):
+            for j in range(self.ncols):
                 s = self.isz[j]
                 memcpy(<char*>pc[j] + i * s, r + self.coff[j], s)
-                if pv[j]:
+                if pv != NULL and pv[j]:
                     (<uint8_t*>pv[j])[i] = r[self.voff + j]
         return found
 
@@ -628,7 +635,7 @@ cdef class LiveTable:
         here through numpy's C API, not by a ``np.zeros`` call each from Python: a step of a
         few dozen keys pays for the calls, not the loop."""
         cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
-        cdef int64_t G = q.shape[0], i, j, at, nc = self.ncols
+        cdef int64_t G = q.shape[0], j, nc = self.ncols
         cdef int typenum
         if len(dtypes) != nc:
             raise ValueError(f"LiveTable.read: {len(dtypes)} dtypes for a table of {nc} columns")
@@ -645,33 +652,18 @@ cdef class LiveTable:
         cdef cnp.ndarray has = zeros1(G, cnp.NPY_BOOL)
         cdef cnp.ndarray ver = zeros1(G, cnp.NPY_UINT64)
         cdef list cols = []
-        cdef char* pc[64]
+        cdef size_t pc[64]
         if nc > 64:
             raise ValueError("LiveTable.read: at most 64 columns")
         for j in range(nc):
             typenum = self._read_nums[j]
             a = zeros1(G, typenum)
             cols.append(a)
-            pc[j] = <char*>cnp.PyArray_DATA(<cnp.ndarray>a)
-        cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
-        cdef uint8_t* ph = <uint8_t*>cnp.PyArray_DATA(has)
-        cdef uint64_t* pver = <uint64_t*>cnp.PyArray_DATA(ver)
-        cdef char* r
-        cdef int64_t s
+            pc[j] = <size_t>cnp.PyArray_DATA(<cnp.ndarray>a)
         with nogil:
-            for i in range(G):
-                if i + 16 < G:
-                    prefetch(self.rows + <int64_t>(_mix(pq[i + 16]) & <uint64_t>self.mask)
-                             * self.rowsize)
-                at = self._find(pq[i])
-                if at < 0:
-                    continue
-                r = self.rows + at * self.rowsize
-                ph[i] = 1
-                pver[i] = (<uint64_t*>r)[1]
-                for j in range(nc):
-                    s = self.isz[j]
-                    memcpy(pc[j] + i * s, r + self.coff[j], s)
+            self._probe(<const uint64_t*>cnp.PyArray_DATA(q), G,
+                        <uint8_t*>cnp.PyArray_DATA(has), <uint64_t*>cnp.PyArray_DATA(ver),
+                        pc, NULL)
         return has, cols, ver
 
     def put(self, kcodes, rm, add, versions, list cols, list valids):
