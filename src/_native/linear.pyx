@@ -479,19 +479,31 @@ cdef extern from *:
     ctypedef long long agg_i128
 
 
-cdef int64_t _check_parts(list parts, list is_int, const uint64_t** base, int64_t* kn,
-                          uint8_t* isi, list keep, str what) except -1:
-    """Point ``base[w]`` at packed part ``w`` (``kn[w]`` keys): 2-d ``uint64`` arrays of
-    ``1 + C`` rows (``C = len(is_int)``, ``isi[c]`` set from ``is_int[c]``) whose row 0 is
+cdef struct _parts_t:
+    # W packed parts as the merge reads them: part w's data and key count, whether column c
+    # is int64 (else float64)
+    const uint64_t* base[64]
+    int64_t kn[64]
+    uint8_t isi[64]
+    Py_ssize_t W, C
+
+
+cdef int64_t _check_parts(list parts, list is_int, _parts_t* P, list keep,
+                          str what) except -1:
+    """Point ``P.base[w]`` at packed part ``w`` (``P.kn[w]`` keys): 2-d ``uint64`` arrays of
+    ``1 + C`` rows (``C = len(is_int)``, ``P.isi[c]`` set from ``is_int[c]``) whose row 0 is
     ascending and distinct (a C-contiguous copy, kept alive in ``keep``, of one that is not).
     Returns the total number of keys."""
     cdef Py_ssize_t W = len(parts), C = len(is_int), w, c
     cdef int64_t n = 0, i
     cdef cnp.ndarray a
+    cdef const uint64_t** base = P.base
+    cdef int64_t* kn = P.kn
     if W == 0 or W > 64 or C > 64:
         raise ValueError(f"{what}: {W} parts (1 to 64), {C} columns (at most 64)")
+    P.W, P.C = W, C
     for c in range(C):
-        isi[c] = 1 if is_int[c] else 0
+        P.isi[c] = 1 if is_int[c] else 0
     for w in range(W):
         x = parts[w]
         if not cnp.PyArray_Check(x):
@@ -587,14 +599,12 @@ def merge_sum_packed(list parts, list is_int):
 
     One k-way merge over the W heads into one allocation: the parts stay as they crossed the
     exchange (no array per column and part, no output array per column)."""
-    cdef Py_ssize_t W = len(parts), C = len(is_int), c
-    cdef const uint64_t* base[64]
-    cdef int64_t kn[64]
-    cdef uint8_t isi[64]
+    cdef _parts_t P
     cdef uint64_t* outp[65]
     cdef list keep = []
-    _check_parts(parts, is_int, base, kn, isi, keep, "merge_sum_packed")
-    cdef int64_t g = _count_keys(base, kn, W)
+    _check_parts(parts, is_int, &P, keep, "merge_sum_packed")
+    cdef Py_ssize_t W = P.W, C = P.C, c
+    cdef int64_t g = _count_keys(P.base, P.kn, W)
     cdef cnp.npy_intp dims[2]
     dims[0] = 1 + C
     dims[1] = g
@@ -605,7 +615,7 @@ def merge_sum_packed(list parts, list is_int):
         outp[c] = po + c * g
     cdef bint any_over
     with nogil:
-        any_over = _merge_sum(base, kn, W, C, isi, outp, <uint8_t*>cnp.PyArray_DATA(overm))
+        any_over = _merge_sum(P.base, P.kn, W, C, P.isi, outp, <uint8_t*>cnp.PyArray_DATA(overm))
     return out, (overm if any_over else None)
 
 
@@ -677,25 +687,23 @@ def sum_unpack(list parts, list is_int, list plan):
     ``plan``; None when some int64 sum leaves int64 (the caller's checked path names the key).
     The parts are :func:`merge_sum_packed`'s; the sums are written straight into one array per
     column (no packed result to take apart)."""
-    cdef Py_ssize_t W = len(parts), C = len(is_int), c
-    cdef const uint64_t* base[64]
-    cdef int64_t kn[64]
-    cdef uint8_t isi[64]
+    cdef _parts_t P
     cdef uint64_t* outp[65]
     cdef list keep = []
-    _check_parts(parts, is_int, base, kn, isi, keep, "sum_unpack")
-    cdef int64_t g = _count_keys(base, kn, W) if W > 1 else kn[0]
+    _check_parts(parts, is_int, &P, keep, "sum_unpack")
+    cdef Py_ssize_t W = P.W, C = P.C, c
+    cdef int64_t g = _count_keys(P.base, P.kn, W) if W > 1 else P.kn[0]
     cdef cnp.ndarray kc = empty1(g, cnp.NPY_UINT64)
     cdef cnp.ndarray overm = zeros1(g, cnp.NPY_BOOL)
     cdef list cols = []
     outp[0] = <uint64_t*>cnp.PyArray_DATA(kc)
     for c in range(C):
-        a = empty1(g, cnp.NPY_INT64 if isi[c] else cnp.NPY_FLOAT64)
+        a = empty1(g, cnp.NPY_INT64 if P.isi[c] else cnp.NPY_FLOAT64)
         cols.append(a)
         outp[1 + c] = <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
     cdef bint any_over
     with nogil:
-        any_over = _merge_sum(base, kn, W, C, isi, outp, <uint8_t*>cnp.PyArray_DATA(overm))
+        any_over = _merge_sum(P.base, P.kn, W, C, P.isi, outp, <uint8_t*>cnp.PyArray_DATA(overm))
     if any_over:
         return None
     return kc, cols, decode_u64(kc, plan)
