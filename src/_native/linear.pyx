@@ -34,8 +34,8 @@ cdef extern from *:
     bint add_overflow "__builtin_add_overflow"(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
 
-cdef inline cnp.ndarray _col(object a, object dtype, int64_t n, str what):
-    cdef cnp.ndarray x = np.ascontiguousarray(a, dtype=dtype)
+cdef inline cnp.ndarray _col(object a, int typenum, int64_t n, str what):
+    cdef cnp.ndarray x = contig(a, typenum)  # (no numpy call when it is one already)
     if x.ndim != 1 or x.shape[0] != n:
         raise ValueError(f"{what}: expected {n} values, got shape {np.shape(a)}")
     return x
@@ -71,8 +71,8 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
         pc[g] = not ph[g]
     for j in range(ncols):
         if is_int[j]:
-            o = _col(old[j], np.int64, G, "combine_partials")
-            d = _col(delta[j], np.int64, G, "combine_partials")
+            o = _col(old[j], cnp.NPY_INT64, G, "combine_partials")
+            d = _col(delta[j], cnp.NPY_INT64, G, "combine_partials")
             out = empty1(G, cnp.NPY_INT64)
             io = <int64_t*>cnp.PyArray_DATA(o)
             ii = <int64_t*>cnp.PyArray_DATA(d)
@@ -86,8 +86,8 @@ def combine_partials(old, delta, has_old, is_int, bint positive=False):
                     for g in range(G):
                         bad |= inew[g] < 0
         else:
-            o = _col(old[j], np.float64, G, "combine_partials")
-            d = _col(delta[j], np.float64, G, "combine_partials")
+            o = _col(old[j], cnp.NPY_FLOAT64, G, "combine_partials")
+            d = _col(delta[j], cnp.NPY_FLOAT64, G, "combine_partials")
             out = empty1(G, cnp.NPY_FLOAT64)
             fo = <double*>cnp.PyArray_DATA(o)
             fd = <double*>cnp.PyArray_DATA(d)
@@ -159,13 +159,13 @@ def delta_partials(bounds, weights, kinds, cols, values, valids):
             c = cols[j]
             v = valids[c]
             if v is not None:
-                va = _col(v, np.bool_, n, "delta_partials")
+                va = _col(v, cnp.NPY_BOOL, n, "delta_partials")
                 ok = <const uint8_t*>cnp.PyArray_DATA(va)
             if kind == 2:
-                xa = _col(values[c], np.int64, n, "delta_partials")
+                xa = _col(values[c], cnp.NPY_INT64, n, "delta_partials")
                 xi = <const int64_t*>cnp.PyArray_DATA(xa)
             elif kind == 3:
-                xa = _col(values[c], np.float64, n, "delta_partials")
+                xa = _col(values[c], cnp.NPY_FLOAT64, n, "delta_partials")
                 xf = <const double*>cnp.PyArray_DATA(xa)
         if kind == 3:
             res = empty1(G, cnp.NPY_FLOAT64)
@@ -479,89 +479,231 @@ cdef extern from *:
     ctypedef long long agg_i128
 
 
-def merge_sum_packed(list parts, list is_int):
-    """A combiner's packed parts merged and summed per key (twin of
-    ``kernels_ref.merge_sum_packed``): ``parts`` are W 2-d ``uint64`` arrays of ``1 + C`` rows,
-    row 0 a run of key codes (ascending, distinct), row ``1 + c`` the bits of partial column
-    ``c`` (int64 where ``is_int[c]``, else float64). Returns ``(out, over)``: ``out`` of
-    ``1 + C`` rows, row 0 the distinct codes ascending, row ``1 + c`` column ``c`` summed per
-    key (int64 sums exact, stored wrapped; floats added in part order from the first value),
-    and a bool mask of the keys some int64 sum of which leaves int64 (None when none does).
+cdef struct _parts_t:
+    # W packed parts as the merge reads them: part w's data and key count, whether column c
+    # is int64 (else float64)
+    const uint64_t* base[64]
+    int64_t kn[64]
+    uint8_t isi[64]
+    Py_ssize_t W, C
 
-    One k-way merge over the W heads into one allocation: the parts stay as they crossed the
-    exchange (no array per column and part, no output array per column)."""
+
+cdef int64_t _check_parts(list parts, list is_int, _parts_t* P, list keep,
+                          str what) except -1:
+    """Point ``P.base[w]`` at packed part ``w`` (``P.kn[w]`` keys): 2-d ``uint64`` arrays of
+    ``1 + C`` rows (``C = len(is_int)``, ``P.isi[c]`` set from ``is_int[c]``) whose row 0 is
+    ascending and distinct (a C-contiguous copy, kept alive in ``keep``, of one that is not).
+    Returns the total number of keys."""
     cdef Py_ssize_t W = len(parts), C = len(is_int), w, c
-    cdef int64_t n = 0, g = 0, best, i
+    cdef int64_t n = 0, i
     cdef cnp.ndarray a
-    cdef list keep = []
+    cdef const uint64_t** base = P.base
+    cdef int64_t* kn = P.kn
     if W == 0 or W > 64 or C > 64:
-        raise ValueError(f"merge_sum_packed: {W} parts (1 to 64), {C} columns (at most 64)")
-    cdef const uint64_t* base[64]
-    cdef int64_t kn[64]
-    cdef int64_t pos[64]
-    cdef int64_t stride[64]
-    cdef uint8_t isi[64]
+        raise ValueError(f"{what}: {W} parts (1 to 64), {C} columns (at most 64)")
+    P.W, P.C = W, C
     for c in range(C):
-        isi[c] = 1 if is_int[c] else 0
+        P.isi[c] = 1 if is_int[c] else 0
     for w in range(W):
-        a = parts[w]
-        if not isinstance(a, np.ndarray) or a.ndim != 2 or a.shape[0] != 1 + C \
-                or a.dtype != np.uint64:
-            raise ValueError(f"merge_sum_packed: part {w} is not a uint64 array of {1 + C} rows")
-        a = np.ascontiguousarray(a)
-        keep.append(a)
+        x = parts[w]
+        if not cnp.PyArray_Check(x):
+            raise ValueError(f"{what}: part {w} is not a uint64 array of {1 + C} rows")
+        a = <cnp.ndarray>x
+        if a.ndim != 2 or a.shape[0] != 1 + C or cnp.PyArray_TYPE(a) != cnp.NPY_UINT64 \
+                or not cnp.PyArray_ISNOTSWAPPED(a):
+            raise ValueError(f"{what}: part {w} is not a uint64 array of {1 + C} rows")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a):
+            a = np.ascontiguousarray(a)
+            keep.append(a)
         base[w] = <const uint64_t*>cnp.PyArray_DATA(a)
         kn[w] = a.shape[1]
-        stride[w] = a.shape[1]
-        pos[w] = 0
         n += kn[w]
         for i in range(1, kn[w]):
             if base[w][i] <= base[w][i - 1]:
-                raise ValueError("merge_sum_packed: a key run is not ascending and distinct")
-    cdef cnp.npy_intp dims[2]
-    dims[0] = 1 + C
-    dims[1] = n
-    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT64, 0)
-    cdef uint64_t* po = <uint64_t*>cnp.PyArray_DATA(out)
-    cdef cnp.ndarray overm = zeros1(n, cnp.NPY_BOOL)
-    cdef uint8_t* pov = <uint8_t*>cnp.PyArray_DATA(overm)
-    cdef bint any_over = False
-    cdef uint64_t k, bk = 0
+                raise ValueError(f"{what}: a key run is not ascending and distinct")
+    return n
+
+
+cdef int64_t _count_keys(const uint64_t** base, const int64_t* kn, Py_ssize_t W) noexcept nogil:
+    """The number of distinct codes over the ascending runs ``base[w][:kn[w]]``."""
+    cdef int64_t pos[64]
+    cdef int64_t g = 0, best
+    cdef Py_ssize_t w
+    cdef uint64_t bk = 0
+    for w in range(W):
+        pos[w] = 0
+    while True:
+        best = min_head(base, pos, kn, W, &bk)
+        if best < 0:
+            return g
+        for w in range(best, W):
+            if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                pos[w] += 1
+        g += 1
+
+
+cdef bint _merge_sum(const uint64_t** base, const int64_t* kn, Py_ssize_t W, Py_ssize_t C,
+                     const uint8_t* isi, uint64_t** out, uint8_t* over) noexcept nogil:
+    """The k-way merge of :func:`merge_sum_packed`: the distinct codes into ``out[0]``, column
+    ``c`` summed per key into ``out[1 + c]`` (the bits of int64 / float64 values), ``over[g]``
+    set where an int64 sum of key ``g`` leaves int64. Returns whether one did."""
+    cdef int64_t pos[64]
+    cdef int64_t g = 0, best
+    cdef Py_ssize_t w, c
+    cdef uint64_t bk = 0
     cdef agg_i128 acc
     cdef double facc, fadd
     cdef uint64_t bits
+    cdef bint any_over = False
+    for w in range(W):
+        pos[w] = 0
+    while True:
+        best = min_head(base, pos, kn, W, &bk)  # the run of the smallest head
+        if best < 0:
+            return any_over
+        out[0][g] = bk
+        for c in range(C):
+            if isi[c]:
+                acc = <int64_t>base[best][(1 + c) * kn[best] + pos[best]]
+                for w in range(best + 1, W):
+                    if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                        acc += <int64_t>base[w][(1 + c) * kn[w] + pos[w]]
+                if acc < <agg_i128>INT64_MIN or acc > <agg_i128>INT64_MAX:
+                    over[g] = 1
+                    any_over = True
+                out[1 + c][g] = <uint64_t><int64_t>acc
+            else:
+                bits = base[best][(1 + c) * kn[best] + pos[best]]
+                memcpy(&facc, &bits, 8)
+                for w in range(best + 1, W):
+                    if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                        memcpy(&fadd, &base[w][(1 + c) * kn[w] + pos[w]], 8)
+                        facc = facc + fadd
+                memcpy(&out[1 + c][g], &facc, 8)
+        pos[best] += 1
+        for w in range(best + 1, W):
+            if pos[w] < kn[w] and base[w][pos[w]] == bk:
+                pos[w] += 1
+        g += 1
+
+
+def merge_sum_packed(list parts, list is_int):
+    """A combiner's packed parts merged and summed per key (twin of
+    ``kernels_ref.merge_sum_packed``): ``parts`` are W 2-d ``uint64`` arrays of
+    ``1 + C`` rows, row 0 a run of key codes (ascending, distinct), row ``1 + c`` the bits of
+    partial column ``c`` (int64 where ``is_int[c]``, else float64). Returns ``(out, over)``:
+    ``out`` of ``1 + C`` rows, row 0 the distinct codes ascending, row ``1 + c`` column ``c``
+    summed per key (int64 sums exact, stored wrapped; floats added in part order from the
+    first value), and a bool mask of the keys some int64 sum of which leaves int64 (None when
+    none does).
+
+    One k-way merge over the W heads into one allocation: the parts stay as they crossed the
+    exchange (no array per column and part, no output array per column)."""
+    cdef _parts_t P
+    cdef uint64_t* outp[65]
+    cdef list keep = []
+    _check_parts(parts, is_int, &P, keep, "merge_sum_packed")
+    cdef Py_ssize_t W = P.W, C = P.C, c
+    cdef int64_t g = _count_keys(P.base, P.kn, W)
+    cdef cnp.npy_intp dims[2]
+    dims[0] = 1 + C
+    dims[1] = g
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT64, 0)
+    cdef uint64_t* po = <uint64_t*>cnp.PyArray_DATA(out)
+    cdef cnp.ndarray overm = zeros1(g, cnp.NPY_BOOL)
+    for c in range(1 + C):
+        outp[c] = po + c * g
+    cdef bint any_over
     with nogil:
-        while True:
-            best = min_head(base, pos, kn, W, &bk)  # the run of the smallest head
-            if best < 0:
-                break
-            po[g] = bk
-            for c in range(C):
-                if isi[c]:
-                    acc = <int64_t>base[best][(1 + c) * stride[best] + pos[best]]
-                    for w in range(best + 1, W):
-                        if pos[w] < kn[w] and base[w][pos[w]] == bk:
-                            acc += <int64_t>base[w][(1 + c) * stride[w] + pos[w]]
-                    if acc < <agg_i128>INT64_MIN or acc > <agg_i128>INT64_MAX:
-                        pov[g] = 1
-                        any_over = True
-                    po[(1 + c) * n + g] = <uint64_t><int64_t>acc
-                else:
-                    bits = base[best][(1 + c) * stride[best] + pos[best]]
-                    memcpy(&facc, &bits, 8)
-                    for w in range(best + 1, W):
-                        if pos[w] < kn[w] and base[w][pos[w]] == bk:
-                            memcpy(&fadd, &base[w][(1 + c) * stride[w] + pos[w]], 8)
-                            facc = facc + fadd
-                    memcpy(&po[(1 + c) * n + g], &facc, 8)
-            pos[best] += 1
-            for w in range(best + 1, W):
-                if pos[w] < kn[w] and base[w][pos[w]] == bk:
-                    pos[w] += 1
-            g += 1
-        if g < n:  # distinct keys first: pack the rows to g columns
-            for c in range(1, C + 1):
-                memmove(&po[c * g], &po[c * n], g * 8)
-    if g < n:
-        out = out.reshape(-1)[:(1 + C) * g].reshape(1 + C, g)
-    return out, (overm[:g] if any_over else None)
+        any_over = _merge_sum(P.base, P.kn, W, C, P.isi, outp, <uint8_t*>cnp.PyArray_DATA(overm))
+    return out, (overm if any_over else None)
+
+
+def pack_parts(kcodes, list cols, order, bounds):
+    """A combiner's partials packed for each worker (twin of ``kernels_ref.pack_parts``):
+    ``order[bounds[w]:bounds[w + 1]]`` are the rows of worker ``w`` (a shard map's ``order``);
+    per worker None when it has no row, else a 2-d ``uint64`` array of ``1 + C`` rows (``C =
+    len(cols)``): row 0 the codes ``kcodes[order[r]]``, row ``1 + c`` the bits of ``cols[c]``
+    (8-byte items) at the same rows. With the rows of each worker ascending in ``order`` and
+    ``kcodes`` ascending and distinct, each part is a run as :func:`merge_sum_packed` reads it.
+
+    One allocation a worker, filled in one pass: no packed array of every row, no fancy-index
+    take of it per worker."""
+    cdef cnp.ndarray kc = contig(kcodes, cnp.NPY_UINT64)
+    cdef cnp.ndarray oa = contig(order, cnp.NPY_INT64)
+    cdef cnp.ndarray ba = contig(bounds, cnp.NPY_INT64)
+    cdef int64_t n = kc.shape[0], W = ba.shape[0] - 1, w, r, m, i
+    cdef Py_ssize_t C = len(cols), c
+    cdef cnp.ndarray a
+    cdef list keep = []
+    cdef const uint64_t* src[64]
+    if C > 63:
+        raise ValueError(f"pack_parts: {C} columns (at most 63)")
+    if W < 1:
+        raise ValueError("pack_parts: bounds need at least two entries")
+    for c in range(C):
+        a = contig_any(cols[c])
+        if a.ndim != 1 or a.shape[0] != n or a.itemsize != 8:
+            raise ValueError(f"pack_parts: column {c} is not {n} items of 8 bytes")
+        keep.append(a)
+        src[c] = <const uint64_t*>cnp.PyArray_DATA(a)
+    cdef const uint64_t* pk = <const uint64_t*>cnp.PyArray_DATA(kc)
+    cdef const int64_t* po = <const int64_t*>cnp.PyArray_DATA(oa)
+    cdef const int64_t* pb = <const int64_t*>cnp.PyArray_DATA(ba)
+    if pb[0] != 0 or pb[W] != oa.shape[0]:
+        raise ValueError("pack_parts: bounds must run from 0 to the length of order")
+    for w in range(W):
+        if pb[w + 1] < pb[w]:
+            raise ValueError("pack_parts: bounds must not decrease")
+    for i in range(oa.shape[0]):
+        if po[i] < 0 or po[i] >= n:
+            raise IndexError("pack_parts: a row of order is out of range")
+    cdef list out = [None] * W
+    cdef cnp.npy_intp dims[2]
+    cdef uint64_t* pd
+    dims[0] = 1 + C
+    for w in range(W):
+        m = pb[w + 1] - pb[w]
+        if m == 0:
+            continue
+        dims[1] = m
+        a = cnp.PyArray_EMPTY(2, dims, cnp.NPY_UINT64, 0)
+        pd = <uint64_t*>cnp.PyArray_DATA(a)
+        with nogil:
+            for i in range(m):
+                r = po[pb[w] + i]
+                pd[i] = pk[r]
+                for c in range(C):
+                    pd[(1 + c) * m + i] = src[c][r]
+        out[w] = a
+    return out
+
+
+def sum_unpack(list parts, list is_int, list plan):
+    """A combiner's received packed parts summed per key and taken apart (twin of
+    ``kernels_ref.sum_unpack``): ``(codes, columns, key columns)`` where ``codes`` are the
+    distinct key codes ascending, ``columns`` the summed partial columns (int64 where
+    ``is_int[c]``, else float64) and ``key columns`` the :func:`decode_u64` of the codes by
+    ``plan``; None when some int64 sum leaves int64 (the caller's checked path names the key).
+    The parts are :func:`merge_sum_packed`'s; the sums are written straight into one array per
+    column (no packed result to take apart)."""
+    cdef _parts_t P
+    cdef uint64_t* outp[65]
+    cdef list keep = []
+    _check_parts(parts, is_int, &P, keep, "sum_unpack")
+    cdef Py_ssize_t W = P.W, C = P.C, c
+    cdef int64_t g = _count_keys(P.base, P.kn, W) if W > 1 else P.kn[0]
+    cdef cnp.ndarray kc = empty1(g, cnp.NPY_UINT64)
+    cdef cnp.ndarray overm = zeros1(g, cnp.NPY_BOOL)
+    cdef list cols = []
+    outp[0] = <uint64_t*>cnp.PyArray_DATA(kc)
+    for c in range(C):
+        a = empty1(g, cnp.NPY_INT64 if P.isi[c] else cnp.NPY_FLOAT64)
+        cols.append(a)
+        outp[1 + c] = <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef bint any_over
+    with nogil:
+        any_over = _merge_sum(P.base, P.kn, W, C, P.isi, outp, <uint8_t*>cnp.PyArray_DATA(overm))
+    if any_over:
+        return None
+    return kc, cols, decode_u64(kc, plan)

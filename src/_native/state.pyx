@@ -433,6 +433,8 @@ cdef class LiveTable:
     cdef int64_t* isz
     cdef int64_t* coff
     cdef readonly tuple itemsizes
+    cdef object _read_dtypes  # the dtypes list read() last converted, and its type numbers
+    cdef list _read_nums
 
     def __cinit__(self, itemsizes):
         self.rows = NULL
@@ -548,6 +550,7 @@ cdef class LiveTable:
         pointed into are appended to ``keep``, which the caller holds while it uses them."""
         cdef int64_t j
         cdef cnp.ndarray a
+        cdef bint writing = what == "get"
         cdef cnp.ndarray ptrs = zeros1(2 * (self.ncols + 1), cnp.NPY_UINTP)
         cdef size_t* pc = <size_t*>cnp.PyArray_DATA(ptrs)
         cdef size_t* pv = pc + self.ncols + 1
@@ -556,11 +559,12 @@ cdef class LiveTable:
                              f"validity arrays for a table of {self.ncols} columns")
         for j in range(self.ncols):
             a = cols[j]
+            # (the flags through numpy's C macros: ``a.flags`` makes an object a read)
             if a.ndim != 1 or a.shape[0] != G or a.itemsize != self.isz[j] \
-                    or not a.flags.c_contiguous:
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(a):
                 raise ValueError(f"LiveTable.{what}: column {j} must be a contiguous 1-d array "
                                  f"of {G} items of {self.isz[j]} bytes")
-            if what == "get" and not a.flags.writeable:
+            if writing and not cnp.PyArray_ISWRITEABLE(a):
                 raise ValueError(f"LiveTable.get: column {j} is not writable")
             pc[j] = <size_t>cnp.PyArray_DATA(a)
             keep.append(a)
@@ -568,10 +572,11 @@ cdef class LiveTable:
                 pv[j] = 0
                 continue
             a = valids[j]
-            if a.ndim != 1 or a.shape[0] != G or a.itemsize != 1 or not a.flags.c_contiguous:
+            if a.ndim != 1 or a.shape[0] != G or a.itemsize != 1 \
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(a):
                 raise ValueError(f"LiveTable.{what}: validity {j} must be a contiguous 1-d "
                                  f"array of {G} bools")
-            if what == "get" and not a.flags.writeable:
+            if writing and not cnp.PyArray_ISWRITEABLE(a):
                 raise ValueError(f"LiveTable.get: validity {j} is not writable")
             pv[j] = <size_t>cnp.PyArray_DATA(a)
             keep.append(a)
@@ -585,10 +590,10 @@ cdef class LiveTable:
         cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
         cdef int64_t G = q.shape[0], i, j, at, found = 0, nc = self.ncols
         if has.ndim != 1 or has.shape[0] != G or has.itemsize != 1 or \
-                not has.flags.c_contiguous or not has.flags.writeable:
+                not cnp.PyArray_IS_C_CONTIGUOUS(has) or not cnp.PyArray_ISWRITEABLE(has):
             raise ValueError(f"LiveTable.get: has must be a writable array of {G} bools")
         if ver.ndim != 1 or ver.shape[0] != G or ver.itemsize != 8 or \
-                not ver.flags.c_contiguous or not ver.flags.writeable:
+                not cnp.PyArray_IS_C_CONTIGUOUS(ver) or not cnp.PyArray_ISWRITEABLE(ver):
             raise ValueError(f"LiveTable.get: ver must be a writable array of {G} u64")
         keep = []
         cdef cnp.ndarray ptrs = self._pointers(cols, valids, G, "get", True, keep)
@@ -597,8 +602,15 @@ cdef class LiveTable:
         cdef const uint64_t* pq = <const uint64_t*>cnp.PyArray_DATA(q)
         cdef uint8_t* ph = <uint8_t*>cnp.PyArray_DATA(has)
         cdef uint64_t* pver = <uint64_t*>cnp.PyArray_DATA(ver)
+        return self._probe(pq, G, ph, pver, pc, pv)
+
+    cdef int64_t _probe(self, const uint64_t* pq, int64_t G, uint8_t* ph, uint64_t* pver,
+                        const size_t* pc, const size_t* pv) noexcept nogil:
+        """The loop of :meth:`get` / :meth:`read`: for each key of ``pq`` with a row, ``ph[i]``
+        set, its version in ``pver[i]``, column ``j``'s value at ``pc[j]`` and (where ``pv`` is
+        not NULL and ``pv[j]`` not 0) its validity at ``pv[j]``. Returns the keys found."""
+        cdef int64_t i, j, at, s, found = 0
         cdef char* r
-        cdef int64_t s
         for i in range(G):
             if i + 16 < G:
                 prefetch(self.rows + <int64_t>(_mix(pq[i + 16]) & <uint64_t>self.mask)
@@ -610,12 +622,49 @@ cdef class LiveTable:
             r = self.rows + at * self.rowsize
             ph[i] = 1
             pver[i] = (<uint64_t*>r)[1]
-            for j in range(nc):
+            for j in range(self.ncols):
                 s = self.isz[j]
                 memcpy(<char*>pc[j] + i * s, r + self.coff[j], s)
-                if pv[j]:
+                if pv != NULL and pv[j]:
                     (<uint8_t*>pv[j])[i] = r[self.voff + j]
         return found
+
+    def read(self, kcodes, list dtypes):
+        """:meth:`get` into fresh arrays: ``(has, [one array of dtypes[j] per column, 0 where a
+        key has no row or a null], versions)`` (no validity read back). The arrays are made
+        here through numpy's C API, not by a ``np.zeros`` call each from Python: a step of a
+        few dozen keys pays for the calls, not the loop."""
+        cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
+        cdef int64_t G = q.shape[0], j, nc = self.ncols
+        cdef int typenum
+        if len(dtypes) != nc:
+            raise ValueError(f"LiveTable.read: {len(dtypes)} dtypes for a table of {nc} columns")
+        if dtypes is not self._read_dtypes:  # (one conversion per dtypes list)
+            nums = []
+            for j in range(nc):
+                d = np.dtype(dtypes[j])
+                if d.itemsize != self.isz[j]:
+                    raise ValueError(f"LiveTable.read: column {j} has items of {self.isz[j]} "
+                                     f"bytes, not {d.itemsize}")
+                nums.append(d.num)
+            self._read_nums = nums
+            self._read_dtypes = dtypes
+        cdef cnp.ndarray has = zeros1(G, cnp.NPY_BOOL)
+        cdef cnp.ndarray ver = zeros1(G, cnp.NPY_UINT64)
+        cdef list cols = []
+        cdef size_t pc[64]
+        if nc > 64:
+            raise ValueError("LiveTable.read: at most 64 columns")
+        for j in range(nc):
+            typenum = self._read_nums[j]
+            a = zeros1(G, typenum)
+            cols.append(a)
+            pc[j] = <size_t>cnp.PyArray_DATA(<cnp.ndarray>a)
+        with nogil:
+            self._probe(<const uint64_t*>cnp.PyArray_DATA(q), G,
+                        <uint8_t*>cnp.PyArray_DATA(has), <uint64_t*>cnp.PyArray_DATA(ver),
+                        pc, NULL)
+        return has, cols, ver
 
     def put(self, kcodes, rm, add, versions, list cols, list valids):
         """Row ``i`` of the arrays is the new state of key ``kcodes[i]`` (distinct codes):
@@ -626,8 +675,8 @@ cdef class LiveTable:
         ``v``: the added keys' versions are then ``v, v + 1, ...`` in order (those of
         ``versioned_pairs(..., v)``), without an array of them."""
         cdef cnp.ndarray q = _contiguous(kcodes, cnp.NPY_UINT64, np.uint64)
-        cdef cnp.ndarray ra = np.ascontiguousarray(rm, dtype=np.bool_)
-        cdef cnp.ndarray aa = np.ascontiguousarray(add, dtype=np.bool_)
+        cdef cnp.ndarray ra = contig(rm, cnp.NPY_BOOL)
+        cdef cnp.ndarray aa = contig(add, cnp.NPY_BOOL)
         cdef cnp.ndarray va = None
         cdef bint counted = isinstance(versions, int)
         cdef uint64_t nxt = 0
@@ -635,7 +684,7 @@ cdef class LiveTable:
         if counted:
             nxt = versions  # (OverflowError below 0 or past 2**64 - 1)
         else:
-            va = np.ascontiguousarray(versions, dtype=np.uint64)
+            va = contig(versions, cnp.NPY_UINT64)
         if ra.shape[0] != G or aa.shape[0] != G or (not counted and va.shape[0] != G):
             raise ValueError("LiveTable.put: kcodes, rm, add and versions differ in length")
         keep = []

@@ -249,8 +249,99 @@ def test_merge_sum_packed(case):
                 assert col[g] == pytest.approx(x)
 
 
+def test_merge_sum_packed_reads_a_part_that_is_not_c_contiguous():
+    """A part in Fortran order (or a strided view) is read through a contiguous copy."""
+    a = np.array([[1, 4, 9], [10, 20, 30]], np.uint64)
+    b = np.asfortranarray(np.array([[4, 5], [1, 2]], np.uint64))
+    for kernel in (native.merge_sum_packed, ref.merge_sum_packed):
+        out, over = kernel([a, b], [True])
+        assert over is None
+        assert out.tolist() == [[1, 4, 5, 9], [10, 21, 2, 30]]
+    kc, cols, _ = native.sum_unpack([a, b], [True], [(8, False, False)])
+    assert kc.tolist() == [1, 4, 5, 9] and cols[0].tolist() == [10, 21, 2, 30]
+
+
 def test_merge_sum_packed_rejects_bad_parts():
     with pytest.raises(ValueError, match="not ascending"):
         native.merge_sum_packed([np.array([[3, 3], [1, 1]], np.uint64)], [True])
     with pytest.raises(ValueError, match="rows"):
         native.merge_sum_packed([np.zeros((3, 2), np.uint64)], [True])
+
+
+@st.composite
+def sharded_partials(draw):
+    """(distinct ascending key codes, 8-byte partial columns, a shard map's order and bounds)."""
+    keys = sorted(draw(st.sets(st.integers(0, 2 ** 64 - 1), max_size=10)))
+    n = len(keys)
+    cols = [np.array(draw(st.lists(I64, min_size=n, max_size=n)), np.int64)]
+    for _ in range(draw(st.integers(0, 2))):
+        cols.append(np.array(draw(st.lists(st.floats(-1e6, 1e6), min_size=n, max_size=n)),
+                             np.float64))
+    W = draw(st.integers(1, 4))
+    dest = draw(st.lists(st.integers(0, W - 1), min_size=n, max_size=n))
+    order = np.array(sorted(range(n), key=lambda r: (dest[r], r)), np.int64)
+    bounds = [sum(1 for x in dest if x < w) for w in range(W + 1)]
+    return np.array(keys, np.uint64), cols, order, bounds
+
+
+@given(sharded_partials())
+@example((np.array([1, 7], np.uint64), [np.array([-1, 2 ** 63 - 1], np.int64)],
+          np.array([1, 0], np.int64), [0, 1, 1, 2]))
+def test_pack_parts(case):
+    kcodes, cols, order, bounds = case
+    got = native.pack_parts(kcodes, cols, order, bounds)
+    want = ref.pack_parts(kcodes, cols, order, bounds)
+    assert len(got) == len(want) == len(bounds) - 1
+    for w, (g, x) in enumerate(zip(got, want)):
+        assert (g is None) == (x is None) == (bounds[w] == bounds[w + 1])
+        if g is None:
+            continue
+        assert g.dtype == np.uint64 and g.flags.c_contiguous
+        _same(g, x)
+        # the naive model: worker w's rows, each code with its columns' bits
+        rows = order[bounds[w]:bounds[w + 1]].tolist()
+        assert g[0].tolist() == [int(kcodes[r]) for r in rows]
+        for c, col in enumerate(cols):
+            assert g[1 + c].view(col.dtype).tolist() == [col[r] for r in rows]
+    # one worker's part is the run merge_sum_packed reads: codes ascending and distinct
+    for g in got:
+        if g is not None:
+            assert (np.diff(g[0].astype(np.float64)) > 0).all() or g.shape[1] < 2
+
+
+def test_pack_parts_rejects_bad_input():
+    k = np.array([1, 2], np.uint64)
+    c = [np.zeros(2, np.int64)]
+    for kernel in (native.pack_parts, ref.pack_parts):
+        with pytest.raises(ValueError, match="bounds"):
+            kernel(k, c, np.array([0, 1], np.int64), [0, 1])
+        with pytest.raises(IndexError, match="order"):
+            kernel(k, c, np.array([0, 2], np.int64), [0, 2])
+        with pytest.raises(ValueError, match="column"):
+            kernel(k, [np.zeros(2, np.int32)], np.array([0, 1], np.int64), [0, 2])
+
+
+@given(packed_parts(), st.sampled_from([[(8, False, False)], [(4, True, False), (2, False, True)]]))
+@example(([np.array([[5], [2 ** 63 - 1]], np.uint64), np.array([[5], [1]], np.uint64)], [True]),
+         [(8, False, False)])
+def test_sum_unpack(case, plan):
+    parts, is_int = case
+    if plan != [(8, False, False)]:  # codes of that plan: 56 bits, the flag byte set (the
+        parts = [p.copy() for p in parts]  # masked codes keep their order: all but one <= 12)
+        for p in parts:
+            p[0] = (p[0] & np.uint64(0xFFFFFFFF)) | np.uint64(1 << 48)
+    got = native.sum_unpack(parts, is_int, plan)
+    want = ref.sum_unpack(parts, is_int, plan)
+    merged, over = ref.merge_sum_packed(parts, is_int)
+    if over is not None:
+        assert got is None and want is None
+        return
+    for r in (got, want):
+        kc, cols, kcols = r
+        _same(kc, merged[0])
+        for c, i in enumerate(is_int):
+            assert cols[c].dtype == (np.int64 if i else np.float64)
+            _same(cols[c].view(np.uint64), merged[1 + c])
+        for (gv, gm), (wv, wm) in zip(kcols, ref.decode_u64(merged[0], plan)):
+            _same(gv, wv)
+            assert (gm is None) == (wm is None)

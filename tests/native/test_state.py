@@ -253,6 +253,14 @@ def test_live_table_matches_ref_and_a_dict(case):
             if m is not None:
                 assert int(got[2][i]) == m[0]
                 assert [(c[i].item(), bool(o[i])) for c, o in zip(got[3], got[4])] == m[1]
+        # read(): the same into fresh arrays of the dtypes
+        for t in (nat, rf):
+            has, cols, ver = t.read(probe, dts)
+            np.testing.assert_array_equal(has, got[1])
+            np.testing.assert_array_equal(ver, got[2])
+            assert [c.dtype for c in cols] == [np.dtype(d) for d in dts]
+            for x, y in zip(cols, got[3]):
+                np.testing.assert_array_equal(x, y)
         # without validity arrays the same columns are read (the validity is not written)
         for t in (nat, rf):
             cols_only = [np.zeros(len(probe), dtype=d) for d in dts]
@@ -274,6 +282,10 @@ def test_live_table_refuses_bad_arrays():
               [np.zeros(3, bool)])
     with pytest.raises(ValueError, match="items of 3 bytes"):
         native.LiveTable([3])
+    with pytest.raises(ValueError, match="not 4"):
+        t.read(k, [np.int32])
+    with pytest.raises(ValueError, match="2 dtypes"):
+        t.read(k, [np.int64, np.int64])
 
 
 @settings(max_examples=30, deadline=None)

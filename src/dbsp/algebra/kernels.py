@@ -56,6 +56,8 @@ _NATIVE = {
     "finish_emit": "linear",
     "decode_u64": "linear",
     "merge_sum_packed": "linear",
+    "pack_parts": "linear",
+    "sum_unpack": "linear",
     "take_batch": "arrow_c",
     "take_batch_runs": "arrow_c",
     "export_batch": "arrow_c",
@@ -169,6 +171,8 @@ finish_emit = _resolve("finish_emit")
 delta_partials = _resolve("delta_partials")
 decode_u64 = _resolve("decode_u64")
 merge_sum_packed = _resolve("merge_sum_packed")
+pack_parts = _resolve("pack_parts")
+sum_unpack = _resolve("sum_unpack")
 take_batch = _resolve("take_batch")
 group_rows = _resolve("group_rows")
 index_rows = _resolve("index_rows")

@@ -614,6 +614,55 @@ def merge_sum_packed(parts: Sequence[np.ndarray], is_int: Sequence[bool]) -> tup
     return out, over
 
 
+
+def pack_parts(kcodes: np.ndarray, cols: Sequence[np.ndarray], order: np.ndarray,
+               bounds: Sequence[int]) -> list:
+    """A combiner's partials packed for each worker (see ``dbsp._native.linear.pack_parts``):
+    per worker ``w`` None when ``bounds[w] == bounds[w + 1]``, else the 2-d ``uint64`` array
+    of the codes ``kcodes[order[bounds[w]:bounds[w + 1]]]`` and the bits of each column at
+    those rows."""
+    kcodes = np.asarray(kcodes, np.uint64)
+    order = np.asarray(order, np.int64)
+    b = [int(x) for x in bounds]
+    if len(b) < 2:
+        raise ValueError("pack_parts: bounds need at least two entries")
+    if b[0] != 0 or b[-1] != len(order) or any(y < x for x, y in zip(b, b[1:])):
+        raise ValueError("pack_parts: bounds must run from 0 to the length of order")
+    cols = [np.asarray(c) for c in cols]
+    if any(c.ndim != 1 or len(c) != len(kcodes) or c.itemsize != 8 for c in cols):
+        raise ValueError("pack_parts: a column is not one 8-byte item a code")
+    if len(order) and (order.min() < 0 or order.max() >= len(kcodes)):
+        raise IndexError("pack_parts: a row of order is out of range")
+    out: list = []
+    for w in range(len(b) - 1):
+        rows = order[b[w]:b[w + 1]]
+        if not len(rows):
+            out.append(None)
+            continue
+        m = np.empty((1 + len(cols), len(rows)), np.uint64)
+        m[0] = kcodes[rows]
+        for c, x in enumerate(cols):
+            m[1 + c] = x.view(np.uint64)[rows]
+        out.append(m)
+    return out
+
+
+def sum_unpack(parts: Sequence[np.ndarray], is_int: Sequence[bool], plan: Sequence):
+    """A combiner's packed parts summed per key and taken apart (see
+    ``dbsp._native.linear.sum_unpack``): ``(codes, partial columns, key columns)``, or None
+    when an int64 sum leaves int64."""
+    if len(parts) == 1:
+        m = np.ascontiguousarray(parts[0])
+        if m.ndim != 2 or m.shape[0] != 1 + len(is_int) or m.dtype != np.uint64:
+            raise ValueError("sum_unpack: the part is not a uint64 array of its columns")
+    else:
+        m, over = merge_sum_packed(parts, is_int)
+        if over is not None:
+            return None
+    kc = np.ascontiguousarray(m[0])
+    cols = [m[1 + c].view(np.int64 if i else np.float64) for c, i in enumerate(is_int)]
+    return kc, cols, decode_u64(kc, plan)
+
 def finish_emit(old: list, new: list, eo: np.ndarray, en: np.ndarray, plan: list,
                 is_int: list):
     """A linear aggregate's output rows of a step, in row order and consolidated (see
@@ -801,6 +850,17 @@ class LiveTable:
                 if valids[j] is not None:
                     valids[j][i] = ok
         return found
+
+    def read(self, kcodes, dtypes: list) -> tuple:
+        """:meth:`get` into fresh arrays of ``dtypes``: ``(has, cols, versions)``."""
+        if len(dtypes) != len(self.itemsizes):
+            raise ValueError(f"LiveTable.read: {len(dtypes)} dtypes for a table of "
+                             f"{len(self.itemsizes)} columns")
+        G = len(kcodes)
+        has, ver = np.zeros(G, bool), np.zeros(G, np.uint64)
+        cols = [np.zeros(G, dt) for dt in dtypes]
+        self.get(kcodes, has, ver, cols, [None] * len(cols))
+        return has, cols, ver
 
     def put(self, kcodes, rm, add, versions, cols: list, valids: list) -> None:
         """Where ``add[i]``: key ``kcodes[i]``'s row becomes the row ``i`` of the arrays (a None

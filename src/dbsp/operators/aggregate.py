@@ -89,7 +89,7 @@ from ..algebra import kernels as K
 from ..algebra.checked import add_overflows, group_sums, weighted_group_sums
 from ..algebra.codes import KeyCodec, codec_for
 from ..algebra.schema import take
-from ..circuit.exchange import shard_rows
+from ..circuit.exchange import as_shard_map, shard_rows
 from ..circuit.errors import BadRows, RowError
 from ..circuit.operator import Operator, Stateful
 from ..circuit.types import IndexedType, ZSetType
@@ -614,6 +614,8 @@ class VersionedRows(Stateful):
         step beyond a zero-copy view of each matched batch's columns; with ``flat``, one pass
         over the flat table (see the class doc)."""
         t = self._flat_table(kcodes, dtypes) if G else None
+        if t is not None and not valid:
+            return t.read(kcodes, dtypes)
         if t is not None:
             has = np.zeros(G, dtype=bool)
             ver = np.zeros(G, dtype=np.uint64)
@@ -1421,13 +1423,11 @@ class LinearAggregateOperator(Operator):
             d, local = self._delta_partials(d, z)
         if len(d):
             packed = self._pack(d, local)
-            for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
-                if len(idx):
-                    # (take along the rows: one C-contiguous copy, where ``[:, idx]`` walks
-                    # numpy's fancy-index iterator and leaves a strided array the wire copies)
-                    if packed is not None:
-                        parts[w] = (packed[0].take(idx, axis=1), packed[1])
-                    else:
+            if packed is not None:
+                parts = packed
+            else:
+                for w, idx in enumerate(shard_rows(d.kcodes, self.ctx.shards)):
+                    if len(idx):
                         parts[w] = (take(d.keys, idx), K.take(d.kcodes, idx),
                                     _take_cols(local, idx))
         got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
@@ -1466,29 +1466,33 @@ class LinearAggregateOperator(Operator):
             keys, kc, sums = take(keys, ok), K.take(kc, ok), _take_cols(sums, ok)
         return keys, kc, codec, sums
 
-    def _pack(self, d: OrdIndexedZSet, local: list) -> Optional[tuple]:
-        """``(array, plan)``: the codes of ``d``'s keys and the bits of its partials ``local``
-        as the rows of one ``uint64`` array, and the plan of the codes (``KeyCodec``'s native
-        plan, as a tuple); None when the codes are not u64 read from the key columns or a
+    def _pack(self, d: OrdIndexedZSet, local: list) -> Optional[list]:
+        """Per worker None (no key of ``d`` is its) or ``(array, plan)``: the codes of the keys
+        of ``d`` that worker owns and the bits of their partials ``local`` as the rows of one
+        ``uint64`` array (:func:`~dbsp.algebra.kernels.pack_parts`: one native pass from the
+        shard map's order of the rows), and the plan of the codes (``KeyCodec``'s native plan:
+        a list of tuples); None when the codes are not u64 read from the key columns or a
         partial is not a numpy column (decimals)."""
-        plan = d.kcodec._native_plan
-        if plan is None or type(d.kcodes) is not np.ndarray or self.partials.dtypes is None \
+        codec = d.kcodec
+        if codec._native_plan is None or type(d.kcodes) is not np.ndarray \
+                or self.partials.dtypes is None \
                 or any(type(c) is not np.ndarray or c.dtype.itemsize != 8 for c in local):
             return None
-        m = np.empty((1 + len(local), len(d.kcodes)), np.uint64)
-        m[0] = d.kcodes
-        for i, c in enumerate(local):
-            m[1 + i] = c.view(np.uint64)
-        return m, tuple(plan)
+        plan = codec._native_plan
+        order, bounds = as_shard_map(self.ctx.shards).order(d.kcodes)
+        return [None if m is None else (m, plan)
+                for m in K.pack_parts(d.kcodes, local, order, bounds)]
 
     def _columns(self, m: np.ndarray) -> list:
         """The partial columns of a packed part's rows (views, each of its dtype)."""
         return [m[1 + i].view(dt) for i, dt in enumerate(self.partials.dtypes)]
 
-    def _keys_of(self, kc: np.ndarray, plan: tuple, codec: KeyCodec) -> pa.RecordBatch:
+    def _keys_of(self, kc: np.ndarray, plan: list, codec: KeyCodec,
+                 cols: Optional[list] = None) -> pa.RecordBatch:
         """The key columns of the u64 codes ``kc`` (of ``plan``) as a batch of ``codec``'s
-        fields, in one native import."""
-        cols = K.decode_u64(kc, [tuple(p) for p in plan])
+        fields, in one native import (``cols``: the codes decoded already)."""
+        if cols is None:
+            cols = K.decode_u64(kc, plan)
         schema = self._key_batch_schema
         if schema is None or schema[0] is not codec:
             schema = self._key_batch_schema = (codec, pa.schema(codec.fields))
@@ -1511,14 +1515,12 @@ class LinearAggregateOperator(Operator):
         plan = got[0][1]
         if any(g[1] != plan for g in got):
             return None
-        if len(got) == 1:
-            m = got[0][0]
-        else:
-            m, over = K.merge_sum_packed([g[0] for g in got], self._is_int)
-            if over is not None:
-                return None
-        keys, kc, cols = self._unpack((m, plan), codec)
-        return keys, kc, codec, cols
+        # summed, and the key columns decoded, in one native call
+        done = K.sum_unpack([g[0] for g in got], self._is_int, plan)
+        if done is None:
+            return None
+        kc, cols, kcols = done
+        return self._keys_of(kc, plan, codec, kcols), kc, codec, cols
 
     def clock_start(self) -> None:
         self.state.clear()

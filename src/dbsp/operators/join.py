@@ -461,14 +461,16 @@ class JoinOperator(Operator):
             for sub, pi, ki in match_trace(self.right.batches(), da.kcodes):  # Δa ⋈ I(b)
                 pieces.append((da, sub, join_matched(da, pi, sub, ki, "y")))
             self.left.insert(da)
-        return self._build(pieces, n_left)
+        return self._build(pieces, n_left, da, db)
 
-    def _build(self, pieces, n_left: int = -1) -> ZSet:
+    def _build(self, pieces, n_left: int = -1, da: Optional[OrdIndexedZSet] = None,
+               db: Optional[OrdIndexedZSet] = None) -> ZSet:
         """The output of the matched pairs of ``pieces``, ``(x, y, join_matched(...))`` each.
         ``n_left``: the first ``n_left`` pieces' ``x`` and the others' ``y`` are stored batches
         of a trace, the others the deltas going into the traces this step (their columns are
-        exported once and kept: see :func:`~dbsp.trace.batch.exported`); -1: none is known to
-        be."""
+        exported once and kept: see :func:`~dbsp.trace.batch.exported`): ``db``, the ``y`` of
+        the first ``n_left`` pieces, and ``da``, the ``x`` of the others (each needed when it
+        has a piece); -1: none is known to be."""
         if not pieces:
             return ZSet.empty(self.out_schema)
         if self.mode not in ("left", "fn"):
@@ -484,9 +486,9 @@ class JoinOperator(Operator):
                 # the deltas too, each looked up once (Δb is the y of the first n_left pieces,
                 # Δa the x of the others): each goes into its trace this step, and the index
                 # that built it handed out its exports for free
-                dl = exported(pieces[-1][0], "keys") if n_left < len(pieces) else None
-                dlv = exported(pieces[-1][0], "vals") if n_left < len(pieces) else None
-                drv = exported(pieces[0][1], "vals") if n_left > 0 else None
+                dl = exported(da, "keys") if n_left < len(pieces) else None
+                dlv = exported(da, "vals") if n_left < len(pieces) else None
+                drv = exported(db, "vals") if n_left > 0 else None
                 ks = [(exported(x, "keys") if i < n_left else dl, p[0])
                       for i, (x, _, p) in enumerate(pieces)]
                 lv = [(exported(x, "vals") if i < n_left else dlv, p[1])

@@ -71,7 +71,7 @@ class LookupJoinOperator(JoinOperator):
             return ZSet.empty(self.out_schema)
         pieces = [(da, sub, join_matched(da, pi, sub, ki, "y"))
                   for sub, pi, ki in match_batches(self.right.batches(), da.kcodes)]
-        return self._build(pieces, 0)  # (every y a stored batch of the right trace)
+        return self._build(pieces, 0, da)  # (every y a stored batch of the right trace)
 
 
 def lookup_join(left, right):
