@@ -42,6 +42,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
+from .._native import skeleton as _skeleton
 from ..algebra.codes import KeyCodec, VarCodes
 
 MAGIC = 0xDB5B0003         # a skeleton (marshal) and buffers: see the module doc
@@ -205,41 +206,11 @@ def _record_batch_from_buffers(schema: bytes, n: int, cols: list) -> "pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=sch)
 
 
-def _pad8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-_ZEROS = bytes(8)
-
-
-_PADS = [b""] + [bytes(8 - i) for i in range(1, 8)]  # the zeros that pad ``i`` bytes to 8
-
-
 def _frames(magic: int, meta: Any, raws: list) -> list:
     """The frames of a message: header, buffer lengths, ``meta`` (bytes-like), the buffers
     (byte-like, contiguous), each part padded to 8 bytes. Every frame is a bytes object or a
     flat memoryview of bytes (format ``B``), ready for ``sendmsg``."""
-    pads = _PADS
-    frames: list = [b"", b"", meta]
-    lens = []
-    nmeta = len(meta)
-    body = 8 * len(raws) + nmeta
-    if nmeta & 7:
-        frames.append(pads[nmeta & 7])
-        body += 8 - (nmeta & 7)
-    for r in raws:
-        if type(r) is not memoryview or r.format != "B" or r.ndim != 1:
-            r = memoryview(r).cast("B")
-        n = len(r)
-        lens.append(n)
-        frames.append(r)
-        body += n
-        if n & 7:
-            frames.append(pads[n & 7])
-            body += 8 - (n & 7)
-    frames[0] = _HEAD.pack(magic, len(lens), nmeta, body)
-    frames[1] = struct.pack(f"<{len(lens)}Q", *lens)
-    return frames
+    return _skeleton.frames(magic, meta, raws)
 
 
 def dumps_pickled(obj: Any) -> list:
@@ -262,7 +233,6 @@ def dumps(obj: Any) -> list:
 # A node (Ellipsis, kind, ...) stands for an object whose bytes are buffers of the message;
 # every other tuple, list, dict and scalar is itself. A real tuple that starts with Ellipsis is
 # the node (Ellipsis, "t", items...).
-_ATOMS = frozenset((type(None), bool, int, float, str, bytes))
 _BIG = 256  # a list or tuple longer than this is pickled whole (C beats a Python walk)
 #: ``type -> (kind, get)``: objects of the layers above, taken apart by ``get(obj)`` into a
 #: tuple of encodable values (None: pickle this one), see :func:`register`
@@ -296,23 +266,16 @@ def _maker(kind: str) -> Any:
 
 
 def _enc(o: Any, raws: list) -> Any:
+    """The skeleton of ``o``; its buffers are appended to ``raws``. The walk over tuples,
+    lists and dicts is native (:mod:`dbsp._native.skeleton`); every other object comes back
+    to :func:`_enc_object`."""
+    return _skeleton.encode(o, raws, _enc_object, _BIG)
+
+
+def _enc_object(o: Any, raws: list) -> Any:
+    """The node of an object that is not an atom nor a container the walk descends into (a
+    batch, an array, a registered object; a container too long or keyed by non-atoms)."""
     t = type(o)
-    if t in _ATOMS:
-        return o
-    if t is tuple:
-        if len(o) > _BIG:
-            return _pickled(o, raws)
-        out = tuple([_enc(x, raws) for x in o])
-        return (..., "t") + out if o and o[0] is ... else out
-    if t is dict:
-        for k in o:
-            if type(k) not in _ATOMS:
-                return _pickled(o, raws)
-        return {k: _enc(v, raws) for k, v in o.items()}
-    if t is list:
-        if len(o) > _BIG:
-            return _pickled(o, raws)
-        return [_enc(x, raws) for x in o]
     f = _ENC.get(t)
     if f is not None:
         got = f(o, raws)
@@ -457,16 +420,9 @@ def _codec_of(b: bytes) -> KeyCodec:
 
 
 def _dec(s: Any, bufs: list) -> Any:
-    t = type(s)
-    if t is tuple:
-        if s and s[0] is ...:
-            return _DEC[s[1]](s, bufs)
-        return tuple([_dec(x, bufs) for x in s])
-    if t is dict:
-        return {k: _dec(v, bufs) for k, v in s.items()}
-    if t is list:
-        return [_dec(x, bufs) for x in s]
-    return s
+    """The object of skeleton ``s`` over the message's ``bufs`` (the native walk of
+    :mod:`dbsp._native.skeleton`; each node goes to its maker in :data:`_DEC`)."""
+    return _skeleton.decode(s, bufs, _DEC)
 
 
 def _dec_batch(s: tuple, bufs: list) -> pa.RecordBatch:
@@ -512,17 +468,10 @@ def _unpack_body(body: Any, head: tuple) -> Any:
     """The object of a message whose body (after the header) is ``body``; ``head``: its
     header's ``(magic, nbuf, nmeta)``."""
     magic, nbuf, nmeta = head[:3]
-    mv = memoryview(body)
-    lens = struct.unpack_from(f"<{nbuf}Q", body) if nbuf else ()
-    at = 8 * nbuf
-    meta = mv[at:at + nmeta]
-    at += _pad8(nmeta)
-    bufs = []
-    for n in lens:
-        bufs.append(mv[at:at + n])
-        at += _pad8(n)
-    if at != len(body):
-        raise WireError(f"message body of {len(body)} bytes does not match its layout ({at})")
+    try:
+        meta, bufs = _skeleton.split_body(body, nbuf, nmeta)
+    except ValueError as e:
+        raise WireError(str(e)) from None
     if magic == MAGIC_PICKLE:
         return pickle.loads(meta, buffers=bufs)
     try:
