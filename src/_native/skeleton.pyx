@@ -23,6 +23,11 @@ from cpython.object cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
 cdef object _Ellipsis = Ellipsis
 #: containers nested deeper than this are refused (the Python walk hit the recursion limit; a
 #: C walk would overflow the stack instead)
@@ -33,7 +38,7 @@ cdef list _PADS = [b""] + [bytes(8 - i) for i in range(1, 8)]
 
 
 
-cdef object _enc(object o, list raws, object other, Py_ssize_t big, int depth):
+cdef object _enc(object o, list raws, object other, Py_ssize_t big, int depth, Walker w):
     cdef type t = type(o)
     cdef Py_ssize_t i, n
     cdef tuple tup, out
@@ -48,7 +53,7 @@ cdef object _enc(object o, list raws, object other, Py_ssize_t big, int depth):
         n = len(tup)
         if n > big:
             return other(o, raws)
-        out = tuple([_enc(tup[i], raws, other, big, depth + 1) for i in range(n)])
+        out = tuple([_enc(tup[i], raws, other, big, depth + 1, w) for i in range(n)])
         if n and tup[0] is _Ellipsis:
             return _TAG_T + out
         return out
@@ -61,7 +66,7 @@ cdef object _enc(object o, list raws, object other, Py_ssize_t big, int depth):
                 return other(o, raws)
         dout = {}
         for k, v in d.items():
-            dout[k] = _enc(v, raws, other, big, depth + 1)
+            dout[k] = _enc(v, raws, other, big, depth + 1, w)
         return dout
     if t is list:
         lst = <list>o
@@ -70,17 +75,70 @@ cdef object _enc(object o, list raws, object other, Py_ssize_t big, int depth):
             return other(o, raws)
         lout = [None] * n
         for i in range(n):
-            lout[i] = _enc(lst[i], raws, other, big, depth + 1)
+            lout[i] = _enc(lst[i], raws, other, big, depth + 1, w)
         return lout
+    if w is not None and t is np.ndarray:
+        return w.array_node(<cnp.ndarray>o, raws)
     return other(o, raws)
 
 
 def encode(object obj, list raws, object other, Py_ssize_t big):
     """The skeleton of ``obj`` (see the module doc); buffers are appended to ``raws``."""
-    return _enc(obj, raws, other, big, 0)
+    return _enc(obj, raws, other, big, 0, None)
 
 
-cdef object _dec(object s, list bufs, dict kinds, int depth):
+cdef class Walker:
+    """:func:`encode` and :func:`decode` with their settings bound, and the commonest node
+    walked in C too: a C-contiguous numpy array (one dimension or more, native byte order) of a
+    dtype in ``dtypes_out`` (``dtype -> (dtype.str, its buffer can be exported)``, the Python
+    side's cache, which fills it) is the node ``(..., "a", dtype.str, shape, i)`` with its
+    bytes as buffer ``i``, as the Python side would make it; an ``"a"`` node of a dtype in
+    ``dtypes_in`` (``dtype.str -> dtype``) comes back as ``frombuffer(buffer, dtype)``,
+    reshaped if it has more than one dimension. Every other array goes to ``other`` /
+    ``kinds["a"]``."""
+
+    cdef object other, frombuffer
+    cdef Py_ssize_t big
+    cdef dict dtypes_out, dtypes_in, kinds
+
+    def __init__(self, object other, Py_ssize_t big, dict dtypes_out, dict dtypes_in,
+                 dict kinds):
+        self.other = other
+        self.big = big
+        self.dtypes_out = dtypes_out
+        self.dtypes_in = dtypes_in
+        self.kinds = kinds
+        self.frombuffer = np.frombuffer
+
+    def encode(self, object obj, list raws):
+        return _enc(obj, raws, self.other, self.big, 0, self)
+
+    cdef object array_node(self, cnp.ndarray a, list raws):
+        cdef PyObject* got = PyDict_GetItem(self.dtypes_out, <object>cnp.PyArray_DESCR(a))
+        cdef int nd = cnp.PyArray_NDIM(a)
+        if (got != NULL and nd >= 1 and cnp.PyArray_IS_C_CONTIGUOUS(a)
+                and cnp.PyArray_ISNOTSWAPPED(a) and (<tuple>got)[1]
+                and (nd == 1 or cnp.PyArray_SIZE(a) > 0)):  # (no view casts a 0 in a shape)
+            raws.append(memoryview(a).cast("B"))
+            return (_Ellipsis, "a", (<tuple>got)[0],
+                    (cnp.PyArray_DIM(a, 0),) if nd == 1 else (<object>a).shape,
+                    len(raws) - 1)
+        return self.other(a, raws)
+
+    def decode(self, object skeleton, list bufs):
+        return _dec(skeleton, bufs, self.kinds, 0, self)
+
+    cdef object array(self, tuple s, list bufs):
+        cdef PyObject* dt
+        if len(s) == 5 and type(s[3]) is tuple:
+            dt = PyDict_GetItem(self.dtypes_in, s[2])
+            if dt != NULL:
+                a = self.frombuffer(bufs[s[4]], dtype=<object>dt)
+                return a if len(<tuple>s[3]) == 1 else a.reshape(s[3])
+        return self.kinds["a"](s, bufs)
+
+
+cdef object _dec(object s, list bufs, dict kinds, int depth, Walker w):
     cdef type t = type(s)
     cdef tuple tup
     cdef Py_ssize_t i, n
@@ -92,26 +150,28 @@ cdef object _dec(object s, list bufs, dict kinds, int depth):
         tup = <tuple>s
         n = len(tup)
         if n and tup[0] is _Ellipsis:
+            if w is not None and n > 1 and tup[1] == "a":
+                return w.array(tup, bufs)
             return kinds[tup[1]](s, bufs)
-        return tuple([_dec(tup[i], bufs, kinds, depth + 1) for i in range(n)])
+        return tuple([_dec(tup[i], bufs, kinds, depth + 1, w) for i in range(n)])
     if t is dict:
         dout = {}
         for k, v in (<dict>s).items():
-            dout[k] = _dec(v, bufs, kinds, depth + 1)
+            dout[k] = _dec(v, bufs, kinds, depth + 1, w)
         return dout
     if t is list:
         lst = <list>s
         n = len(lst)
         lout = [None] * n
         for i in range(n):
-            lout[i] = _dec(lst[i], bufs, kinds, depth + 1)
+            lout[i] = _dec(lst[i], bufs, kinds, depth + 1, w)
         return lout
     return s
 
 
 def decode(object skeleton, list bufs, dict kinds):
     """The object of ``skeleton`` (see the module doc) over the message's ``bufs``."""
-    return _dec(skeleton, bufs, kinds, 0)
+    return _dec(skeleton, bufs, kinds, 0, None)
 
 
 def frames(uint32_t magic, object meta, list raws):

@@ -267,9 +267,9 @@ def _maker(kind: str) -> Any:
 
 def _enc(o: Any, raws: list) -> Any:
     """The skeleton of ``o``; its buffers are appended to ``raws``. The walk over tuples,
-    lists and dicts is native (:mod:`dbsp._native.skeleton`); every other object comes back
-    to :func:`_enc_object`."""
-    return _skeleton.encode(o, raws, _enc_object, _BIG)
+    lists, dicts and the commonest numpy arrays is native (:mod:`dbsp._native.skeleton`);
+    every other object comes back to :func:`_enc_object`."""
+    return _WALK.encode(o, raws)
 
 
 def _enc_object(o: Any, raws: list) -> Any:
@@ -422,7 +422,7 @@ def _codec_of(b: bytes) -> KeyCodec:
 def _dec(s: Any, bufs: list) -> Any:
     """The object of skeleton ``s`` over the message's ``bufs`` (the native walk of
     :mod:`dbsp._native.skeleton`; each node goes to its maker in :data:`_DEC`)."""
-    return _skeleton.decode(s, bufs, _DEC)
+    return _WALK.decode(s, bufs)
 
 
 def _dec_batch(s: tuple, bufs: list) -> pa.RecordBatch:
@@ -462,6 +462,10 @@ _DEC = {"b": _dec_batch, "c": _dec_columns, "a": _dec_array, "p": _dec_pickled,
         "v": lambda s, bufs: VarCodes(_dec(s[2], bufs), _dec(s[3], bufs)),
         "k": lambda s, bufs: _codec_of(s[2]),
         "s": lambda s, bufs: np.frombuffer(s[3], dtype=s[2])[0]}
+
+
+#: the native walk, bound to this module's tables (filled as dtypes are first seen)
+_WALK = _skeleton.Walker(_enc_object, _BIG, _DTYPE_STR, _DTYPE_OF, _DEC)
 
 
 def _unpack_body(body: Any, head: tuple) -> Any:
