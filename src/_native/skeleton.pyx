@@ -18,6 +18,7 @@ above) is a node ``(Ellipsis, kind, ...)``. The Python walk cost a function call
 No GIL release: every step here touches Python objects.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t
@@ -217,25 +218,30 @@ def split_body(object body, Py_ssize_t nbuf, Py_ssize_t nmeta):
     """``(skeleton view, [buffer views])`` of a message body (after its header) of ``nbuf``
     buffers and an ``nmeta``-byte skeleton; raises ``ValueError`` when the lengths do not add
     up to the body's size."""
-    cdef const unsigned char[::1] raw = body
-    cdef Py_ssize_t size = raw.shape[0], at, i
+    cdef Py_buffer view
+    cdef Py_ssize_t size, at, i
     cdef uint64_t n
     cdef list bufs = [None] * nbuf
-    if 8 * nbuf > size:
-        raise ValueError(f"message body of {size} bytes cannot hold {nbuf} buffer lengths")
     mv = memoryview(body)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
-    at = 8 * nbuf
-    meta = mv[at:at + nmeta]
-    at += (nmeta + 7) & ~7
-    for i in range(nbuf):
-        memcpy(&n, &raw[0] + 8 * i, 8)
-        if n > <uint64_t>size:
-            raise ValueError(f"message body of {size} bytes does not match its layout "
-                             f"(a buffer of {n} bytes)")
-        bufs[i] = mv[at:at + <Py_ssize_t>n]
-        at += (<Py_ssize_t>n + 7) & ~7
+    PyObject_GetBuffer(mv, &view, PyBUF_SIMPLE)
+    try:
+        size = view.len
+        if 8 * nbuf > size:
+            raise ValueError(f"message body of {size} bytes cannot hold {nbuf} buffer lengths")
+        at = 8 * nbuf
+        meta = mv[at:at + nmeta]
+        at += (nmeta + 7) & ~7
+        for i in range(nbuf):
+            memcpy(&n, <char*>view.buf + 8 * i, 8)
+            if n > <uint64_t>size:
+                raise ValueError(f"message body of {size} bytes does not match its layout "
+                                 f"(a buffer of {n} bytes)")
+            bufs[i] = mv[at:at + <Py_ssize_t>n]
+            at += (<Py_ssize_t>n + 7) & ~7
+    finally:
+        PyBuffer_Release(&view)
     if at != size:
         raise ValueError(f"message body of {size} bytes does not match its layout ({at})")
     return meta, bufs

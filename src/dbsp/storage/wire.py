@@ -507,13 +507,13 @@ def send(sock: socket.socket, obj: Any) -> int:
     """Send one message with scatter-gather writes (one ``sendmsg`` for all frames when the
     socket takes it all, which it does for anything up to the socket buffer)."""
     frames = dumps(obj)   # bytes and flat memoryviews (see _frames)
-    total = 0
-    for f in frames:
-        total += len(f)
+    total = sum(map(len, frames))
     sent = 0
     while frames:
         k = sock.sendmsg(frames[:_IOV_MAX])
         sent += k
+        if sent == total:  # all of it (the rule for a message that fits the socket buffer)
+            break
         while frames and k >= len(frames[0]):
             k -= len(frames[0])
             frames.pop(0)
@@ -626,10 +626,7 @@ class Sender:
     def __init__(self, sock: socket.socket, obj: Any):
         self.sock = sock
         self.frames = frames = dumps(obj)   # bytes and flat memoryviews (see _frames)
-        n = 0
-        for f in frames:
-            n += len(f)
-        self.nbytes = n
+        self.nbytes = sum(map(len, frames))
 
     def pump(self) -> bool:
         """Write what the socket takes now; True when everything is sent."""
@@ -639,6 +636,9 @@ class Sender:
                 k = self.sock.sendmsg(frames[:_IOV_MAX], (), _NOW)
             except (BlockingIOError, InterruptedError):
                 return False
+            if k == self.nbytes and len(frames) <= _IOV_MAX:  # all of it at once (the rule)
+                frames.clear()
+                return True
             while frames and k >= len(frames[0]):
                 k -= len(frames[0])
                 frames.pop(0)
