@@ -25,8 +25,12 @@ and codec is a node ``(Ellipsis, kind, ...)`` naming the buffers that hold it:
 
 This costs a few microseconds a message where pickling did ~60-80 (its Python callback on every
 object, every column's buffers rebuilt one ``Array.from_buffers`` at a time, every codec
-rebuilt from its schema). The pickle path (magic :data:`MAGIC_PICKLE`, :func:`dumps_pickled`)
-is kept as the reference the tests compare with and for anyone who asks for it.
+rebuilt from its schema). The walk over the skeleton's containers and plain numpy arrays, the
+frames' layout and the body's split are native (:mod:`dbsp._native.skeleton`: a Python walk
+cost a function call a node, half of a small message's codec); the kinds above (batches,
+codecs, registered objects, pickles) stay here. The pickle path (magic :data:`MAGIC_PICKLE`,
+:func:`dumps_pickled`) is kept as the reference the tests compare with and for anyone who asks
+for it.
 """
 from __future__ import annotations
 
