@@ -42,6 +42,7 @@ EXTENSIONS = {
     "strings": {},      # string kernels on Arrow buffers (split_part)
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)
     "block": {},        # storage: layer-file block kernels (crc32c, Bloom filter, var seek)
+    "skeleton": {},     # storage: the wire message skeleton's walk and layout
     # storage: io_uring reader running nogil, linked with liburing-dev's static library (no
     # runtime dependency); skipped when the headers are absent (ci/install-system.sh adds them)
     **({"uring": {"libraries": [":liburing.a"]}} if os.path.exists("/usr/include/liburing.h")

@@ -291,24 +291,38 @@ class SocketTransport:
         self.seq += 1
         out: list[Any] = [None] * self.workers
         out[self.worker] = parts[self.worker]
+        if self._one is not None:
+            # one peer: once our part is sent nothing can block on us, so wait for the
+            # peer's part in a blocking receive (a send, two receives: no poll, no poller set
+            # up, no receive that finds nothing, no per-peer tables)
+            p, sock = self._one
+            snd = wire.Sender(sock, (seq, parts[p]))
+            self.bytes_sent += snd.nbytes
+            try:
+                if snd.pump():
+                    rcv = wire.Receiver(sock)
+                    rcv.wait()
+                    out[p] = self._value(p, rcv, seq)
+                    return out
+            except (OSError, wire.WireError) as e:
+                self._aborted = True
+                raise TransportAborted(f"a peer of worker {self.worker} is gone ({e})") \
+                    from None
+            return self._poll(out, seq, {sock: snd})
         sending = {}
         for p, sock in self.peers.items():
             snd = wire.Sender(sock, (seq, parts[p]))
             self.bytes_sent += snd.nbytes
             sending[sock] = snd
+        return self._poll(out, seq, sending)
+
+    def _poll(self, out: list, seq: int, sending: dict) -> list:
+        """Send what is left in ``sending`` and receive every peer's part, in one ``poll``
+        loop (see the module doc)."""
         try:
             for sock in list(sending):  # most messages fit the socket buffer: no poll needed
                 if sending[sock].pump():
                     del sending[sock]
-            if self._one is not None and not sending:
-                # one peer and our part sent: nothing can block on us, so wait for the
-                # peer's part in a blocking receive (a send, two receives: no poll, no
-                # poller set up, no receive that finds nothing)
-                p, sock = self._one
-                rcv = wire.Receiver(sock)
-                rcv.wait()
-                out[p] = self._value(p, rcv, seq)
-                return out
             receiving = {sock: (p, wire.Receiver(sock)) for p, sock in self.peers.items()}
             by_fd = {s.fileno(): s for s in self.peers.values()}
             poller = select.poll()  # no syscall until poll(); no limit on descriptor numbers

@@ -25,8 +25,12 @@ and codec is a node ``(Ellipsis, kind, ...)`` naming the buffers that hold it:
 
 This costs a few microseconds a message where pickling did ~60-80 (its Python callback on every
 object, every column's buffers rebuilt one ``Array.from_buffers`` at a time, every codec
-rebuilt from its schema). The pickle path (magic :data:`MAGIC_PICKLE`, :func:`dumps_pickled`)
-is kept as the reference the tests compare with and for anyone who asks for it.
+rebuilt from its schema). The walk over the skeleton's containers and plain numpy arrays, the
+frames' layout and the body's split are native (:mod:`dbsp._native.skeleton`: a Python walk
+cost a function call a node, half of a small message's codec); the kinds above (batches,
+codecs, registered objects, pickles) stay here. The pickle path (magic :data:`MAGIC_PICKLE`,
+:func:`dumps_pickled`) is kept as the reference the tests compare with and for anyone who asks
+for it.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
+from .._native import skeleton as _skeleton
 from ..algebra.codes import KeyCodec, VarCodes
 
 MAGIC = 0xDB5B0003         # a skeleton (marshal) and buffers: see the module doc
@@ -205,41 +210,11 @@ def _record_batch_from_buffers(schema: bytes, n: int, cols: list) -> "pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=sch)
 
 
-def _pad8(n: int) -> int:
-    return (n + 7) & ~7
-
-
-_ZEROS = bytes(8)
-
-
-_PADS = [b""] + [bytes(8 - i) for i in range(1, 8)]  # the zeros that pad ``i`` bytes to 8
-
-
 def _frames(magic: int, meta: Any, raws: list) -> list:
     """The frames of a message: header, buffer lengths, ``meta`` (bytes-like), the buffers
     (byte-like, contiguous), each part padded to 8 bytes. Every frame is a bytes object or a
     flat memoryview of bytes (format ``B``), ready for ``sendmsg``."""
-    pads = _PADS
-    frames: list = [b"", b"", meta]
-    lens = []
-    nmeta = len(meta)
-    body = 8 * len(raws) + nmeta
-    if nmeta & 7:
-        frames.append(pads[nmeta & 7])
-        body += 8 - (nmeta & 7)
-    for r in raws:
-        if type(r) is not memoryview or r.format != "B" or r.ndim != 1:
-            r = memoryview(r).cast("B")
-        n = len(r)
-        lens.append(n)
-        frames.append(r)
-        body += n
-        if n & 7:
-            frames.append(pads[n & 7])
-            body += 8 - (n & 7)
-    frames[0] = _HEAD.pack(magic, len(lens), nmeta, body)
-    frames[1] = struct.pack(f"<{len(lens)}Q", *lens)
-    return frames
+    return _skeleton.frames(magic, meta, raws)
 
 
 def dumps_pickled(obj: Any) -> list:
@@ -262,7 +237,6 @@ def dumps(obj: Any) -> list:
 # A node (Ellipsis, kind, ...) stands for an object whose bytes are buffers of the message;
 # every other tuple, list, dict and scalar is itself. A real tuple that starts with Ellipsis is
 # the node (Ellipsis, "t", items...).
-_ATOMS = frozenset((type(None), bool, int, float, str, bytes))
 _BIG = 256  # a list or tuple longer than this is pickled whole (C beats a Python walk)
 #: ``type -> (kind, get)``: objects of the layers above, taken apart by ``get(obj)`` into a
 #: tuple of encodable values (None: pickle this one), see :func:`register`
@@ -296,23 +270,16 @@ def _maker(kind: str) -> Any:
 
 
 def _enc(o: Any, raws: list) -> Any:
+    """The skeleton of ``o``; its buffers are appended to ``raws``. The walk over tuples,
+    lists, dicts and the commonest numpy arrays is native (:mod:`dbsp._native.skeleton`);
+    every other object comes back to :func:`_enc_object`."""
+    return _WALK.encode(o, raws)
+
+
+def _enc_object(o: Any, raws: list) -> Any:
+    """The node of an object that is not an atom nor a container the walk descends into (a
+    batch, an array, a registered object; a container too long or keyed by non-atoms)."""
     t = type(o)
-    if t in _ATOMS:
-        return o
-    if t is tuple:
-        if len(o) > _BIG:
-            return _pickled(o, raws)
-        out = tuple([_enc(x, raws) for x in o])
-        return (..., "t") + out if o and o[0] is ... else out
-    if t is dict:
-        for k in o:
-            if type(k) not in _ATOMS:
-                return _pickled(o, raws)
-        return {k: _enc(v, raws) for k, v in o.items()}
-    if t is list:
-        if len(o) > _BIG:
-            return _pickled(o, raws)
-        return [_enc(x, raws) for x in o]
     f = _ENC.get(t)
     if f is not None:
         got = f(o, raws)
@@ -457,16 +424,9 @@ def _codec_of(b: bytes) -> KeyCodec:
 
 
 def _dec(s: Any, bufs: list) -> Any:
-    t = type(s)
-    if t is tuple:
-        if s and s[0] is ...:
-            return _DEC[s[1]](s, bufs)
-        return tuple([_dec(x, bufs) for x in s])
-    if t is dict:
-        return {k: _dec(v, bufs) for k, v in s.items()}
-    if t is list:
-        return [_dec(x, bufs) for x in s]
-    return s
+    """The object of skeleton ``s`` over the message's ``bufs`` (the native walk of
+    :mod:`dbsp._native.skeleton`; each node goes to its maker in :data:`_DEC`)."""
+    return _WALK.decode(s, bufs)
 
 
 def _dec_batch(s: tuple, bufs: list) -> pa.RecordBatch:
@@ -508,21 +468,18 @@ _DEC = {"b": _dec_batch, "c": _dec_columns, "a": _dec_array, "p": _dec_pickled,
         "s": lambda s, bufs: np.frombuffer(s[3], dtype=s[2])[0]}
 
 
+#: the native walk, bound to this module's tables (filled as dtypes are first seen)
+_WALK = _skeleton.Walker(_enc_object, _BIG, _DTYPE_STR, _DTYPE_OF, _DEC)
+
+
 def _unpack_body(body: Any, head: tuple) -> Any:
     """The object of a message whose body (after the header) is ``body``; ``head``: its
     header's ``(magic, nbuf, nmeta)``."""
     magic, nbuf, nmeta = head[:3]
-    mv = memoryview(body)
-    lens = struct.unpack_from(f"<{nbuf}Q", body) if nbuf else ()
-    at = 8 * nbuf
-    meta = mv[at:at + nmeta]
-    at += _pad8(nmeta)
-    bufs = []
-    for n in lens:
-        bufs.append(mv[at:at + n])
-        at += _pad8(n)
-    if at != len(body):
-        raise WireError(f"message body of {len(body)} bytes does not match its layout ({at})")
+    try:
+        meta, bufs = _skeleton.split_body(body, nbuf, nmeta)
+    except ValueError as e:
+        raise WireError(str(e)) from None
     if magic == MAGIC_PICKLE:
         return pickle.loads(meta, buffers=bufs)
     try:
@@ -554,13 +511,13 @@ def send(sock: socket.socket, obj: Any) -> int:
     """Send one message with scatter-gather writes (one ``sendmsg`` for all frames when the
     socket takes it all, which it does for anything up to the socket buffer)."""
     frames = dumps(obj)   # bytes and flat memoryviews (see _frames)
-    total = 0
-    for f in frames:
-        total += len(f)
+    total = sum(map(len, frames))
     sent = 0
     while frames:
         k = sock.sendmsg(frames[:_IOV_MAX])
         sent += k
+        if sent == total:  # all of it (the rule for a message that fits the socket buffer)
+            break
         while frames and k >= len(frames[0]):
             k -= len(frames[0])
             frames.pop(0)
@@ -673,10 +630,7 @@ class Sender:
     def __init__(self, sock: socket.socket, obj: Any):
         self.sock = sock
         self.frames = frames = dumps(obj)   # bytes and flat memoryviews (see _frames)
-        n = 0
-        for f in frames:
-            n += len(f)
-        self.nbytes = n
+        self.nbytes = sum(map(len, frames))
 
     def pump(self) -> bool:
         """Write what the socket takes now; True when everything is sent."""
@@ -686,6 +640,9 @@ class Sender:
                 k = self.sock.sendmsg(frames[:_IOV_MAX], (), _NOW)
             except (BlockingIOError, InterruptedError):
                 return False
+            if k == self.nbytes and len(frames) <= _IOV_MAX:  # all of it at once (the rule)
+                frames.clear()
+                return True
             while frames and k >= len(frames[0]):
                 k -= len(frames[0])
                 frames.pop(0)
