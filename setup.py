@@ -33,7 +33,8 @@ EXTENSIONS = {
     "merge_pairs": {"depends": ["src/_native/checked_add.h", "src/_native/arrow_blocks.pxd"]},
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "step": {},         # the small-step path's checks (identity take, checked weight products)
-    "hashing": {},      # key hashing for the exchange
+    # key hashing for the exchange, the driver's deal of its input (Arrow struct blocks)
+    "hashing": {"depends": ["src/_native/arrow_blocks.pxd"]},
     "state": {},        # operators' per-key state (the aggregate's versioned rows)
     "linear": {},       # the linear aggregate's per-step path (partials, versioned puts)
     # record batches through the Arrow C data interface (small takes); arrow_blocks.pxd: the

@@ -24,16 +24,24 @@ threads runtime a hand-off to another worker, and waiting to take it back, worth
 loop).
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN, INT64_MAX
+from libc.stdint cimport (uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, uintptr_t,
+                          INT64_MIN, INT64_MAX)
 from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memset
+
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
+from _native.arrow_blocks cimport blk_plain, blk_set_length, blk_struct, blk_width
 
 from _native.types cimport codes_t
 from _native.views cimport as_codes, codes_view
 from _native.codes_cmp cimport min_head
 
 import numpy as np
+import pyarrow as pa
 
 cnp.import_array()
+
+_import_batch = pa.RecordBatch._import_from_c
 
 cdef extern from *:
     """
@@ -263,6 +271,16 @@ cdef void scatter_rows(const dest_t* dest, int64_t n, int64_t workers, int64_t* 
         pos[d] = p + 1
 
 
+cdef int _check_owners(const int32_t* op, int64_t S, int64_t workers, str who) except -1:
+    """Refuse a shard map with an owner outside ``0..workers-1`` (``who``: the caller)."""
+    cdef int64_t i
+    for i in range(S):
+        if op[i] < 0 or op[i] >= workers:
+            raise ValueError(f"{who}: owner {op[i]} of shard {i} is not a worker in "
+                             f"0..{workers - 1}")
+    return 0
+
+
 def owner_rows(codes, owners, int bits, int64_t workers):
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (int32, ``2 ** bits``
@@ -277,11 +295,8 @@ def owner_rows(codes, owners, int bits, int64_t workers):
     if workers < 1:
         raise ValueError("owner_rows: workers must be >= 1")
     cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int64_t n = c.n, i, w, S = len(own)
-    for i in range(S):
-        if op[i] < 0 or op[i] >= workers:
-            raise ValueError(f"owner_rows: owner {op[i]} of shard {i} is not a worker in "
-                             f"0..{workers - 1}")
+    cdef int64_t n = c.n, i, w
+    _check_owners(op, len(own), workers, "owner_rows")
     cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
     cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
@@ -328,6 +343,202 @@ cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t wor
     else:
         scatter_rows(<const int32_t*>dest, n, workers, pos, o)
 
+
+ctypedef fused val_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+cdef void scatter_vals(const dest_t* dest, int64_t n, int64_t workers, const val_t* src,
+                       val_t** dst) noexcept nogil:
+    """``dst[dest[i]]`` gets ``src[i]``, every worker's values in row order. Two workers: each
+    value is stored at both cursors and only its worker's cursor moves (no branch on the
+    random worker of a row; each destination has room for one value more than its rows)."""
+    cdef int64_t i, p0 = 0, p1 = 0, d
+    cdef val_t v
+    cdef val_t* d0
+    cdef val_t* d1
+    cdef val_t* q
+    if workers == 2:
+        d0, d1 = dst[0], dst[1]
+        for i in range(n):
+            d = dest[i]
+            v = src[i]
+            d0[p0] = v
+            d1[p1] = v
+            p1 += d
+            p0 += 1 - d
+        return
+    for i in range(n):
+        d = dest[i]
+        q = dst[d]   # (read once: the store might alias the cursor for the compiler)
+        q[0] = src[i]
+        dst[d] = q + 1
+
+
+cdef void scatter_col(const void* dest, bint small, int64_t n, int64_t workers,
+                      const uint8_t* src, int width, void** dst) noexcept nogil:
+    """:func:`scatter_vals` of one column of ``width`` bytes a value (``small``: ``dest`` is
+    uint8, two workers; else int32). ``dst`` is moved."""
+    if width == 8:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, <const uint64_t*>src, <uint64_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, <const uint64_t*>src, <uint64_t**>dst)
+    elif width == 4:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, <const uint32_t*>src, <uint32_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, <const uint32_t*>src, <uint32_t**>dst)
+    elif width == 2:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, <const uint16_t*>src, <uint16_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, <const uint16_t*>src, <uint16_t**>dst)
+    else:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, src, <uint8_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, src, <uint8_t**>dst)
+
+
+cdef void _deal_dest(const codes_t* c, const int32_t* op, int bits, bint small, void* dest,
+                     int64_t* counts) noexcept nogil:
+    if small:
+        owner_dest(c, op, bits, <uint8_t*>dest, counts)
+    else:
+        owner_dest(c, op, bits, <int32_t*>dest, counts)
+
+
+cdef void _deal_scatter(const void* dest, bint small, int64_t n, int64_t workers,
+                        const ArrowArray* src, const int* widths, uint8_t* block,
+                        int64_t* wout, const int64_t* weights, const int64_t* start,
+                        const int64_t* counts, void** dst) noexcept nogil:
+    """The copies of :func:`deal_batch`: each column of ``src`` into its child of ``block``
+    and the weights into ``wout``, worker ``w``'s rows from row ``start[w]`` on, followed by
+    one slot that the two-worker copy writes over and that is zeroed at the end (``dst``:
+    scratch of ``workers`` pointers)."""
+    cdef int64_t w, col, k = src.n_children
+    cdef const ArrowArray* ch
+    cdef uint8_t* base
+    for col in range(k + 1):
+        if col < k:
+            ch = src.children[col]
+            base = <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1]
+        else:
+            base = <uint8_t*>wout
+        for w in range(workers):
+            dst[w] = base + start[w] * (widths[col] if col < k else 8)
+        if col < k:
+            scatter_col(dest, small, n, workers,
+                        <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col],
+                        widths[col], dst)
+        else:
+            scatter_col(dest, small, n, workers, <const uint8_t*>weights, 8, dst)
+        for w in range(workers):   # (no garbage between the runs)
+            if col < k:
+                memset(base + (start[w] + counts[w]) * widths[col], 0, widths[col])
+            else:
+                wout[start[w] + counts[w]] = 0
+
+
+def deal_batch(batch, codes, weights, owners, int bits, int64_t workers):
+    """The rows of the record batch ``batch`` and their ``weights`` (int64) dealt to the
+    workers of a shard map as :func:`owner_rows` deals ``codes`` (each row's key code): a list
+    of ``workers`` items, each ``(record batch, weights)`` of that worker's rows in their order
+    in ``batch``, or None for a worker without rows. None (nothing dealt) when a column of
+    ``batch`` is not fixed-width without nulls: the caller's path is then :func:`owner_rows`
+    and a take.
+
+    One hashing pass writes each row's worker, then one pass a column (and one for the
+    weights) copies each value to the end of its worker's run, in one Arrow C struct block
+    holding every worker's run (and a zeroed slot after each) that one import owns; each
+    worker's batch and weights are slices of it: no permutation of the rows, no gather
+    through it, no Python object a column. The GIL is released only for :data:`NOGIL_MIN`
+    rows or more."""
+    co = as_codes(codes)
+    cdef codes_t c = codes_view(co)
+    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
+    cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
+    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
+        raise ValueError(f"deal_batch: {len(own)} owners for {bits} bits")
+    if workers < 1:
+        raise ValueError("deal_batch: workers must be >= 1")
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
+    _check_owners(op, len(own), workers, "deal_batch")
+    cdef int64_t n = c.n, w, col, k, total = 0
+    if batch.num_rows != n or wa.ndim != 1 or wa.shape[0] != n:
+        raise ValueError(f"deal_batch: {batch.num_rows} rows, {n} codes, {len(wa)} weights")
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL
+    ssrc.release = NULL
+    cdef int widths[65]
+    cdef void* dest = NULL
+    cdef int64_t* counts = NULL
+    cdef int64_t* start = NULL
+    cdef void** dst = NULL
+    cdef uint8_t* block = NULL
+    cdef cnp.ndarray wout
+    cdef const int64_t* wp = <const int64_t*>cnp.PyArray_DATA(wa)
+    cdef bint small = workers == 2
+    schema = batch.schema
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        k = src.n_children
+        if k < 1 or k > 64 or src.dictionary != NULL:
+            return None
+        for col in range(k):
+            widths[col] = blk_width(ssrc.children[col].format)
+            if widths[col] == 0 or ssrc.children[col].dictionary != NULL \
+                    or not blk_plain(src.children[col]):
+                return None
+        widths[k] = 8   # (the weights)
+        ssrc.release(&ssrc)
+        dest = malloc(max(n, 1) * (sizeof(uint8_t) if small else sizeof(int32_t)))
+        counts = <int64_t*>calloc(workers, sizeof(int64_t))
+        start = <int64_t*>calloc(workers, sizeof(int64_t))
+        dst = <void**>calloc(workers, sizeof(void*))
+        if dest == NULL or counts == NULL or start == NULL or dst == NULL:
+            raise MemoryError()
+        if n >= NOGIL_MIN:
+            with nogil:
+                _deal_dest(&c, op, bits, small, dest, counts)
+        else:
+            _deal_dest(&c, op, bits, small, dest, counts)
+        for w in range(workers):
+            start[w] = total
+            total += counts[w] + 1
+        block = blk_struct(k, widths, total)
+        if block == NULL:
+            raise MemoryError()
+        blk_set_length(block, total)
+        wout = np.empty(total, dtype=np.int64)
+        if n >= NOGIL_MIN:
+            with nogil:
+                _deal_scatter(dest, small, n, workers, &src, widths, block,
+                              <int64_t*>cnp.PyArray_DATA(wout), wp, start, counts, dst)
+        else:
+            _deal_scatter(dest, small, n, workers, &src, widths, block,
+                          <int64_t*>cnp.PyArray_DATA(wout), wp, start, counts, dst)
+        src.release(&src)
+        b = <uintptr_t>block
+        block = NULL   # the import owns it (and releases it if the import fails)
+        dealt = _import_batch(b, schema)
+        return [(dealt.slice(start[w], counts[w]), wout[start[w]:start[w] + counts[w]])
+                if counts[w] else None for w in range(workers)]
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
+        free(block)
+        free(dest)
+        free(counts)
+        free(start)
+        free(dst)
 
 cdef list _u64_runs(kruns, str who):
     """The key runs of a k-way merge as contiguous 1-d u64 arrays (``who``: the caller, named

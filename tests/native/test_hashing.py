@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from dbsp._native import hashing as native
 from hypothesis import example, given
@@ -172,3 +173,92 @@ def test_merge_disjoint_runs_refuses_an_unsorted_run():
     for kern in (native.merge_disjoint_runs, ref.merge_disjoint_runs):
         with pytest.raises(ValueError, match="not ascending"):
             kern([np.array([3, 1], np.uint64)])
+
+
+_DEALT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),
+                pa.uint32(), pa.uint64(), pa.float32(), pa.float64(), pa.date32(), pa.date64(),
+                pa.time32("ms"), pa.time64("ns"), pa.timestamp("us"), pa.timestamp("s", "UTC"),
+                pa.duration("ms")]
+
+
+@st.composite
+def _dealt_batches(draw):
+    """(batch, codes, weights): a batch of 1..4 columns (fixed-width, now and then one with a
+    null, a string or a bool column, which the kernel leaves to its caller), sliced now and
+    then (a non-zero Arrow offset), with a u64 or var code and a weight per row."""
+    n = draw(st.integers(0, 80))
+    lead = draw(st.integers(0, 3))
+    types = draw(st.lists(st.sampled_from(_DEALT_TYPES), min_size=1, max_size=4))
+    cols = []
+    for t in types:
+        width = t.bit_width // 8
+        hi = 2 ** (8 * min(width, 4)) - 1
+        vals = draw(st.lists(st.integers(0, hi), min_size=n + lead, max_size=n + lead))
+        cols.append(pa.array(np.array(vals, np.float64), t) if pa.types.is_floating(t)
+                    else pa.array(np.array(vals, np.int64).astype(f"u{width}")).view(t))
+    odd = draw(st.sampled_from(["none", "none", "null", "string", "bool"]))
+    if odd == "null" and n + lead:
+        cols.append(pa.array([None] + list(range(n + lead - 1)), pa.int64()))
+    elif odd == "string":
+        cols.append(pa.array([str(i) for i in range(n + lead)]))
+    elif odd == "bool":
+        cols.append(pa.array([i % 2 == 0 for i in range(n + lead)]))
+    batch = pa.record_batch(cols, names=[f"c{i}" for i in range(len(cols))]).slice(lead)
+    codes = draw(u64_codes(min_size=n, max_size=n) | var_codes(min_size=n, max_size=n))
+    weights = np.array(draw(st.lists(st.integers(-2 ** 63, 2 ** 63 - 1), min_size=n,
+                                     max_size=n)), np.int64)
+    return batch, codes, weights
+
+
+@given(_dealt_batches(), OWNER_MAPS)
+def test_deal_batch(dealt, owner_map):
+    """Native against the reference: the same rows and weights to the same workers in the
+    same order (each worker's rows as owner_rows orders them), None for the same batches."""
+    batch, codes, weights = dealt
+    bits, workers, owners = owner_map
+    owners = np.array(owners, np.int32)
+    got = native.deal_batch(batch, codes, weights, owners, bits, workers)
+    want = ref.deal_batch(batch, codes, weights, owners, bits, workers)
+    assert (got is None) == (want is None)
+    if got is None:
+        return
+    order, bounds = native.owner_rows(codes, owners, bits, workers)
+    for w, (g, r) in enumerate(zip(got, want)):
+        assert (g is None) == (r is None) == (bounds[w] == bounds[w + 1])
+        if g is not None:
+            assert g[0].schema == batch.schema and g[0].equals(r[0])
+            same(g[1], r[1])
+            assert g[0].equals(batch.take(pa.array(order[bounds[w]:bounds[w + 1]])))
+
+
+@pytest.mark.parametrize("workers", [2, 3, 300])
+def test_deal_batch_long_inputs(workers):
+    """Past NOGIL_MIN rows (the GIL released): the branch-free two-worker copy and the general
+    one (int32 worker numbers past 255 workers), every column width."""
+    rng = np.random.default_rng(workers)
+    n = 40_003
+    k = rng.integers(0, 2 ** 64 - 1, n, dtype=np.uint64, endpoint=True)
+    owners = rng.integers(0, workers, 1 << 10).astype(np.int32)
+    batch = pa.record_batch([rng.integers(-9, 9, n + 1).astype(t)
+                             for t in (np.int8, np.int16, np.int32, np.int64)],
+                            names=["a", "b", "c", "d"]).slice(1)
+    weights = rng.integers(-5, 5, n)
+    got = native.deal_batch(batch, k, weights, owners, 10, workers)
+    order, bounds = native.owner_rows(k, owners, 10, workers)
+    for w in range(workers):
+        idx = order[bounds[w]:bounds[w + 1]]
+        if not len(idx):
+            assert got[w] is None
+            continue
+        assert got[w][0].equals(batch.take(pa.array(idx)))
+        same(got[w][1], weights[idx])
+
+
+def test_deal_batch_refuses_bad_input():
+    b = pa.record_batch([pa.array([1, 2, 3])], names=["a"])
+    k = np.arange(3, dtype=np.uint64)
+    for kern in (native.deal_batch, ref.deal_batch):
+        with pytest.raises(ValueError):
+            kern(b, k, np.ones(2, np.int64), np.zeros(2, np.int32), 1, 1)  # 2 weights, 3 rows
+        with pytest.raises(ValueError):
+            kern(b, k, np.ones(3, np.int64), np.array([0, 5], np.int32), 1, 2)  # owner 5

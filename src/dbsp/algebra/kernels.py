@@ -41,6 +41,7 @@ _NATIVE = {
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
+    "deal_batch": "hashing",
     "merge_sum_runs": "hashing",
     "merge_disjoint_runs": "hashing",
     "is_identity": "step",
@@ -154,6 +155,7 @@ take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
+deal_batch = _resolve("deal_batch")
 merge_sum_runs = _resolve("merge_sum_runs")
 merge_disjoint_runs = _resolve("merge_disjoint_runs")
 is_identity = _resolve("is_identity")

@@ -397,6 +397,35 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
     return order, bounds
 
 
+def _dealt_type(t: pa.DataType) -> bool:
+    """Whether :func:`deal_batch` copies a column of type ``t`` (fixed-width numbers, dates,
+    times, timestamps and durations; not bool, decimal or a dictionary)."""
+    T = pa.types
+    return (T.is_integer(t) or T.is_floating(t) or T.is_date(t) or T.is_time(t)
+            or T.is_timestamp(t) or T.is_duration(t))
+
+
+def deal_batch(batch: pa.RecordBatch, codes: CodeArray, weights: np.ndarray, owners: np.ndarray,
+               bits: int, workers: int) -> Optional[list]:
+    """The rows of ``batch`` and their ``weights`` dealt as :func:`owner_rows` deals ``codes``:
+    per worker ``(record batch, weights)`` of its rows in their order in ``batch``, or None for
+    a worker without rows; None when a column is not fixed-width without nulls (see
+    :func:`_dealt_type`)."""
+    weights = np.asarray(weights, np.int64)
+    if batch.num_rows != len(codes) or weights.shape != (len(codes),):
+        raise ValueError(f"deal_batch: {batch.num_rows} rows, {len(codes)} codes, "
+                         f"{len(weights)} weights")
+    order, bounds = owner_rows(codes, owners, bits, workers)
+    if not batch.num_columns or not all(_dealt_type(f.type) and not c.null_count
+                                        for f, c in zip(batch.schema, batch.columns)):
+        return None
+    out: list = []
+    for w in range(workers):
+        idx = order[bounds[w]:bounds[w + 1]]
+        out.append((batch.take(pa.array(idx, pa.int64())), weights[idx]) if len(idx) else None)
+    return out
+
+
 def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     """The order that merges W runs of u64 key codes, each non-decreasing (a key's rows
     together), whose keys are disjoint: positions (int64) into the concatenation of the runs,
