@@ -30,7 +30,9 @@ from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memset
 
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
-from _native.arrow_blocks cimport blk_plain, blk_set_length, blk_struct, blk_width
+from _native.pack_codes cimport pack_codes
+from _native.arrow_blocks cimport (blk_plain, blk_schema_widths, blk_set_length, blk_struct,
+                                   blk_width)
 
 from _native.types cimport codes_t
 from _native.views cimport as_codes, codes_view
@@ -682,26 +684,19 @@ cdef int64_t _merge_two(const uint64_t* a, int64_t na, const uint64_t* b, int64_
     return g
 
 
-def merge_disjoint_runs(list kruns):
-    """The order merging W runs of u64 key codes, each non-decreasing, whose keys are disjoint
-    (twin of ``kernels_ref.merge_disjoint_runs``): positions (int64) into the concatenation of
-    the runs, ascending by code, a key's rows in their run's order; None when a key is in two
-    runs. One k-way merge over the runs' heads (W: the worker count), in place of
-    concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
-    cdef int64_t W = len(kruns), w, n = 0, g = 0, i, best, b = 0
+cdef int64_t _disjoint_order(list ks, int64_t* base, int64_t* o) except -3:
+    """The merge of :func:`merge_disjoint_runs` of the contiguous u64 runs ``ks`` into ``o``
+    (room for every row): the rows written, or -1 when a key is in two runs; ``base[w]``: run
+    ``w``'s first position in the concatenation (``base[W]``: the rows). ValueError when a
+    run is not ascending."""
+    cdef int64_t W = len(ks), w, g = 0, i, best, b = 0
     cdef cnp.ndarray a
-    cdef list ks = _u64_runs(kruns, "merge_disjoint_runs")
-    for w in range(W):
-        n += (<cnp.ndarray>ks[w]).shape[0]
     cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
     cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
-    cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
     cdef int64_t* pos = <int64_t*>calloc(max(W, 1), sizeof(int64_t))
-    if kp == NULL or kn == NULL or base == NULL or pos == NULL:
-        free(kp); free(kn); free(base); free(pos)
+    if kp == NULL or kn == NULL or pos == NULL:
+        free(kp); free(kn); free(pos)
         raise MemoryError()
-    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
-    cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
     cdef uint64_t k, bk = 0
     cdef bint unsorted = False, shared = False
     for w in range(W):
@@ -713,6 +708,7 @@ def merge_disjoint_runs(list kruns):
         for i in range(1, kn[w]):
             if kp[w][i] < kp[w][i - 1]:
                 unsorted = True
+    base[W] = b
     if not unsorted and W == 2:
         g = _merge_two(kp[0], kn[0], kp[1], kn[1], o)
         shared = g < 0
@@ -735,7 +731,157 @@ def merge_disjoint_runs(list kruns):
                 g += 1
                 i += 1
             pos[best] = i
-    free(kp); free(kn); free(base); free(pos)
+    free(kp); free(kn); free(pos)
     if unsorted:
         raise ValueError("merge_disjoint_runs: a key run is not ascending")
-    return None if shared else order
+    return -1 if shared else g
+
+
+def merge_disjoint_runs(list kruns):
+    """The order merging W runs of u64 key codes, each non-decreasing, whose keys are disjoint
+    (twin of ``kernels_ref.merge_disjoint_runs``): positions (int64) into the concatenation of
+    the runs, ascending by code, a key's rows in their run's order; None when a key is in two
+    runs. One k-way merge over the runs' heads (W: the worker count), in place of
+    concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
+    cdef list ks = _u64_runs(kruns, "merge_disjoint_runs")
+    cdef int64_t W = len(ks), w, n = 0
+    for w in range(W):
+        n += (<cnp.ndarray>ks[w]).shape[0]
+    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
+    cdef int64_t* base = <int64_t*>malloc((W + 1) * sizeof(int64_t))
+    if base == NULL:
+        raise MemoryError()
+    try:
+        g = _disjoint_order(ks, base, <int64_t*>cnp.PyArray_DATA(order))
+    finally:
+        free(base)
+    return None if g < 0 else order
+
+
+#: the column widths of the output schemas met (``blk_schema_widths``)
+cdef dict _schema_widths = {}
+
+
+def gather_disjoint(list batches, list weights, schema, list plan):
+    """The rows of W record batches of ``schema``'s columns (the workers' sorted parts of an
+    output) and their ``weights`` merged into one ``(record batch of schema, weights)`` by the
+    u64 key codes of their first ``len(plan)`` columns (``plan``: ``(byte width, signed,
+    nullable)`` per key column, as ``KeyCodec._native_plan``; each batch's codes
+    non-decreasing, keys disjoint between batches): the order of :func:`merge_disjoint_runs`.
+    None when a key is in two batches (the rows must be summed), or a column is not
+    fixed-width without nulls, or the key columns are not of the plan's widths, or ``schema``
+    is not 1 to 64 such columns: the caller's path. The batches' column types must be
+    ``schema``'s (not checked: a batch's export is read by ``schema``'s widths).
+
+    One export a batch, its key codes packed from it, one merge of the codes, then each column
+    gathered from the W exports into one Arrow C struct block imported once: no selection and
+    encode of the keys, no concatenation of the parts, no take through the merge order, no
+    numpy gather of the weights. Keeps the GIL (an output's step is small)."""
+    cdef int64_t W = len(batches), w, n = 0, g, j, col, k, nb, nk = len(plan)
+    if len(weights) != W:
+        raise ValueError(f"gather_disjoint: {W} batches, {len(weights)} weights")
+    cdef bytes wb = blk_schema_widths(_schema_widths, schema)
+    if wb is None or W == 0 or W > 64 or nk == 0 or nk > len(wb):
+        return None
+    cdef const unsigned char* wbp = <const unsigned char*>wb
+    k = len(wb)
+    cdef int64_t bytes_ = 0
+    for col in range(nk):
+        if plan[col][0] != wbp[col]:
+            return None
+        bytes_ += wbp[col] + (1 if plan[col][2] else 0)
+    if bytes_ > 8:   # (not a u64 code)
+        return None
+    cdef int widths[64]
+    for col in range(k):
+        widths[col] = wbp[col]
+    cdef list wts = [], ks = []
+    cdef cnp.ndarray wa, wout, kc
+    for w in range(W):
+        nb = batches[w].num_rows
+        wa = np.ascontiguousarray(weights[w], dtype=np.int64)
+        if wa.ndim != 1 or wa.shape[0] != nb:
+            raise ValueError(f"gather_disjoint: batch {w} has {nb} rows, {len(wa)} weights")
+        wts.append(wa)
+        n += nb
+    cdef ArrowArray src[64]
+    for w in range(W):
+        src[w].release = NULL
+    cdef int64_t base[65]
+    cdef int64_t* order = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
+    cdef int32_t* run = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
+    cdef const uint8_t* cols[64]
+    cdef uint8_t* block = NULL
+    cdef const ArrowArray* ch
+    cdef uint8_t* out
+    cdef int wd
+    try:
+        if order == NULL or run == NULL:
+            raise MemoryError()
+        for w in range(W):
+            batches[w]._export_to_c(<uintptr_t>&src[w])
+            if src[w].n_children != k or src[w].dictionary != NULL:
+                return None
+            for col in range(k):
+                if not blk_plain(src[w].children[col]):
+                    return None
+            kc = np.empty(src[w].length, dtype=np.uint64)
+            pack_codes(&src[w], NULL, plan, <uint64_t*>cnp.PyArray_DATA(kc), src[w].length)
+            ks.append(kc)
+        g = _disjoint_order(ks, base, order)
+        if g < 0:
+            return None
+        w = 0
+        for j in range(n):   # each row's part, and its row there
+            while order[j] >= base[w + 1]:
+                w += 1
+            while order[j] < base[w]:
+                w -= 1
+            run[j] = <int32_t>w
+            order[j] -= base[w]
+        block = blk_struct(k, widths, n)
+        if block == NULL:
+            raise MemoryError()
+        blk_set_length(block, n)
+        wout = np.empty(n, dtype=np.int64)
+        for col in range(k + 1):
+            if col < k:
+                out = <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1]
+                wd = widths[col]
+                for w in range(W):
+                    ch = src[w].children[col]
+                    cols[w] = <const uint8_t*>ch.buffers[1] + (ch.offset + src[w].offset) * wd
+            else:
+                out = <uint8_t*>cnp.PyArray_DATA(wout)
+                wd = 8
+                for w in range(W):
+                    cols[w] = <const uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>wts[w])
+            _gather_runs(cols, run, order, n, wd, out)
+        b = <uintptr_t>block
+        block = NULL   # the import owns it
+        return _import_batch(b, schema), wout
+    finally:
+        for w in range(W):
+            if src[w].release != NULL:
+                src[w].release(&src[w])
+        free(order)
+        free(run)
+        free(block)
+
+
+cdef void _gather_runs(const uint8_t** cols, const int32_t* run, const int64_t* row, int64_t n,
+                       int w, uint8_t* out) noexcept nogil:
+    """``out[j] = cols[run[j]][row[j]]`` for values of ``w`` bytes."""
+    cdef int64_t j
+    if w == 8:
+        for j in range(n):
+            (<uint64_t*>out)[j] = (<const uint64_t*>cols[run[j]])[row[j]]
+    elif w == 4:
+        for j in range(n):
+            (<uint32_t*>out)[j] = (<const uint32_t*>cols[run[j]])[row[j]]
+    elif w == 2:
+        for j in range(n):
+            (<uint16_t*>out)[j] = (<const uint16_t*>cols[run[j]])[row[j]]
+    else:
+        for j in range(n):
+            out[j] = cols[run[j]][row[j]]

@@ -262,3 +262,102 @@ def test_deal_batch_refuses_bad_input():
             kern(b, k, np.ones(2, np.int64), np.zeros(2, np.int32), 1, 1)  # 2 weights, 3 rows
         with pytest.raises(ValueError):
             kern(b, k, np.ones(3, np.int64), np.array([0, 5], np.int32), 1, 2)  # owner 5
+
+
+_KEY_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(),
+              pa.uint64(), pa.date32(), pa.timestamp("us"), pa.duration("s")]
+
+
+def _plan_of(t: pa.DataType, nullable: bool) -> tuple:
+    """``KeyCodec._native_plan``'s entry of a key column of type ``t``."""
+    return (t.bit_width // 8, pa.types.is_signed_integer(t) or not pa.types.is_integer(t),
+            nullable)
+
+
+@st.composite
+def _disjoint_parts(draw):
+    """(batches, weights, schema, plan): W parts of 0..30 rows of the same columns: a key of
+    one or two integer / temporal columns (codes within 64 bits), sorted by its code, then
+    fixed-width values (now and then a null or a string column, which the kernel leaves to its
+    caller); the parts' keys are disjoint, or share a key now and then."""
+    W = draw(st.integers(1, 4))
+    ktypes = draw(st.lists(st.sampled_from(_KEY_TYPES), min_size=1, max_size=2))
+    nullable = [draw(st.booleans()) for _ in ktypes]
+    if sum(t.bit_width // 8 + n for t, n in zip(ktypes, nullable)) > 8:
+        ktypes, nullable = ktypes[:1], [False]
+    vtypes = draw(st.lists(st.sampled_from(_DEALT_TYPES), max_size=2))
+    odd = draw(st.sampled_from(["none", "none", "none", "null", "string"]))
+    plan = [_plan_of(t, n) for t, n in zip(ktypes, nullable)]
+    fields = [pa.field(f"k{i}", t, nullable=n) for i, (t, n) in enumerate(zip(ktypes, nullable))]
+
+    def values(t, m):
+        width = t.bit_width // 8
+        v = np.array(draw(st.lists(st.integers(0, 2 ** (8 * min(width, 4)) - 1), min_size=m,
+                                   max_size=m)), np.int64)
+        return pa.array(v.astype(np.float64), t) if pa.types.is_floating(t) \
+            else pa.array(v.astype(f"u{width}")).view(t)
+
+    pool = pa.table([values(t, 40) for t in ktypes], names=[f.name for f in fields])
+    _, first = np.unique(ref._plan_codes([c.combine_chunks() for c in pool.columns], plan),
+                         return_index=True)
+    distinct = first.tolist()   # pool rows of distinct keys
+    mine = [distinct[w::W] for w in range(W)]
+    if draw(st.booleans()) and W > 1 and mine[0]:
+        mine[1] = mine[1] + mine[0][:1]      # a key in two parts
+    batches, weights = [], []
+    for w in range(W):
+        rows = [draw(st.sampled_from(mine[w])) for _ in range(draw(st.integers(0, 30)))] \
+            if mine[w] else []
+        n = len(rows)
+        keys = pool.take(pa.array(rows, pa.int64()))
+        cols = [keys.column(f.name).combine_chunks().cast(f.type) for f in fields]
+        cols += [values(t, n) for t in vtypes]
+        if odd == "null":
+            cols.append(pa.array([None if i == 1 else i for i in range(n)], pa.int64()))
+        elif odd == "string":
+            cols.append(pa.array([str(i) for i in range(n)]))
+        names = [f.name for f in fields] + [f"v{i}" for i in range(len(cols) - len(fields))]
+        schema = pa.schema(fields + [pa.field(nm, c.type) for nm, c in
+                                     zip(names[len(fields):], cols[len(fields):])])
+        b = pa.record_batch(cols, schema=schema)
+        codes = ref._plan_codes([b.column(i) for i in range(len(fields))], plan)
+        b = b.take(pa.array(np.argsort(codes, kind="stable"), pa.int64()))  # sorted by key code
+        batches.append(b)
+        weights.append(np.array(draw(st.lists(st.integers(-2 ** 63, 2 ** 63 - 1), min_size=n,
+                                              max_size=n)), np.int64))
+    return batches, weights, batches[0].schema, plan
+
+
+@given(_disjoint_parts())
+def test_gather_disjoint(parts):
+    """Native against the reference (and against merge_disjoint_runs of the key codes and a
+    take of the concatenated parts): the same rows in the same order, None in the same
+    cases."""
+    batches, weights, schema, plan = parts
+    got = native.gather_disjoint(batches, weights, schema, plan)
+    want = ref.gather_disjoint(batches, weights, schema, plan)
+    assert (got is None) == (want is None)
+    if got is None:
+        return
+    assert got[0].schema == schema and got[0].equals(want[0])
+    same(got[1], want[1])
+    order = native.merge_disjoint_runs(
+        [ref._plan_codes([b.column(i) for i in range(len(plan))], plan) for b in batches])
+    whole = pa.Table.from_batches(batches).combine_chunks()
+    assert got[0].equals(whole.take(pa.array(order, pa.int64())).to_batches()[0]) \
+        if len(order) else got[0].num_rows == 0
+
+
+def test_gather_disjoint_refuses_bad_input():
+    b = pa.record_batch([pa.array([1, 2, 3]), pa.array([1.0, 2.0, 3.0])], names=["k", "v"])
+    plan = [(8, True, False)]
+    for kern in (native.gather_disjoint, ref.gather_disjoint):
+        with pytest.raises(ValueError):
+            kern([b], [np.ones(2, np.int64)], b.schema, plan)  # 2 weights for 3 rows
+        with pytest.raises(ValueError):
+            kern([b, b], [np.ones(3, np.int64)], b.schema, plan)  # 2 batches, 1 weights
+        with pytest.raises(ValueError):
+            kern([b.take([2, 1, 0])], [np.ones(3, np.int64)], b.schema, plan)  # not ascending
+        assert kern([b], [np.ones(3, np.int64)], b.schema, [(4, True, True)]) is None  # width
+        assert kern([b, b], [np.ones(3, np.int64)] * 2, b.schema, plan) is None  # shared keys
+        assert kern([b], [np.ones(3, np.int64)], b.schema, [(8, True, True)]) is None  # 9 bytes

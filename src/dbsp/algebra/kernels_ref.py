@@ -444,6 +444,35 @@ def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     return np.argsort(flat, kind="stable").astype(np.int64)
 
 
+def gather_disjoint(batches: Sequence[pa.RecordBatch], weights: Sequence[np.ndarray],
+                    schema: pa.Schema, plan: list) -> Optional[tuple]:
+    """W record batches (each with ``schema``'s column types) and their ``weights`` merged into
+    one ``(record batch of schema, weights)`` in the order of :func:`merge_disjoint_runs` of
+    the u64 key codes of their first ``len(plan)`` columns (``plan``: as
+    ``KeyCodec._native_plan``); None when a key is in two batches, or a column is not
+    fixed-width without nulls (see :func:`_dealt_type`), or a key column is off its plan."""
+    if len(batches) != len(weights):
+        raise ValueError(f"gather_disjoint: {len(batches)} batches, {len(weights)} weights")
+    for b, w in zip(batches, weights):
+        if len(w) != b.num_rows:
+            raise ValueError(f"gather_disjoint: a batch has {b.num_rows} rows, {len(w)} "
+                             f"weights")
+    if not batches or not plan or not len(schema) or len(plan) > len(schema) or \
+            not all(_dealt_type(f.type) for f in schema) or \
+            any(c.null_count for b in batches for c in b.columns):
+        return None
+    kruns = [_plan_codes([b.column(i) for i in range(len(plan))], plan) for b in batches]
+    if any(k is None for k in kruns):
+        return None
+    order = merge_disjoint_runs(kruns)
+    if order is None:
+        return None
+    cols = [pa.concat_arrays([b.column(i) for b in batches]).take(pa.array(order, pa.int64()))
+            for i in range(len(schema))]
+    w = np.concatenate([np.asarray(x, np.int64) for x in weights])[order]
+    return pa.RecordBatch.from_arrays(cols, schema=schema), w
+
+
 def merge_sum_runs(kruns: Sequence[np.ndarray], cols: Sequence[Sequence[np.ndarray]],
                    is_int: Sequence[bool]) -> tuple:
     """The parts an exchange's combiner receives, summed per key: ``kruns`` are W runs of u64
