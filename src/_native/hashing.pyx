@@ -92,8 +92,47 @@ cdef extern from *:
             out[i] = x ^ (x >> 31);
         }
     }
+
+    /* Two workers' rows of K (2..4) columns of 8-byte values, copied a row at a time: value c
+       of row i goes to a[c][p0] and b[c][p1] and only the row's worker's cursor moves (no
+       branch on the random worker; each destination has one slot more than its rows). K is a
+       constant in each copy, so the column pointers stay in registers. */
+    #define DBSP_DEAL_ROWS(K)                                                               \
+    static void dbsp_deal_rows##K(const uint8_t* dest, int64_t n,                            \
+                                  const uint64_t* const* s, uint64_t* const* a,              \
+                                  uint64_t* const* b) {                                      \
+        const uint64_t* sv[K]; uint64_t* av[K]; uint64_t* bv[K];                             \
+        for (int c = 0; c < K; c++) { sv[c] = s[c]; av[c] = a[c]; bv[c] = b[c]; }            \
+        int64_t p0 = 0, p1 = 0;                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            int64_t d = dest[i];                                                             \
+            for (int c = 0; c < K; c++) {                                                    \
+                uint64_t v = sv[c][i];                                                       \
+                av[c][p0] = v;                                                               \
+                bv[c][p1] = v;                                                               \
+            }                                                                                \
+            p1 += d;                                                                         \
+            p0 += 1 - d;                                                                     \
+        }                                                                                    \
+    }
+    DBSP_DEAL_ROWS(1)
+    DBSP_DEAL_ROWS(2)
+    DBSP_DEAL_ROWS(3)
+    DBSP_DEAL_ROWS(4)
+    static void dbsp_deal_rows(const uint8_t* dest, int64_t n, int64_t k,
+                               const uint64_t* const* s, uint64_t* const* a,
+                               uint64_t* const* b) {
+        switch (k) {
+        case 1: dbsp_deal_rows1(dest, n, s, a, b); break;
+        case 2: dbsp_deal_rows2(dest, n, s, a, b); break;
+        case 3: dbsp_deal_rows3(dest, n, s, a, b); break;
+        default: dbsp_deal_rows4(dest, n, s, a, b); break;
+        }
+    }
     """
     int DBSP_HAVE_U128
+    void dbsp_deal_rows(const uint8_t* dest, int64_t n, int64_t k, const uint64_t** s,
+                        uint64_t** a, uint64_t** b) nogil
     void dbsp_splitmix_block(const uint64_t* codes, uint64_t* out, int64_t n, uint64_t seed) nogil
     void dbsp_fastmod_init(uint64_t d, uint64_t* mlo, uint64_t* mhi) nogil
     uint64_t dbsp_fastmod(uint64_t x, uint64_t mlo, uint64_t mhi, uint64_t d) nogil
@@ -421,32 +460,42 @@ cdef void _deal_scatter(const void* dest, bint small, int64_t n, int64_t workers
     """The copies of :func:`deal_batch`: each column of ``src`` into its child of ``block``
     and the weights into ``wout``, worker ``w``'s rows from row ``start[w]`` on, followed by
     one slot that the two-worker copy writes over and that is zeroed at the end (``dst``:
-    scratch of ``workers`` pointers)."""
+    scratch of ``workers`` pointers). Two workers and at most three columns of 8 bytes (and
+    the weights): all of a row's values at once (:c:func:`dbsp_deal_rows`), else a pass a
+    column."""
     cdef int64_t w, col, k = src.n_children
     cdef const ArrowArray* ch
-    cdef uint8_t* base
+    cdef const uint8_t* sp[65]
+    cdef uint8_t* bp[65]
+    cdef uint64_t* d0[4]
+    cdef uint64_t* d1[4]
+    cdef bint rows8 = small and k + 1 <= 4
     for col in range(k + 1):
         if col < k:
             ch = src.children[col]
-            base = <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1]
+            sp[col] = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col]
+            bp[col] = <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1]
         else:
-            base = <uint8_t*>wout
-        for w in range(workers):
-            dst[w] = base + start[w] * (widths[col] if col < k else 8)
-        if col < k:
-            scatter_col(dest, small, n, workers,
-                        <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col],
-                        widths[col], dst)
-        else:
-            scatter_col(dest, small, n, workers, <const uint8_t*>weights, 8, dst)
+            sp[col] = <const uint8_t*>weights
+            bp[col] = <uint8_t*>wout
+        rows8 = rows8 and widths[col] == 8
+    if rows8:
+        for col in range(k + 1):
+            d0[col] = <uint64_t*>bp[col] + start[0]
+            d1[col] = <uint64_t*>bp[col] + start[1]
+        dbsp_deal_rows(<const uint8_t*>dest, n, k + 1, <const uint64_t**>sp, d0, d1)
+    else:
+        for col in range(k + 1):
+            for w in range(workers):
+                dst[w] = bp[col] + start[w] * widths[col]
+            scatter_col(dest, small, n, workers, sp[col], widths[col], dst)
+    for col in range(k + 1):
         for w in range(workers):   # (no garbage between the runs)
-            if col < k:
-                memset(base + (start[w] + counts[w]) * widths[col], 0, widths[col])
-            else:
-                wout[start[w] + counts[w]] = 0
+            memset(bp[col] + (start[w] + counts[w]) * widths[col], 0, widths[col])
 
 
-def deal_batch(batch, codes, weights, owners, int bits, int64_t workers):
+def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list key_cols=None,
+               list plan=None):
     """The rows of the record batch ``batch`` and their ``weights`` (int64) dealt to the
     workers of a shard map as :func:`owner_rows` deals ``codes`` (each row's key code): a list
     of ``workers`` items, each ``(record batch, weights)`` of that worker's rows in their order
@@ -454,14 +503,34 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers):
     ``batch`` is not fixed-width without nulls: the caller's path is then :func:`owner_rows`
     and a take.
 
+    ``codes`` None: the key codes are packed here from the columns ``key_cols`` of ``batch``'s
+    export by ``plan`` (``(byte width, signed, nullable)`` per key column, as
+    ``KeyCodec._native_plan``: ``arrow_c.encode_u64``'s codes, without selecting and
+    exporting the key columns again); None also when a key column is not of its plan's width
+    or the plan is not a u64 code.
+
     One hashing pass writes each row's worker, then one pass a column (and one for the
     weights) copies each value to the end of its worker's run, in one Arrow C struct block
     holding every worker's run (and a zeroed slot after each) that one import owns; each
     worker's batch and weights are slices of it: no permutation of the rows, no gather
     through it, no Python object a column. The GIL is released only for :data:`NOGIL_MIN`
     rows or more."""
-    co = as_codes(codes)
-    cdef codes_t c = codes_view(co)
+    cdef codes_t c
+    cdef int64_t nk = 0, kbytes = 0, col
+    cdef int kcols[8]
+    if codes is not None:
+        co = as_codes(codes)
+        c = codes_view(co)
+    else:
+        if key_cols is None or plan is None or not 0 < len(plan) == len(key_cols) <= 8:
+            raise ValueError("deal_batch: no codes, and no key columns and plan to make them")
+        nk = len(plan)
+        for col in range(nk):
+            kcols[col] = key_cols[col]
+            if kcols[col] < 0 or kcols[col] >= batch.num_columns:
+                raise ValueError(f"deal_batch: no key column {kcols[col]}")
+        c.u64 = NULL
+        c.n = batch.num_rows
     cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
     cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
     if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
@@ -470,7 +539,7 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers):
         raise ValueError("deal_batch: workers must be >= 1")
     cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
     _check_owners(op, len(own), workers, "deal_batch")
-    cdef int64_t n = c.n, w, col, k, total = 0
+    cdef int64_t n = c.n, w, k, total = 0
     if batch.num_rows != n or wa.ndim != 1 or wa.shape[0] != n:
         raise ValueError(f"deal_batch: {batch.num_rows} rows, {n} codes, {len(wa)} weights")
     cdef ArrowArray src
@@ -499,6 +568,16 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers):
                 return None
         widths[k] = 8   # (the weights)
         ssrc.release(&ssrc)
+        if nk:   # the key codes from the export
+            for col in range(nk):
+                if plan[col][0] != widths[kcols[col]]:
+                    return None
+                kbytes += widths[kcols[col]] + (1 if plan[col][2] else 0)
+            if kbytes > 8:
+                return None
+            co = np.empty(n, dtype=np.uint64)
+            pack_codes(&src, kcols, plan, <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>co), n)
+            c.u64 = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>co)
         dest = malloc(max(n, 1) * (sizeof(uint8_t) if small else sizeof(int32_t)))
         counts = <int64_t*>calloc(workers, sizeof(int64_t))
         start = <int64_t*>calloc(workers, sizeof(int64_t))

@@ -361,3 +361,34 @@ def test_gather_disjoint_refuses_bad_input():
         assert kern([b], [np.ones(3, np.int64)], b.schema, [(4, True, True)]) is None  # width
         assert kern([b, b], [np.ones(3, np.int64)] * 2, b.schema, plan) is None  # shared keys
         assert kern([b], [np.ones(3, np.int64)], b.schema, [(8, True, True)]) is None  # 9 bytes
+
+
+@given(_dealt_batches(), OWNER_MAPS, st.data())
+def test_deal_batch_packs_the_key_codes(dealt, owner_map, data):
+    """Without codes, the kernel packs them from key columns by a plan: the same deal as with
+    the codes of the reference's packing, and as the reference; None where the reference is
+    (a key column off its plan, a code past 64 bits, a column not copied)."""
+    batch, _, weights = dealt
+    bits, workers, owners = owner_map
+    owners = np.array(owners, np.int32)
+    k = data.draw(st.integers(1, min(2, batch.num_columns)))
+    key_cols = data.draw(st.permutations(range(batch.num_columns)))[:k]
+    plan = []
+    for i in key_cols:
+        t = batch.schema.field(i).type
+        w = 8 if pa.types.is_string(t) else max(t.bit_width // 8, 1)
+        plan.append((data.draw(st.sampled_from([w, w, 4])), data.draw(st.booleans()),
+                     data.draw(st.booleans())))
+    got = native.deal_batch(batch, None, weights, owners, bits, workers, key_cols, plan)
+    want = ref.deal_batch(batch, None, weights, owners, bits, workers, key_cols, plan)
+    assert (got is None) == (want is None)
+    if got is None:
+        return
+    codes = ref._plan_codes([batch.column(i) for i in key_cols], plan)
+    again = native.deal_batch(batch, codes, weights, owners, bits, workers)
+    for g, r, a in zip(got, want, again):
+        assert (g is None) == (r is None) == (a is None)
+        if g is not None:
+            assert g[0].equals(r[0]) and g[0].equals(a[0])
+            same(g[1], r[1])
+            same(g[1], a[1])

@@ -405,12 +405,23 @@ def _dealt_type(t: pa.DataType) -> bool:
             or T.is_timestamp(t) or T.is_duration(t))
 
 
-def deal_batch(batch: pa.RecordBatch, codes: CodeArray, weights: np.ndarray, owners: np.ndarray,
-               bits: int, workers: int) -> Optional[list]:
+def deal_batch(batch: pa.RecordBatch, codes: Optional[CodeArray], weights: np.ndarray,
+               owners: np.ndarray, bits: int, workers: int, key_cols: Optional[list] = None,
+               plan: Optional[list] = None) -> Optional[list]:
     """The rows of ``batch`` and their ``weights`` dealt as :func:`owner_rows` deals ``codes``:
     per worker ``(record batch, weights)`` of its rows in their order in ``batch``, or None for
     a worker without rows; None when a column is not fixed-width without nulls (see
-    :func:`_dealt_type`)."""
+    :func:`_dealt_type`). ``codes`` None: the u64 codes of the columns ``key_cols`` by ``plan``
+    (as ``KeyCodec._native_plan``; None when a key column is off its plan)."""
+    if codes is None:
+        if key_cols is None or plan is None or not 0 < len(plan) == len(key_cols) <= 8:
+            raise ValueError("deal_batch: no codes, and no key columns and plan to make them")
+        if any(not 0 <= i < batch.num_columns for i in key_cols):
+            raise ValueError(f"deal_batch: no key column among {key_cols}")
+        codes = _plan_codes([batch.column(i) for i in key_cols], plan)
+        if codes is None:
+            owner_rows(np.zeros(0, np.uint64), owners, bits, workers)  # (the map's checks)
+            return None
     weights = np.asarray(weights, np.int64)
     if batch.num_rows != len(codes) or weights.shape != (len(codes),):
         raise ValueError(f"deal_batch: {batch.num_rows} rows, {len(codes)} codes, "

@@ -109,7 +109,14 @@ def deal_batch(data: pa.RecordBatch, weights: np.ndarray, key: tuple, shards: "S
     if W == 1:
         return [(data, weights) if data.num_rows else None]
     names, schema = key
-    codes = codec_for(schema).encode_batch(data.select(list(names)))
+    codec = codec_for(schema)
+    if codec._native_plan is not None:   # the key codes packed from the kernel's own export
+        cols = [data.schema.get_field_index(n) for n in names]
+        got = K.deal_batch(data, None, weights, shards.owners, shards.bits, W, cols,
+                           codec._native_plan)
+        if got is not None:
+            return got
+    codes = codec.encode_batch(data.select(list(names)))
     got = K.deal_batch(data, codes, weights, shards.owners, shards.bits, W)
     if got is not None:
         return got
