@@ -12,7 +12,13 @@ Definitions (bit-exact with the reference; every process and worker must agree):
   keys are disjoint (the driver's gather side);
 * ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
   worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
-  and one scatter pass (the exchange's and the driver's split by key).
+  and one scatter pass (the exchange's split by key);
+* ``deal_batch``: the driver's split of an input by key: a record batch's rows themselves (and
+  their weights) copied to each worker's run of one Arrow C struct block, as ``owner_rows``
+  deals them (the key codes given, or packed from the batch's key columns);
+* ``gather_disjoint``: the driver's gather of an output: the workers' sorted, key-disjoint
+  parts merged by their key codes (packed from each part's export) and gathered into one
+  Arrow C struct block.
 
 The u64 hash loop is vectorized (compiled for AVX-512 and AVX2 as well as the baseline on
 x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a precomputed
