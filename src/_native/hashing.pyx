@@ -318,14 +318,21 @@ cdef void scatter_rows(const dest_t* dest, int64_t n, int64_t workers, int64_t* 
         pos[d] = p + 1
 
 
-cdef int _check_owners(const int32_t* op, int64_t S, int64_t workers, str who) except -1:
-    """Refuse a shard map with an owner outside ``0..workers-1`` (``who``: the caller)."""
+cdef cnp.ndarray _owner_map(owners, int bits, int64_t workers, str who):
+    """``owners`` as a contiguous int32 array, refused (ValueError naming ``who``, the caller)
+    unless it has ``2 ** bits`` entries, each a worker in ``0..workers-1``."""
+    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
+    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
+        raise ValueError(f"{who}: {len(own)} owners for {bits} bits")
+    if workers < 1:
+        raise ValueError(f"{who}: workers must be >= 1")
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
     cdef int64_t i
-    for i in range(S):
+    for i in range(len(own)):
         if op[i] < 0 or op[i] >= workers:
             raise ValueError(f"{who}: owner {op[i]} of shard {i} is not a worker in "
                              f"0..{workers - 1}")
-    return 0
+    return own
 
 
 def owner_rows(codes, owners, int bits, int64_t workers):
@@ -336,14 +343,9 @@ def owner_rows(codes, owners, int bits, int64_t workers):
     it. The GIL is released only for :data:`NOGIL_MIN` rows or more."""
     co = as_codes(codes)
     cdef codes_t c = codes_view(co)
-    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
-    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
-        raise ValueError(f"owner_rows: {len(own)} owners for {bits} bits")
-    if workers < 1:
-        raise ValueError("owner_rows: workers must be >= 1")
+    cdef cnp.ndarray own = _owner_map(owners, bits, workers, "owner_rows")
     cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
     cdef int64_t n = c.n, i, w
-    _check_owners(op, len(own), workers, "owner_rows")
     cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
     cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
@@ -537,14 +539,9 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list ke
                 raise ValueError(f"deal_batch: no key column {kcols[col]}")
         c.u64 = NULL
         c.n = batch.num_rows
-    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
+    cdef cnp.ndarray own = _owner_map(owners, bits, workers, "deal_batch")
     cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
-    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
-        raise ValueError(f"deal_batch: {len(own)} owners for {bits} bits")
-    if workers < 1:
-        raise ValueError("deal_batch: workers must be >= 1")
     cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    _check_owners(op, len(own), workers, "deal_batch")
     cdef int64_t n = c.n, w, k, total = 0
     if batch.num_rows != n or wa.ndim != 1 or wa.shape[0] != n:
         raise ValueError(f"deal_batch: {batch.num_rows} rows, {n} codes, {len(wa)} weights")
