@@ -33,12 +33,14 @@ EXTENSIONS = {
     "merge_pairs": {"depends": ["src/_native/checked_add.h", "src/_native/arrow_blocks.pxd"]},
     "search": {},       # galloping seek, key intersection, join expansion, grouping
     "step": {},         # the small-step path's checks (identity take, checked weight products)
-    "hashing": {},      # key hashing for the exchange
+    # key hashing for the exchange, the driver's deal of its input (Arrow struct blocks)
+    "hashing": {"depends": ["src/_native/arrow_blocks.pxd", "src/_native/pack_codes.pxd"]},
     "state": {},        # operators' per-key state (the aggregate's versioned rows)
     "linear": {},       # the linear aggregate's per-step path (partials, versioned puts)
     # record batches through the Arrow C data interface (small takes); arrow_blocks.pxd: the
-    # struct block helpers it shares with merge_pairs
-    "arrow_c": {"depends": ["src/_native/arrow_blocks.pxd"]},
+    # struct block helpers it shares with merge_pairs; pack_codes.pxd: the u64 key codes of an
+    # exported batch (shared with hashing)
+    "arrow_c": {"depends": ["src/_native/arrow_blocks.pxd", "src/_native/pack_codes.pxd"]},
     "strings": {},      # string kernels on Arrow buffers (split_part)
     "slab_pool": {},    # storage: slab buffer pool (pinning, S3-FIFO/CLOCK/LRU eviction)
     "block": {},        # storage: layer-file block kernels (crc32c, Bloom filter, var seek)

@@ -14,6 +14,7 @@ native call alone). ``extra_info``: ``rows_per_s``, ``numpy_rows_per_s``, ``rati
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from _timing import interleaved
 from dbsp._native import hashing
@@ -96,3 +97,35 @@ def test_owner_rows(benchmark, codes, workers):
     tf, tb = interleaved(fast, base, 50)
     benchmark.extra_info.update(rows_per_s=len(k) / tf, numpy_rows_per_s=len(k) / tb,
                                 ratio_to_numpy=tb / tf)
+
+
+@pytest.mark.parametrize("rows", [1_000, 10_000])
+@pytest.mark.parametrize("workers", [2, 3])
+def test_deal_batch(benchmark, workers, rows):
+    """The driver's split of an input by key (``exchange.deal_batch``: one native pass hashing
+    the key and copying each row to its worker's run) against the path it replaced
+    (``deal_order``'s permutation, a take through it, a numpy gather of the weights, a slice
+    per worker), on a batch of two int64 columns keyed by the first (join_avg's bids).
+    Measured (2 vCPUs, shared; ratio of medians): 1K / 10K rows, 2 workers 1.49x / 1.46x,
+    3 workers 1.30x / 1.11x."""
+    benchmark.group = f"deal-batch-{rows // 1000}K-W{workers}"
+    from dbsp.algebra.schema import take
+    from dbsp.circuit.exchange import ShardMap, deal_batch, deal_order
+    rng = np.random.default_rng(7)
+    batch = pa.record_batch({"k": rng.integers(0, rows // 10, rows),
+                             "v": rng.integers(1, 10_000, rows)})
+    key = (("k",), pa.schema([pa.field("k", pa.int64(), nullable=False)]))
+    w = np.ones(rows, np.int64)
+    m = ShardMap.dynamic(workers)
+    fast = lambda: deal_batch(batch, w, key, m)
+
+    def base():
+        order, b = deal_order(batch, key, m)
+        data, ws = take(batch, order), w[order]
+        return [(data.slice(b[i], b[i + 1] - b[i]), ws[b[i]:b[i + 1]]) for i in range(workers)]
+    for x, y in zip(fast(), base()):
+        assert x[0].equals(y[0]) and (x[1] == y[1]).all()
+    benchmark.pedantic(fast, rounds=200, iterations=1, warmup_rounds=5)
+    tf, tb = interleaved(fast, base, 200)
+    benchmark.extra_info.update(rows_per_s=rows / tf, gather_rows_per_s=rows / tb,
+                                ratio_to_gather=tb / tf)

@@ -34,6 +34,7 @@ Gather loops run without the GIL.
 cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
+from _native.pack_codes cimport pack_codes as _pack_codes
 from _native.arrow_blocks cimport (blk_release_child as _release_child, blk_schema_widths,
                                    blk_head as _struct_head, blk_release_parent as _release_parent,
                                    blk_up64 as _up64, blk_width as _width)
@@ -486,63 +487,6 @@ def take_batch_runs(schema, list groups):
         if block != NULL:
             free(block)
     return _import_batch(<uintptr_t>out, schema)
-
-
-cdef void _widen(const uint8_t* base, uint64_t* out, int w, uint64_t flip,
-                 int64_t n) noexcept nogil:
-    """``out[i] = value i ^ flip`` for values of ``w`` bytes (the first part of a code)."""
-    cdef int64_t i
-    if w == 8:
-        for i in range(n):
-            out[i] = (<const uint64_t*>base)[i] ^ flip
-    elif w == 4:
-        for i in range(n):
-            out[i] = (<const uint32_t*>base)[i] ^ flip
-    elif w == 2:
-        for i in range(n):
-            out[i] = ((<const uint16_t*>base)[i] ^ flip) & 0xFFFF
-    else:
-        for i in range(n):
-            out[i] = (base[i] ^ flip) & 0xFF
-
-
-cdef void _pack_codes(ArrowArray* src, const int* cols, list plan, uint64_t* out, int64_t n):
-    """The u64 codes (as :func:`encode_u64`) of the columns ``cols`` (NULL: ``0..len(plan)-1``)
-    of an exported batch into ``out``, ``plan`` per column ``(byte width, signed, nullable)``.
-    The caller has checked the columns: each one values buffer of its plan's width, no nulls,
-    the codes within 64 bits."""
-    cdef int64_t c, i
-    cdef int w
-    cdef bint signed, nullable, first = True  # the first part is assigned (no zero fill)
-    cdef uint64_t flip
-    cdef ArrowArray* ch
-    cdef const uint8_t* base
-    for c in range(len(plan)):
-        w, signed, nullable = plan[c]
-        ch = src.children[cols[c] if cols != NULL else c]
-        base = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * w
-        flip = (<uint64_t>1) << (8 * w - 1) if signed else 0
-        with nogil:
-            if nullable:  # the validity byte: every row is valid here
-                if first:
-                    for i in range(n):
-                        out[i] = 1
-                else:
-                    for i in range(n):
-                        out[i] = (out[i] << 8) | 1
-                first = False
-            if first or w == 8:  # (w == 8 only as the sole column of a u64 codec)
-                _widen(base, out, w, flip, n)
-            elif w == 4:
-                for i in range(n):
-                    out[i] = (out[i] << 32) | ((<const uint32_t*>base)[i] ^ flip)
-            elif w == 2:
-                for i in range(n):
-                    out[i] = (out[i] << 16) | (((<const uint16_t*>base)[i] ^ flip) & 0xFFFF)
-            else:
-                for i in range(n):
-                    out[i] = (out[i] << 8) | ((base[i] ^ flip) & 0xFF)
-            first = False
 
 
 def encode_u64(batch, list plan):

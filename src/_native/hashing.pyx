@@ -12,7 +12,13 @@ Definitions (bit-exact with the reference; every process and worker must agree):
   keys are disjoint (the driver's gather side);
 * ``owner_rows``: the rows of each worker of a shard map (shard = the hash's top ``bits`` bits,
   worker = ``owners[shard]``), grouped by worker and ascending within each, in one hashing pass
-  and one scatter pass (the exchange's and the driver's split by key).
+  and one scatter pass (the exchange's split by key);
+* ``deal_batch``: the driver's split of an input by key: a record batch's rows themselves (and
+  their weights) copied to each worker's run of one Arrow C struct block, as ``owner_rows``
+  deals them (the key codes given, or packed from the batch's key columns);
+* ``gather_disjoint``: the driver's gather of an output: the workers' sorted, key-disjoint
+  parts merged by their key codes (packed from each part's export) and gathered into one
+  Arrow C struct block.
 
 The u64 hash loop is vectorized (compiled for AVX-512 and AVX2 as well as the baseline on
 x86-64 Linux, picked at load time). The modulo by a run-time ``nshards`` uses a precomputed
@@ -24,16 +30,26 @@ threads runtime a hand-off to another worker, and waiting to take it back, worth
 loop).
 """
 cimport numpy as cnp
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t, INT64_MIN, INT64_MAX
+from libc.stdint cimport (uint8_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, uintptr_t,
+                          INT64_MIN, INT64_MAX)
 from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memset
+
+from _native.arrow_abi cimport ArrowArray, ArrowSchema
+from _native.pack_codes cimport pack_codes
+from _native.arrow_blocks cimport (blk_plain, blk_schema_widths, blk_set_length, blk_struct,
+                                   blk_width)
 
 from _native.types cimport codes_t
 from _native.views cimport as_codes, codes_view
 from _native.codes_cmp cimport min_head
 
 import numpy as np
+import pyarrow as pa
 
 cnp.import_array()
+
+_import_batch = pa.RecordBatch._import_from_c
 
 cdef extern from *:
     """
@@ -82,8 +98,47 @@ cdef extern from *:
             out[i] = x ^ (x >> 31);
         }
     }
+
+    /* Two workers' rows of K (2..4) columns of 8-byte values, copied a row at a time: value c
+       of row i goes to a[c][p0] and b[c][p1] and only the row's worker's cursor moves (no
+       branch on the random worker; each destination has one slot more than its rows). K is a
+       constant in each copy, so the column pointers stay in registers. */
+    #define DBSP_DEAL_ROWS(K)                                                               \
+    static void dbsp_deal_rows##K(const uint8_t* dest, int64_t n,                            \
+                                  const uint64_t* const* s, uint64_t* const* a,              \
+                                  uint64_t* const* b) {                                      \
+        const uint64_t* sv[K]; uint64_t* av[K]; uint64_t* bv[K];                             \
+        for (int c = 0; c < K; c++) { sv[c] = s[c]; av[c] = a[c]; bv[c] = b[c]; }            \
+        int64_t p0 = 0, p1 = 0;                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            int64_t d = dest[i];                                                             \
+            for (int c = 0; c < K; c++) {                                                    \
+                uint64_t v = sv[c][i];                                                       \
+                av[c][p0] = v;                                                               \
+                bv[c][p1] = v;                                                               \
+            }                                                                                \
+            p1 += d;                                                                         \
+            p0 += 1 - d;                                                                     \
+        }                                                                                    \
+    }
+    DBSP_DEAL_ROWS(1)
+    DBSP_DEAL_ROWS(2)
+    DBSP_DEAL_ROWS(3)
+    DBSP_DEAL_ROWS(4)
+    static void dbsp_deal_rows(const uint8_t* dest, int64_t n, int64_t k,
+                               const uint64_t* const* s, uint64_t* const* a,
+                               uint64_t* const* b) {
+        switch (k) {
+        case 1: dbsp_deal_rows1(dest, n, s, a, b); break;
+        case 2: dbsp_deal_rows2(dest, n, s, a, b); break;
+        case 3: dbsp_deal_rows3(dest, n, s, a, b); break;
+        default: dbsp_deal_rows4(dest, n, s, a, b); break;
+        }
+    }
     """
     int DBSP_HAVE_U128
+    void dbsp_deal_rows(const uint8_t* dest, int64_t n, int64_t k, const uint64_t** s,
+                        uint64_t** a, uint64_t** b) nogil
     void dbsp_splitmix_block(const uint64_t* codes, uint64_t* out, int64_t n, uint64_t seed) nogil
     void dbsp_fastmod_init(uint64_t d, uint64_t* mlo, uint64_t* mhi) nogil
     uint64_t dbsp_fastmod(uint64_t x, uint64_t mlo, uint64_t mhi, uint64_t d) nogil
@@ -263,6 +318,23 @@ cdef void scatter_rows(const dest_t* dest, int64_t n, int64_t workers, int64_t* 
         pos[d] = p + 1
 
 
+cdef cnp.ndarray _owner_map(owners, int bits, int64_t workers, str who):
+    """``owners`` as a contiguous int32 array, refused (ValueError naming ``who``, the caller)
+    unless it has ``2 ** bits`` entries, each a worker in ``0..workers-1``."""
+    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
+    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
+        raise ValueError(f"{who}: {len(own)} owners for {bits} bits")
+    if workers < 1:
+        raise ValueError(f"{who}: workers must be >= 1")
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
+    cdef int64_t i
+    for i in range(len(own)):
+        if op[i] < 0 or op[i] >= workers:
+            raise ValueError(f"{who}: owner {op[i]} of shard {i} is not a worker in "
+                             f"0..{workers - 1}")
+    return own
+
+
 def owner_rows(codes, owners, int bits, int64_t workers):
     """``(order, bounds)`` (int64): ``order[bounds[w]:bounds[w + 1]]`` are the rows (ascending)
     whose code belongs to worker ``w`` of the shard map ``owners`` (int32, ``2 ** bits``
@@ -271,17 +343,9 @@ def owner_rows(codes, owners, int bits, int64_t workers):
     it. The GIL is released only for :data:`NOGIL_MIN` rows or more."""
     co = as_codes(codes)
     cdef codes_t c = codes_view(co)
-    cdef cnp.ndarray own = np.ascontiguousarray(owners, dtype=np.int32)
-    if bits < 0 or bits > 63 or len(own) != (<int64_t>1 << bits):
-        raise ValueError(f"owner_rows: {len(own)} owners for {bits} bits")
-    if workers < 1:
-        raise ValueError("owner_rows: workers must be >= 1")
+    cdef cnp.ndarray own = _owner_map(owners, bits, workers, "owner_rows")
     cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
-    cdef int64_t n = c.n, i, w, S = len(own)
-    for i in range(S):
-        if op[i] < 0 or op[i] >= workers:
-            raise ValueError(f"owner_rows: owner {op[i]} of shard {i} is not a worker in "
-                             f"0..{workers - 1}")
+    cdef int64_t n = c.n, i, w
     cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray bounds = np.zeros(workers + 1, dtype=np.int64)
     cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
@@ -328,6 +392,237 @@ cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t wor
     else:
         scatter_rows(<const int32_t*>dest, n, workers, pos, o)
 
+
+ctypedef fused val_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+cdef void scatter_vals(const dest_t* dest, int64_t n, int64_t workers, const val_t* src,
+                       val_t** dst) noexcept nogil:
+    """``dst[dest[i]]`` gets ``src[i]``, every worker's values in row order. Two workers: each
+    value is stored at both cursors and only its worker's cursor moves (no branch on the
+    random worker of a row; each destination has room for one value more than its rows)."""
+    cdef int64_t i, p0 = 0, p1 = 0, d
+    cdef val_t v
+    cdef val_t* d0
+    cdef val_t* d1
+    cdef val_t* q
+    if workers == 2:
+        d0, d1 = dst[0], dst[1]
+        for i in range(n):
+            d = dest[i]
+            v = src[i]
+            d0[p0] = v
+            d1[p1] = v
+            p1 += d
+            p0 += 1 - d
+        return
+    for i in range(n):
+        d = dest[i]
+        q = dst[d]   # (read once: the store might alias the cursor for the compiler)
+        q[0] = src[i]
+        dst[d] = q + 1
+
+
+cdef void scatter_col(const void* dest, bint small, int64_t n, int64_t workers,
+                      const uint8_t* src, int width, void** dst) noexcept nogil:
+    """:func:`scatter_vals` of one column of ``width`` bytes a value (``small``: ``dest`` is
+    uint8, two workers; else int32). ``dst`` is moved."""
+    if width == 8:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, <const uint64_t*>src, <uint64_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, <const uint64_t*>src, <uint64_t**>dst)
+    elif width == 4:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, <const uint32_t*>src, <uint32_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, <const uint32_t*>src, <uint32_t**>dst)
+    elif width == 2:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, <const uint16_t*>src, <uint16_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, <const uint16_t*>src, <uint16_t**>dst)
+    else:
+        if small:
+            scatter_vals(<const uint8_t*>dest, n, workers, src, <uint8_t**>dst)
+        else:
+            scatter_vals(<const int32_t*>dest, n, workers, src, <uint8_t**>dst)
+
+
+cdef void _deal_dest(const codes_t* c, const int32_t* op, int bits, bint small, void* dest,
+                     int64_t* counts) noexcept nogil:
+    if small:
+        owner_dest(c, op, bits, <uint8_t*>dest, counts)
+    else:
+        owner_dest(c, op, bits, <int32_t*>dest, counts)
+
+
+cdef void _deal_scatter(const void* dest, bint small, int64_t n, int64_t workers,
+                        const ArrowArray* src, const int* widths, uint8_t* block,
+                        int64_t* wout, const int64_t* weights, const int64_t* start,
+                        const int64_t* counts, void** dst) noexcept nogil:
+    """The copies of :func:`deal_batch`: each column of ``src`` into its child of ``block``
+    and the weights into ``wout``, worker ``w``'s rows from row ``start[w]`` on, followed by
+    one slot that the two-worker copy writes over and that is zeroed at the end (``dst``:
+    scratch of ``workers`` pointers). Two workers and at most three columns of 8 bytes (and
+    the weights): all of a row's values at once (:c:func:`dbsp_deal_rows`), else a pass a
+    column."""
+    cdef int64_t w, col, k = src.n_children
+    cdef const ArrowArray* ch
+    cdef const uint8_t* sp[65]
+    cdef uint8_t* bp[65]
+    cdef uint64_t* d0[4]
+    cdef uint64_t* d1[4]
+    cdef bint rows8 = small and k + 1 <= 4
+    for col in range(k + 1):
+        if col < k:
+            ch = src.children[col]
+            sp[col] = <const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col]
+            bp[col] = <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1]
+        else:
+            sp[col] = <const uint8_t*>weights
+            bp[col] = <uint8_t*>wout
+        rows8 = rows8 and widths[col] == 8
+    if rows8:
+        for col in range(k + 1):
+            d0[col] = <uint64_t*>bp[col] + start[0]
+            d1[col] = <uint64_t*>bp[col] + start[1]
+        dbsp_deal_rows(<const uint8_t*>dest, n, k + 1, <const uint64_t**>sp, d0, d1)
+    else:
+        for col in range(k + 1):
+            for w in range(workers):
+                dst[w] = bp[col] + start[w] * widths[col]
+            scatter_col(dest, small, n, workers, sp[col], widths[col], dst)
+    for col in range(k + 1):
+        for w in range(workers):   # (no garbage between the runs)
+            memset(bp[col] + (start[w] + counts[w]) * widths[col], 0, widths[col])
+
+
+def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list key_cols=None,
+               list plan=None):
+    """The rows of the record batch ``batch`` and their ``weights`` (int64) dealt to the
+    workers of a shard map as :func:`owner_rows` deals ``codes`` (each row's key code): a list
+    of ``workers`` items, each ``(record batch, weights)`` of that worker's rows in their order
+    in ``batch``, or None for a worker without rows. None (nothing dealt) when a column of
+    ``batch`` is not fixed-width without nulls: the caller's path is then :func:`owner_rows`
+    and a take.
+
+    ``codes`` None: the key codes are packed here from the columns ``key_cols`` of ``batch``'s
+    export by ``plan`` (``(byte width, signed, nullable)`` per key column, as
+    ``KeyCodec._native_plan``: ``arrow_c.encode_u64``'s codes, without selecting and
+    exporting the key columns again); None also when a key column is not of its plan's width
+    or the plan is not a u64 code.
+
+    One hashing pass writes each row's worker, then one pass a column (and one for the
+    weights) copies each value to the end of its worker's run, in one Arrow C struct block
+    holding every worker's run (and a zeroed slot after each) that one import owns; each
+    worker's batch and weights are slices of it: no permutation of the rows, no gather
+    through it, no Python object a column. The GIL is released only for :data:`NOGIL_MIN`
+    rows or more."""
+    cdef codes_t c
+    cdef int64_t nk = 0, kbytes = 0, col
+    cdef int kcols[8]
+    if codes is not None:
+        co = as_codes(codes)
+        c = codes_view(co)
+    else:
+        if key_cols is None or plan is None or not 0 < len(plan) == len(key_cols) <= 8:
+            raise ValueError("deal_batch: no codes, and no key columns and plan to make them")
+        nk = len(plan)
+        for col in range(nk):
+            kcols[col] = key_cols[col]
+            if kcols[col] < 0 or kcols[col] >= batch.num_columns:
+                raise ValueError(f"deal_batch: no key column {kcols[col]}")
+        c.u64 = NULL
+        c.n = batch.num_rows
+    cdef cnp.ndarray own = _owner_map(owners, bits, workers, "deal_batch")
+    cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
+    cdef const int32_t* op = <const int32_t*>cnp.PyArray_DATA(own)
+    cdef int64_t n = c.n, w, k, total = 0
+    if batch.num_rows != n or wa.ndim != 1 or wa.shape[0] != n:
+        raise ValueError(f"deal_batch: {batch.num_rows} rows, {n} codes, {len(wa)} weights")
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL
+    ssrc.release = NULL
+    cdef int widths[65]
+    cdef void* dest = NULL
+    cdef int64_t* counts = NULL
+    cdef int64_t* start = NULL
+    cdef void** dst = NULL
+    cdef uint8_t* block = NULL
+    cdef cnp.ndarray wout
+    cdef const int64_t* wp = <const int64_t*>cnp.PyArray_DATA(wa)
+    cdef bint small = workers == 2
+    schema = batch.schema
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        k = src.n_children
+        if k < 1 or k > 64 or src.dictionary != NULL:
+            return None
+        for col in range(k):
+            widths[col] = blk_width(ssrc.children[col].format)
+            if widths[col] == 0 or ssrc.children[col].dictionary != NULL \
+                    or not blk_plain(src.children[col]):
+                return None
+        widths[k] = 8   # (the weights)
+        ssrc.release(&ssrc)
+        if nk:   # the key codes from the export
+            for col in range(nk):
+                if plan[col][0] != widths[kcols[col]]:
+                    return None
+                kbytes += widths[kcols[col]] + (1 if plan[col][2] else 0)
+            if kbytes > 8:
+                return None
+            co = np.empty(n, dtype=np.uint64)
+            pack_codes(&src, kcols, plan, <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>co), n)
+            c.u64 = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>co)
+        dest = malloc(max(n, 1) * (sizeof(uint8_t) if small else sizeof(int32_t)))
+        counts = <int64_t*>calloc(workers, sizeof(int64_t))
+        start = <int64_t*>calloc(workers, sizeof(int64_t))
+        dst = <void**>calloc(workers, sizeof(void*))
+        if dest == NULL or counts == NULL or start == NULL or dst == NULL:
+            raise MemoryError()
+        if n >= NOGIL_MIN:
+            with nogil:
+                _deal_dest(&c, op, bits, small, dest, counts)
+        else:
+            _deal_dest(&c, op, bits, small, dest, counts)
+        for w in range(workers):
+            start[w] = total
+            total += counts[w] + 1
+        block = blk_struct(k, widths, total)
+        if block == NULL:
+            raise MemoryError()
+        blk_set_length(block, total)
+        wout = np.empty(total, dtype=np.int64)
+        if n >= NOGIL_MIN:
+            with nogil:
+                _deal_scatter(dest, small, n, workers, &src, widths, block,
+                              <int64_t*>cnp.PyArray_DATA(wout), wp, start, counts, dst)
+        else:
+            _deal_scatter(dest, small, n, workers, &src, widths, block,
+                          <int64_t*>cnp.PyArray_DATA(wout), wp, start, counts, dst)
+        src.release(&src)
+        b = <uintptr_t>block
+        block = NULL   # the import owns it (and releases it if the import fails)
+        dealt = _import_batch(b, schema)
+        return [(dealt.slice(start[w], counts[w]), wout[start[w]:start[w] + counts[w]])
+                if counts[w] else None for w in range(workers)]
+    finally:
+        if src.release != NULL:
+            src.release(&src)
+        if ssrc.release != NULL:
+            ssrc.release(&ssrc)
+        free(block)
+        free(dest)
+        free(counts)
+        free(start)
+        free(dst)
 
 cdef list _u64_runs(kruns, str who):
     """The key runs of a k-way merge as contiguous 1-d u64 arrays (``who``: the caller, named
@@ -471,26 +766,19 @@ cdef int64_t _merge_two(const uint64_t* a, int64_t na, const uint64_t* b, int64_
     return g
 
 
-def merge_disjoint_runs(list kruns):
-    """The order merging W runs of u64 key codes, each non-decreasing, whose keys are disjoint
-    (twin of ``kernels_ref.merge_disjoint_runs``): positions (int64) into the concatenation of
-    the runs, ascending by code, a key's rows in their run's order; None when a key is in two
-    runs. One k-way merge over the runs' heads (W: the worker count), in place of
-    concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
-    cdef int64_t W = len(kruns), w, n = 0, g = 0, i, best, b = 0
+cdef int64_t _disjoint_order(list ks, int64_t* base, int64_t* o) except -3:
+    """The merge of :func:`merge_disjoint_runs` of the contiguous u64 runs ``ks`` into ``o``
+    (room for every row): the rows written, or -1 when a key is in two runs; ``base[w]``: run
+    ``w``'s first position in the concatenation (``base[W]``: the rows). ValueError when a
+    run is not ascending."""
+    cdef int64_t W = len(ks), w, g = 0, i, best, b = 0
     cdef cnp.ndarray a
-    cdef list ks = _u64_runs(kruns, "merge_disjoint_runs")
-    for w in range(W):
-        n += (<cnp.ndarray>ks[w]).shape[0]
     cdef const uint64_t** kp = <const uint64_t**>malloc(max(W, 1) * sizeof(void*))
     cdef int64_t* kn = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
-    cdef int64_t* base = <int64_t*>malloc(max(W, 1) * sizeof(int64_t))
     cdef int64_t* pos = <int64_t*>calloc(max(W, 1), sizeof(int64_t))
-    if kp == NULL or kn == NULL or base == NULL or pos == NULL:
-        free(kp); free(kn); free(base); free(pos)
+    if kp == NULL or kn == NULL or pos == NULL:
+        free(kp); free(kn); free(pos)
         raise MemoryError()
-    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
-    cdef int64_t* o = <int64_t*>cnp.PyArray_DATA(order)
     cdef uint64_t k, bk = 0
     cdef bint unsorted = False, shared = False
     for w in range(W):
@@ -502,6 +790,7 @@ def merge_disjoint_runs(list kruns):
         for i in range(1, kn[w]):
             if kp[w][i] < kp[w][i - 1]:
                 unsorted = True
+    base[W] = b
     if not unsorted and W == 2:
         g = _merge_two(kp[0], kn[0], kp[1], kn[1], o)
         shared = g < 0
@@ -524,7 +813,157 @@ def merge_disjoint_runs(list kruns):
                 g += 1
                 i += 1
             pos[best] = i
-    free(kp); free(kn); free(base); free(pos)
+    free(kp); free(kn); free(pos)
     if unsorted:
         raise ValueError("merge_disjoint_runs: a key run is not ascending")
-    return None if shared else order
+    return -1 if shared else g
+
+
+def merge_disjoint_runs(list kruns):
+    """The order merging W runs of u64 key codes, each non-decreasing, whose keys are disjoint
+    (twin of ``kernels_ref.merge_disjoint_runs``): positions (int64) into the concatenation of
+    the runs, ascending by code, a key's rows in their run's order; None when a key is in two
+    runs. One k-way merge over the runs' heads (W: the worker count), in place of
+    concatenating, sorting stably, and checking the sorted keys' runs. Keeps the GIL."""
+    cdef list ks = _u64_runs(kruns, "merge_disjoint_runs")
+    cdef int64_t W = len(ks), w, n = 0
+    for w in range(W):
+        n += (<cnp.ndarray>ks[w]).shape[0]
+    cdef cnp.ndarray order = np.empty(n, dtype=np.int64)
+    cdef int64_t* base = <int64_t*>malloc((W + 1) * sizeof(int64_t))
+    if base == NULL:
+        raise MemoryError()
+    try:
+        g = _disjoint_order(ks, base, <int64_t*>cnp.PyArray_DATA(order))
+    finally:
+        free(base)
+    return None if g < 0 else order
+
+
+#: the column widths of the output schemas met (``blk_schema_widths``)
+cdef dict _schema_widths = {}
+
+
+def gather_disjoint(list batches, list weights, schema, list plan):
+    """The rows of W record batches of ``schema``'s columns (the workers' sorted parts of an
+    output) and their ``weights`` merged into one ``(record batch of schema, weights)`` by the
+    u64 key codes of their first ``len(plan)`` columns (``plan``: ``(byte width, signed,
+    nullable)`` per key column, as ``KeyCodec._native_plan``; each batch's codes
+    non-decreasing, keys disjoint between batches): the order of :func:`merge_disjoint_runs`.
+    None when a key is in two batches (the rows must be summed), or a column is not
+    fixed-width without nulls, or the key columns are not of the plan's widths, or ``schema``
+    is not 1 to 64 such columns: the caller's path. The batches' column types must be
+    ``schema``'s (not checked: a batch's export is read by ``schema``'s widths).
+
+    One export a batch, its key codes packed from it, one merge of the codes, then each column
+    gathered from the W exports into one Arrow C struct block imported once: no selection and
+    encode of the keys, no concatenation of the parts, no take through the merge order, no
+    numpy gather of the weights. Keeps the GIL (an output's step is small)."""
+    cdef int64_t W = len(batches), w, n = 0, g, j, col, k, nb, nk = len(plan)
+    if len(weights) != W:
+        raise ValueError(f"gather_disjoint: {W} batches, {len(weights)} weights")
+    cdef bytes wb = blk_schema_widths(_schema_widths, schema)
+    if wb is None or W == 0 or W > 64 or nk == 0 or nk > len(wb):
+        return None
+    cdef const unsigned char* wbp = <const unsigned char*>wb
+    k = len(wb)
+    cdef int64_t bytes_ = 0
+    for col in range(nk):
+        if plan[col][0] != wbp[col]:
+            return None
+        bytes_ += wbp[col] + (1 if plan[col][2] else 0)
+    if bytes_ > 8:   # (not a u64 code)
+        return None
+    cdef int widths[64]
+    for col in range(k):
+        widths[col] = wbp[col]
+    cdef list wts = [], ks = []
+    cdef cnp.ndarray wa, wout, kc
+    for w in range(W):
+        nb = batches[w].num_rows
+        wa = np.ascontiguousarray(weights[w], dtype=np.int64)
+        if wa.ndim != 1 or wa.shape[0] != nb:
+            raise ValueError(f"gather_disjoint: batch {w} has {nb} rows, {len(wa)} weights")
+        wts.append(wa)
+        n += nb
+    cdef ArrowArray src[64]
+    for w in range(W):
+        src[w].release = NULL
+    cdef int64_t base[65]
+    cdef int64_t* order = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
+    cdef int32_t* run = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
+    cdef const uint8_t* cols[64]
+    cdef uint8_t* block = NULL
+    cdef const ArrowArray* ch
+    cdef uint8_t* out
+    cdef int wd
+    try:
+        if order == NULL or run == NULL:
+            raise MemoryError()
+        for w in range(W):
+            batches[w]._export_to_c(<uintptr_t>&src[w])
+            if src[w].n_children != k or src[w].dictionary != NULL:
+                return None
+            for col in range(k):
+                if not blk_plain(src[w].children[col]):
+                    return None
+            kc = np.empty(src[w].length, dtype=np.uint64)
+            pack_codes(&src[w], NULL, plan, <uint64_t*>cnp.PyArray_DATA(kc), src[w].length)
+            ks.append(kc)
+        g = _disjoint_order(ks, base, order)
+        if g < 0:
+            return None
+        w = 0
+        for j in range(n):   # each row's part, and its row there
+            while order[j] >= base[w + 1]:
+                w += 1
+            while order[j] < base[w]:
+                w -= 1
+            run[j] = <int32_t>w
+            order[j] -= base[w]
+        block = blk_struct(k, widths, n)
+        if block == NULL:
+            raise MemoryError()
+        blk_set_length(block, n)
+        wout = np.empty(n, dtype=np.int64)
+        for col in range(k + 1):
+            if col < k:
+                out = <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1]
+                wd = widths[col]
+                for w in range(W):
+                    ch = src[w].children[col]
+                    cols[w] = <const uint8_t*>ch.buffers[1] + (ch.offset + src[w].offset) * wd
+            else:
+                out = <uint8_t*>cnp.PyArray_DATA(wout)
+                wd = 8
+                for w in range(W):
+                    cols[w] = <const uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>wts[w])
+            _gather_runs(cols, run, order, n, wd, out)
+        b = <uintptr_t>block
+        block = NULL   # the import owns it
+        return _import_batch(b, schema), wout
+    finally:
+        for w in range(W):
+            if src[w].release != NULL:
+                src[w].release(&src[w])
+        free(order)
+        free(run)
+        free(block)
+
+
+cdef void _gather_runs(const uint8_t** cols, const int32_t* run, const int64_t* row, int64_t n,
+                       int w, uint8_t* out) noexcept nogil:
+    """``out[j] = cols[run[j]][row[j]]`` for values of ``w`` bytes."""
+    cdef int64_t j
+    if w == 8:
+        for j in range(n):
+            (<uint64_t*>out)[j] = (<const uint64_t*>cols[run[j]])[row[j]]
+    elif w == 4:
+        for j in range(n):
+            (<uint32_t*>out)[j] = (<const uint32_t*>cols[run[j]])[row[j]]
+    elif w == 2:
+        for j in range(n):
+            (<uint16_t*>out)[j] = (<const uint16_t*>cols[run[j]])[row[j]]
+    else:
+        for j in range(n):
+            out[j] = cols[run[j]][row[j]]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dbsp.algebra import kernels as K
 from dbsp.algebra.codes import codec_for
-from dbsp.circuit.exchange import ShardMap, as_shard_map, deal, shard_rows
+from dbsp.circuit.exchange import ShardMap, as_shard_map, deal, deal_batch, shard_rows
 
 
 @settings(max_examples=50, deadline=None)
@@ -47,3 +47,57 @@ def test_deal_agrees_with_the_exchange_codes():
     assert [d.tolist() for d in dealt] == [p.tolist() for p in shard_rows(codes, 3)]
     where = {i: w for w, d in enumerate(dealt) for i in d}
     assert where[0] == where[3]  # the same key, the same worker
+
+
+_DEAL_COLUMNS = {  # type, values (None: a null)
+    "i64": (pa.int64(), st.integers(-2 ** 63, 2 ** 63 - 1)),
+    "i32?": (pa.int32(), st.none() | st.integers(-3, 3)),
+    "u8": (pa.uint8(), st.integers(0, 255)),
+    "f64": (pa.float64(), st.floats(allow_nan=False)),
+    "str?": (pa.string(), st.none() | st.sampled_from(["", "a", "bc", "déf"])),
+    "bool": (pa.bool_(), st.booleans()),
+    "ts": (pa.timestamp("us"), st.integers(-2 ** 40, 2 ** 40)),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_DEAL_COLUMNS)), min_size=1, max_size=4),
+       st.integers(0, 60), st.integers(0, 3), st.integers(1, 5), st.booleans(), st.data())
+def test_deal_batch_hands_each_worker_the_rows_deal_gives_it(kinds, n, lead, workers, fixed,
+                                                             data):
+    """Each worker gets the rows (and weights) that :func:`deal` gives it, in order: the native
+    copy for fixed-width columns without nulls, the gather otherwise (strings, nulls, bools),
+    keys of one to four columns of those types, a sliced batch (a non-zero offset)."""
+    cols = []
+    for kind in kinds:
+        t, values = _DEAL_COLUMNS[kind]
+        cols.append(pa.array(data.draw(st.lists(values, min_size=n + lead, max_size=n + lead)),
+                             t))
+    names = [f"c{i}" for i in range(len(kinds))]
+    batch = pa.record_batch(cols, names=names).slice(lead)
+    nkey = data.draw(st.integers(1, len(kinds)))
+    weights = np.array(data.draw(st.lists(st.integers(-9, 9), min_size=n, max_size=n)), np.int64)
+    key = (tuple(names[:nkey]), pa.schema(list(batch.schema)[:nkey]))
+    shards = ShardMap.fixed(workers, 64) if fixed else as_shard_map(workers)
+    got = deal_batch(batch, weights, key, shards)
+    assert len(got) == workers
+    for w, idx in enumerate(deal(batch, key, shards)):
+        if not len(idx):
+            assert got[w] is None
+            continue
+        assert got[w][0].equals(batch.take(pa.array(idx, pa.int64())))
+        assert got[w][1].tolist() == weights[idx].tolist()
+
+
+def test_deal_batch_copies_fixed_columns_natively():
+    """Fixed-width columns without nulls take the one-pass kernel (not the gather), whose rows
+    are those of :func:`deal`."""
+    rng = np.random.default_rng(3)
+    batch = pa.record_batch({"k": rng.integers(0, 50, 500), "v": rng.random(500)})
+    key = (("k",), pa.schema([("k", pa.int64())]))
+    w = np.ones(500, np.int64)
+    codes = codec_for(key[1]).encode_batch(batch.select(["k"]))
+    assert K.deal_batch(batch, codes, w, as_shard_map(3).owners, as_shard_map(3).bits, 3) \
+        is not None
+    for part, idx in zip(deal_batch(batch, w, key, 3), deal(batch, key, 3)):
+        assert part[0].equals(batch.take(pa.array(idx)))

@@ -41,8 +41,10 @@ _NATIVE = {
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
+    "deal_batch": "hashing",
     "merge_sum_runs": "hashing",
     "merge_disjoint_runs": "hashing",
+    "gather_disjoint": "hashing",
     "is_identity": "step",
     "mul_checked": "step",
     "join_matched_pairs": "step",
@@ -156,8 +158,10 @@ take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
+deal_batch = _resolve("deal_batch")
 merge_sum_runs = _resolve("merge_sum_runs")
 merge_disjoint_runs = _resolve("merge_disjoint_runs")
+gather_disjoint = _resolve("gather_disjoint")
 is_identity = _resolve("is_identity")
 mul_checked = _resolve("mul_checked")
 join_matched_pairs = _resolve("join_matched_pairs")

@@ -397,6 +397,46 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
     return order, bounds
 
 
+def _dealt_type(t: pa.DataType) -> bool:
+    """Whether :func:`deal_batch` copies a column of type ``t`` (fixed-width numbers, dates,
+    times, timestamps and durations; not bool, decimal or a dictionary)."""
+    T = pa.types
+    return (T.is_integer(t) or T.is_floating(t) or T.is_date(t) or T.is_time(t)
+            or T.is_timestamp(t) or T.is_duration(t))
+
+
+def deal_batch(batch: pa.RecordBatch, codes: Optional[CodeArray], weights: np.ndarray,
+               owners: np.ndarray, bits: int, workers: int, key_cols: Optional[list] = None,
+               plan: Optional[list] = None) -> Optional[list]:
+    """The rows of ``batch`` and their ``weights`` dealt as :func:`owner_rows` deals ``codes``:
+    per worker ``(record batch, weights)`` of its rows in their order in ``batch``, or None for
+    a worker without rows; None when a column is not fixed-width without nulls (see
+    :func:`_dealt_type`). ``codes`` None: the u64 codes of the columns ``key_cols`` by ``plan``
+    (as ``KeyCodec._native_plan``; None when a key column is off its plan)."""
+    if codes is None:
+        if key_cols is None or plan is None or not 0 < len(plan) == len(key_cols) <= 8:
+            raise ValueError("deal_batch: no codes, and no key columns and plan to make them")
+        if any(not 0 <= i < batch.num_columns for i in key_cols):
+            raise ValueError(f"deal_batch: no key column among {key_cols}")
+        codes = _plan_codes([batch.column(i) for i in key_cols], plan)
+        if codes is None:
+            owner_rows(np.zeros(0, np.uint64), owners, bits, workers)  # (the map's checks)
+            return None
+    weights = np.asarray(weights, np.int64)
+    if batch.num_rows != len(codes) or weights.shape != (len(codes),):
+        raise ValueError(f"deal_batch: {batch.num_rows} rows, {len(codes)} codes, "
+                         f"{len(weights)} weights")
+    order, bounds = owner_rows(codes, owners, bits, workers)
+    if not batch.num_columns or not all(_dealt_type(f.type) and not c.null_count
+                                        for f, c in zip(batch.schema, batch.columns)):
+        return None
+    out: list = []
+    for w in range(workers):
+        idx = order[bounds[w]:bounds[w + 1]]
+        out.append((batch.take(pa.array(idx, pa.int64())), weights[idx]) if len(idx) else None)
+    return out
+
+
 def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     """The order that merges W runs of u64 key codes, each non-decreasing (a key's rows
     together), whose keys are disjoint: positions (int64) into the concatenation of the runs,
@@ -413,6 +453,35 @@ def merge_disjoint_runs(kruns: Sequence[np.ndarray]) -> Optional[np.ndarray]:
                 return None
     flat = np.concatenate(runs) if runs else np.zeros(0, np.uint64)
     return np.argsort(flat, kind="stable").astype(np.int64)
+
+
+def gather_disjoint(batches: Sequence[pa.RecordBatch], weights: Sequence[np.ndarray],
+                    schema: pa.Schema, plan: list) -> Optional[tuple]:
+    """W record batches (each with ``schema``'s column types) and their ``weights`` merged into
+    one ``(record batch of schema, weights)`` in the order of :func:`merge_disjoint_runs` of
+    the u64 key codes of their first ``len(plan)`` columns (``plan``: as
+    ``KeyCodec._native_plan``); None when a key is in two batches, or a column is not
+    fixed-width without nulls (see :func:`_dealt_type`), or a key column is off its plan."""
+    if len(batches) != len(weights):
+        raise ValueError(f"gather_disjoint: {len(batches)} batches, {len(weights)} weights")
+    for b, w in zip(batches, weights):
+        if len(w) != b.num_rows:
+            raise ValueError(f"gather_disjoint: a batch has {b.num_rows} rows, {len(w)} "
+                             f"weights")
+    if not batches or not plan or not len(schema) or len(plan) > len(schema) or \
+            not all(_dealt_type(f.type) for f in schema) or \
+            any(c.null_count for b in batches for c in b.columns):
+        return None
+    kruns = [_plan_codes([b.column(i) for i in range(len(plan))], plan) for b in batches]
+    if any(k is None for k in kruns):
+        return None
+    order = merge_disjoint_runs(kruns)
+    if order is None:
+        return None
+    cols = [pa.concat_arrays([b.column(i) for b in batches]).take(pa.array(order, pa.int64()))
+            for i in range(len(schema))]
+    w = np.concatenate([np.asarray(x, np.int64) for x in weights])[order]
+    return pa.RecordBatch.from_arrays(cols, schema=schema), w
 
 
 def merge_sum_runs(kruns: Sequence[np.ndarray], cols: Sequence[Sequence[np.ndarray]],

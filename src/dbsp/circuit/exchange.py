@@ -10,7 +10,9 @@ One home for the concept, below the operators and the runtime:
   always agree. A checkpoint stores the map, and a resume with another worker count re-shards
   the state by it (:mod:`dbsp.checkpoint.reshard`);
 * **dealing rows** :func:`deal`: the rows of a record batch for each worker, by the hash of some
-  of its columns encoded as the exchange after ``index_by`` encodes them;
+  of its columns encoded as the exchange after ``index_by`` encodes them; :func:`deal_batch`
+  hands each worker its rows themselves, copied in one native pass
+  (:func:`dbsp.algebra.kernels.deal_batch`: no permutation of the rows and no gather through it);
 * **shard maps** :class:`ShardMap`: the layout of 000 ("Scale in and out"), where a key's
   *shard* is the top ``log2(S)`` bits of its hash and an array of ``S`` owners says which worker
   holds each shard. Fixed sharding keeps ``S`` (say 1024) whatever ``W``; dynamic sharding picks
@@ -34,9 +36,10 @@ import pyarrow as pa
 
 from ..algebra import kernels as K
 from ..algebra.codes import CodeArray, codec_for
+from ..algebra.schema import take
 
-__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "deal_order", "ShardMap", "DEFAULT_K",
-           "as_shard_map"]
+__all__ = ["Transport", "TransportAborted", "shard_rows", "deal", "deal_order", "deal_batch",
+           "ShardMap", "DEFAULT_K", "as_shard_map"]
 
 #: the dynamic algorithm's load tolerance used unless a circuit is given another layout:
 #: ``S = next_power_of_two(W / 0.1)`` shards (16 for one worker, 32 for two or three)
@@ -92,6 +95,35 @@ def deal_order(data: pa.RecordBatch, key: tuple, shards: "ShardMap | int"
     names, schema = key
     codes = codec_for(schema).encode_batch(data.select(list(names)))
     return as_shard_map(shards).order(codes)
+
+
+def deal_batch(data: pa.RecordBatch, weights: np.ndarray, key: tuple, shards: "ShardMap | int"
+               ) -> list[Optional[tuple[pa.RecordBatch, np.ndarray]]]:
+    """The rows of ``data`` and their ``weights`` for each worker, as :func:`deal` deals them:
+    per worker ``(its rows, their weights)`` in their order in ``data``, or None for a worker
+    without rows. Fixed-width columns without nulls are copied to each worker's batch in one
+    native pass (:func:`dbsp.algebra.kernels.deal_batch`); other batches take the rows of
+    :func:`deal_order` in one gather, sliced per worker."""
+    shards = as_shard_map(shards)
+    W = shards.workers
+    if W == 1:
+        return [(data, weights) if data.num_rows else None]
+    names, schema = key
+    codec = codec_for(schema)
+    if codec._native_plan is not None:   # the key codes packed from the kernel's own export
+        cols = [data.schema.get_field_index(n) for n in names]
+        got = K.deal_batch(data, None, weights, shards.owners, shards.bits, W, cols,
+                           codec._native_plan)
+        if got is not None:
+            return got
+    codes = codec.encode_batch(data.select(list(names)))
+    got = K.deal_batch(data, codes, weights, shards.owners, shards.bits, W)
+    if got is not None:
+        return got
+    order, b = shards.order(codes)
+    data, weights = take(data, order), weights[order]
+    return [(data.slice(b[i], b[i + 1] - b[i]), weights[b[i]:b[i + 1]]) if b[i + 1] > b[i]
+            else None for i in range(W)]
 
 
 def _next_pow2(x: float) -> int:

@@ -23,7 +23,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from ..algebra.schema import (WEIGHT, InputError, concat_batches, conform, empty_batch, row_list,
                               take)
 from ..circuit.errors import check_policy
-from ..circuit.exchange import as_shard_map, deal_order
+from ..circuit.exchange import as_shard_map, deal_batch
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import OrdIndexedZSet, ZSet
@@ -216,11 +216,9 @@ class InputStream(Stream):
             return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
         w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-        if key is not None:   # one gather of the rows in worker order, sliced per worker
-            order, b = deal_order(data, key, shards)
-            data, w = take(data, order), w[order]
-            return [ZSet(data.slice(b[i], b[i + 1] - b[i]), w[b[i]:b[i + 1]])
-                    if b[i + 1] > b[i] else None for i in range(workers)]
+        if key is not None:   # each worker's rows copied to its own batch in one pass
+            return [None if p is None else ZSet(p[0], p[1])
+                    for p in deal_batch(data, w, key, shards)]
         if workers == 1:
             return [ZSet(data, w)]
         bounds = np.linspace(0, data.num_rows, workers + 1).astype(np.int64)

@@ -295,7 +295,7 @@ def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list,
         return OrdZSet.empty(schema)
     if len(parts) > 1 and all(_sorted_by(p, codec) for p in parts):
         if disjoint and all(type(p) is SortedPart for p in parts):
-            got = _merge_disjoint(parts, codec, {} if kcodecs is None else kcodecs)
+            got = _merge_disjoint(schema, parts, codec, {} if kcodecs is None else kcodecs)
             if got is not None:
                 return got
         if disjoint or len(parts) <= 2:
@@ -306,12 +306,14 @@ def _consolidate_parts(schema: pa.Schema, codec: KeyCodec, parts: list,
     return OrdZSet.from_loose(z, codec)  # (an OrdZSet is returned as it is)
 
 
-def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[SortedPart]:
+def _merge_disjoint(schema: pa.Schema, parts: list, codec: KeyCodec,
+                    kcodecs: dict) -> Optional[SortedPart]:
     """The sum of sorted parts (:class:`SortedPart`) whose keys are disjoint, by a merge of their
     integer key codes alone (a stable merge of W sorted runs: every key's rows stay together,
     in their part's order, which is row-code order), or None when the key codes are not
     integers or some key is in two parts (then the rows must be merged by row code and
-    summed). The parts' rows are distinct from each other then, so the merge sums nothing."""
+    summed). The parts' rows are distinct from each other then, so the merge sums nothing.
+    ``schema``: the output's (the parts' columns are its types: they have its codec)."""
     nkey = parts[0].nkey
     if any(p.nkey != nkey for p in parts) or not 0 < nkey < len(codec.fields):
         return None
@@ -320,8 +322,16 @@ def _merge_disjoint(parts: list, codec: KeyCodec, kcodecs: dict) -> Optional[Sor
         kc = kcodecs[nkey] = KeyCodec(codec.fields[:nkey])
     if not kc.u64:
         return None
-    # one k-way merge of the W sorted runs of key codes (None: a key on two workers, a stream
-    # not sharded by this key); the rows then in one take of the concatenated parts
+    if kc._native_plan is not None:
+        # fixed-width columns: the key codes packed from each part's export, one merge of them
+        # and one gather of every column from the W parts into one batch (no encode, no
+        # concatenation, no take through the order)
+        got = K.gather_disjoint([p.data for p in parts], [p.weights for p in parts], schema,
+                                kc._native_plan)
+        if got is not None:
+            return SortedPart(got[0], got[1], codec, nkey)
+    # else one k-way merge of the W sorted runs of key codes (None: a key on two workers, a
+    # stream not sharded by this key); the rows then in one take of the concatenated parts
     gidx = K.merge_disjoint_runs([p.key_codes(kc) for p in parts])
     if gidx is None:
         return None
