@@ -31,8 +31,10 @@ a step are split into:
   ``launcher``'s spawned ones do not: there the figures are wall seconds, an exchange's
   including its wait for the slowest peer).
 
-Driver phases are CPU of the whole process (``time.process_time``), so in ``threads`` a phase
-includes what the worker threads ran meanwhile. Medians over rounds; the absolute figures
+``split``, ``gather`` and ``read`` run in the driver's thread and are its own CPU clock
+(``time.thread_time``): a process clock would charge them the spines' background merges that
+ran meanwhile on the other core. ``step`` and ``driver`` are CPU of the whole process
+(``time.process_time``), so in ``threads`` they include what the worker threads ran meanwhile. Medians over rounds; the absolute figures
 swing with the machine's load, the W = 2 - W = 1 differences within a round less so.
 """
 from __future__ import annotations
@@ -74,11 +76,11 @@ class _Clock:
         def timed(*a, **kw):
             if not clock.on:
                 return orig(*a, **kw)
-            t0 = time.process_time()
+            t0 = time.thread_time()
             try:
                 return orig(*a, **kw)
             finally:
-                clock.acc[phase] += time.process_time() - t0
+                clock.acc[phase] += time.thread_time() - t0
         setattr(owner, attr, timed)
         return orig
 
