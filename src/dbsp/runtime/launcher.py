@@ -51,7 +51,7 @@ from ..storage.config import as_storage_config
 from ..storage.memory import tune_malloc
 from .circuit import Circuit, make_worker_context
 from .placement import plan
-from .process import WorkerDied, serve_replica
+from .process import WorkerDied, arrived, reply_order, serve_replica
 from .slices import SliceReader
 from .socket_transport import MeshAuth, accept_peers, dial, tcp_mesh
 
@@ -174,6 +174,7 @@ class Coordinator:
         self.address = f"{advertise or host}:{self._listener.getsockname()[1]}"
         self.ctrl: dict[int, socket.socket] = {}
         self.info: dict[int, dict] = {}
+        self._late: Optional[int] = None  # the worker that replied last (process.reply_order)
         self.mesh_seconds = 0.0
         #: the formats this driver speaks (:func:`dbsp._version.formats`): a worker whose
         #: formats do not interoperate with them is refused (:class:`VersionMismatch`)
@@ -265,14 +266,17 @@ class Coordinator:
             raise WorkerDied(f"the generation's {self.workers} workers were stopped (the "
                              f"coordinator is closed): a request or a background result "
                              f"cannot be answered")
-        replies, died = [], None
-        for w in self.ctrl:
+        got, died = {}, {}
+        for i, w in enumerate(reply_order(self.ctrl, self._late)):
+            if i and not arrived(self.ctrl[w]):
+                self._late = w  # came after the one read first: read it first next time
             try:
-                replies.append(self._recv(w))
+                got[w] = self._recv(w)
             except WorkerDied as e:
-                died = died or e
-        if died is not None:
-            raise died
+                died[w] = e
+        if died:
+            raise died[min(died)]
+        replies = [got[w] for w in self.ctrl]
         errs = [r[1] for r in replies if r[0] == "err"]
         if errs:
             real = [e for e in errs if not isinstance(e, TransportAborted)]

@@ -174,6 +174,29 @@ def serve_replica(ctrl: socket.socket, replica: Scheduler, transport: Any,
                 return
 
 
+def reply_order(workers, late: Optional[int]) -> list:
+    """The order to read one reply from each of ``workers``: ``late`` (the worker whose reply
+    came last the time before) first. A driver blocked on the last worker to answer finds the
+    others' replies waiting and sleeps once a request; reading in worker order, it sleeps and is
+    woken (a wake-up costs it tens of microseconds of CPU, and cold caches after) once for every
+    worker that answers after the one before it."""
+    order = list(workers)
+    if late is not None and len(order) > 1 and late in order and order[0] != late:
+        order.remove(late)
+        order.insert(0, late)
+    return order
+
+
+def arrived(sock: socket.socket) -> bool:
+    """Whether ``sock`` has something to read now (or failed: the read will say how)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
 def _nonempty(outs: dict) -> dict:
     """A step's outputs without the empty ones: the driver reads a missing output as nothing
     (as a worker whose output operator did not run), and an empty batch still costs its schema
@@ -240,6 +263,7 @@ class ProcessPool:
         self.ctrl: dict[int, socket.socket] = {}
         self.bg: dict[int, socket.socket] = {}
         self.pids: dict[int, int] = {}
+        self._late: Optional[int] = None  # the worker that replied last (see reply_order)
         self._lock = threading.RLock()  # one request / reply exchange at a time
         for w in range(1, workers):
             parent, child = socket.socketpair()
@@ -288,15 +312,19 @@ class ProcessPool:
         """Every forked worker's reply (all are read, so none is left on a socket); raises the
         first real error: a dead worker, then an error of the driver's own worker, then one a
         worker reported (an aborted exchange only when there is nothing else)."""
-        replies, died = [], None
-        for w in self.ctrl:
+        got, died = {}, {}
+        for i, w in enumerate(reply_order(self.ctrl, self._late)):
+            sock = self.ctrl[w]
+            if i and not arrived(sock):
+                self._late = w  # came after the one read first: read it first next time
             try:
-                replies.append(wire.recv(self.ctrl[w]))
+                got[w] = wire.recv(sock)
             except (wire.WireError, OSError):
-                died = died or WorkerDied(f"worker process {w} (pid {self.pids[w]}) died "
-                                          f"during the step")
-        if died is not None:
-            raise died
+                died[w] = WorkerDied(f"worker process {w} (pid {self.pids[w]}) died during "
+                                     f"the step")
+        if died:
+            raise died[min(died)]
+        replies = [got[w] for w in self.ctrl]
         errs = ([local_error] if local_error is not None else []) + \
             [r[1] for r in replies if r[0] == "err"]
         if errs:
