@@ -25,6 +25,11 @@ Design
   calls of four steps of the join + average workload at 10M bids (``bench_join_avg_rate``),
   interleaved old/new in one process: 0.78-0.82 of the time; one 640K-code batch, cold,
   0.81-0.88.
+* ``intersect_batches`` runs ``intersect``'s body (``intersect_core``) over every batch of a
+  spine in one call: a batch whose range misses the probe's costs its four binary searches and
+  no allocation, and none pays a Python call. Through a rank directory (the ids of one shard
+  of a hash-sharded key: what every worker of two or more stores) each probe's popcount is the
+  ``popcnt`` instruction when the CPU has it (``rank_place.h``, picked at run time).
 * ``expand_pairs`` makes two passes: count the output, then fill it.
 * ``take`` and ``concat`` on var codes compute the offsets first and copy the bytes with
   ``memcpy``.
