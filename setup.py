@@ -31,7 +31,9 @@ EXTENSIONS = {
     "merge": {"depends": ["src/_native/merge_simd.h", "src/_native/checked_add.h"]},
     # k-way merge of (u64 key, u64 value) runs (indexed state's common shape)
     "merge_pairs": {"depends": ["src/_native/checked_add.h", "src/_native/arrow_blocks.pxd"]},
-    "search": {},       # galloping seek, key intersection, join expansion, grouping
+    # galloping seek, key intersection, join expansion, grouping; rank_place.h: the rank
+    # directory's probe loop with a popcount picked at run time
+    "search": {"depends": ["src/_native/rank_place.h"]},
     "step": {},         # the small-step path's checks (identity take, checked weight products)
     # key hashing for the exchange, the driver's deal of its input (Arrow struct blocks)
     "hashing": {"depends": ["src/_native/arrow_blocks.pxd", "src/_native/pack_codes.pxd"]},

@@ -25,6 +25,11 @@ Design
   calls of four steps of the join + average workload at 10M bids (``bench_join_avg_rate``),
   interleaved old/new in one process: 0.78-0.82 of the time; one 640K-code batch, cold,
   0.81-0.88.
+* ``intersect_batches`` runs ``intersect``'s body (``intersect_core``) over every batch of a
+  spine in one call: a batch whose range misses the probe's costs its four binary searches and
+  no allocation, and none pays a Python call. Through a rank directory (the ids of one shard
+  of a hash-sharded key: what every worker of two or more stores) each probe's popcount is the
+  ``popcnt`` instruction when the CPU has it (``rank_place.h``, picked at run time).
 * ``expand_pairs`` makes two passes: count the output, then fill it.
 * ``take`` and ``concat`` on var codes compute the offsets first and copy the bytes with
   ``memcpy``.
@@ -62,6 +67,13 @@ cdef enum:
 
 cdef extern from *:
     void prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+
+cdef extern from "rank_place.h" nogil:
+    int64_t dbsp_rank_place_sw(const uint64_t* ua, int64_t a1, int64_t na, const uint64_t* rk,
+                               uint64_t rlo, int64_t rnw, int64_t* pa, int64_t* pb)
+    int64_t dbsp_rank_place_hw(const uint64_t* ua, int64_t a1, int64_t na, const uint64_t* rk,
+                               uint64_t rlo, int64_t rnw, int64_t* pa, int64_t* pb)
+    int dbsp_popcnt_supported()
 
 
 cdef inline uint64_t popcount64(uint64_t x) noexcept nogil:
@@ -457,6 +469,228 @@ def code_rank(codes, int64_t max_spread=RANK_SPREAD):
     return out
 
 
+cdef struct aux_t:
+    # the optional indexes of intersect's b side (borrowed from their arrays)
+    const uint64_t* us   # code_sample(b), or NULL
+    int64_t ns
+    const int64_t* rs    # code_runs(b), or NULL
+    int64_t nr
+    const uint64_t* rk   # code_rank(b), or NULL
+    int64_t rnw
+
+
+cdef object aux_views(const codes_t* kb, object b_sample, object b_runs, object b_rank,
+                      aux_t* x):
+    """Check ``b``'s optional indexes and borrow them into ``x``; returns the arrays that own
+    them (keep them referenced while ``x`` is used)."""
+    x.us = NULL
+    x.ns = 0
+    x.rs = NULL
+    x.nr = 0
+    x.rk = NULL
+    x.rnw = 0
+    if b_sample is None and b_runs is None and b_rank is None:
+        return None
+    so = ro = ko = None
+    if b_sample is not None:
+        so = as_codes(b_sample)
+        if is_var(so) or kb.u64 == NULL:
+            raise TypeError("intersect: a code sample needs u64 codes")
+        x.ns = (<cnp.ndarray>so).shape[0]
+        if x.ns != (kb.n + SAMPLE_STRIDE - 1) // SAMPLE_STRIDE:
+            raise ValueError(f"intersect: b_sample has {x.ns} codes, not every "
+                             f"{SAMPLE_STRIDE}th of b's {kb.n}")
+        x.us = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>so)
+    if b_runs is not None:
+        ro = contig(b_runs, cnp.NPY_INT64)
+        if kb.u64 == NULL:
+            raise TypeError("intersect: code runs need u64 codes")
+        x.nr = (<cnp.ndarray>ro).shape[0] - 1
+        x.rs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ro)
+        if x.nr < 1 or x.rs[0] != 0 or x.rs[x.nr] != kb.n:
+            raise ValueError(f"intersect: b_runs do not describe the runs of b's {kb.n} codes")
+    if b_rank is not None:
+        ko = contig(b_rank, cnp.NPY_UINT64)
+        if kb.u64 == NULL:
+            raise TypeError("intersect: a rank directory needs u64 codes")
+        x.rk = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>ko)
+        if (<cnp.ndarray>ko).shape[0] < 2 or kb.n == 0 or x.rk[0] != kb.u64[0] \
+                or (<cnp.ndarray>ko).shape[0] != 2 + 2 * <int64_t>x.rk[1] \
+                or ((kb.u64[kb.n - 1] - x.rk[0]) >> 6) >= x.rk[1]:
+            raise ValueError(f"intersect: b_rank is not the rank directory of b's {kb.n} codes")
+        x.rnw = <int64_t>x.rk[1]
+    return (so, ro, ko)
+
+
+#: whether intersect's rank loop uses the popcnt instruction (rank_place.h): the CPU has it
+cdef bint has_popcnt = dbsp_popcnt_supported()
+
+
+def set_popcnt(bint on):
+    """Use the hardware popcount in intersect's rank loop when the CPU has it (``on``), else the
+    portable one (for comparisons and tests); returns whether the hardware one is in use."""
+    global has_popcnt
+    has_popcnt = on and dbsp_popcnt_supported()
+    return has_popcnt
+
+
+cdef int64_t intersect_core(const codes_t* ka, const codes_t* kb, const aux_t* x,
+                            int64_t* pa, int64_t* pb) noexcept nogil:
+    """The body of :func:`intersect`: the matches of ``ka`` and ``kb`` into ``pa`` / ``pb``
+    (room for ``min(na, nb) + 1`` entries); returns their number."""
+    cdef const uint64_t* us = x.us
+    cdef int64_t ns = x.ns, s = 0, w0, w1, h
+    cdef bint near
+    cdef int64_t wins[PREFETCH]
+    cdef const int64_t* rs = x.rs
+    cdef int64_t nr = x.nr, r = 0
+    cdef const uint64_t* rk = x.rk
+    cdef int64_t rnw = x.rnw
+    cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
+    cdef const uint64_t* ua = ka.u64
+    cdef const uint64_t* ub = kb.u64
+    cdef uint64_t x_, y
+    cdef int c
+    if m > 0:
+        # the overlap of the two code ranges: a[i:na] and b[j:nb]
+        i = bsearch(ka, 0, na, kb, 0, False)
+        na = bsearch(ka, i, na, kb, nb - 1, True)
+        j = bsearch(kb, 0, nb, ka, i, False) if i < na else nb
+        nb = bsearch(kb, j, nb, ka, na - 1, True) if i < na else nb
+    a0, b0 = na - i, nb - j
+    a1, b1 = i, j
+    if a0 <= 0 or b0 <= 0:
+        pass
+    elif ua != NULL and ub[nb - 1] - ub[j] == <uint64_t>(b0 - 1):
+        # b's overlap holds every code of its range (dense ids: a primary key's index):
+        # every code of a in that range is there, at its distance from the first
+        x_, y = ub[b1], ub[nb - 1]
+        for i in range(a1, na):
+            pa[o] = i
+            pb[o] = b1 + <int64_t>(ua[i] - x_)
+            o += (ua[i] >= x_) & (ua[i] <= y)
+    elif ua != NULL and ua[na - 1] - ua[i] == <uint64_t>(a0 - 1):
+        x_, y = ua[a1], ua[na - 1]
+        for j in range(b1, nb):  # the same, a dense
+            pa[o] = a1 + <int64_t>(ub[j] - x_)
+            pb[o] = j
+            o += (ub[j] >= x_) & (ub[j] <= y)
+    elif rk != NULL and a0 <= GALLOP_RATIO * b0:
+        # b a dense part of its range: each code of a (all inside b's range, see the cut
+        # above) placed through the rank directory, b never read
+        # (rank_place.h: the same loop with a hardware popcount when the CPU has one)
+        if has_popcnt:
+            o = dbsp_rank_place_hw(ua, a1, na, rk, rk[0], rnw, pa, pb)
+        else:
+            o = dbsp_rank_place_sw(ua, a1, na, rk, rk[0], rnw, pa, pb)
+    elif rs != NULL and nr <= 4 * a0 + 64:
+        # b is a few runs of consecutive codes: walk the runs in order beside the codes of
+        # a; a code inside its run is at its distance from the run's first code
+        for i in range(a1, na):
+            x_ = ua[i]
+            while r < nr and ub[rs[r + 1] - 1] < x_:
+                r += 1
+            if r >= nr:
+                break
+            y = ub[rs[r]]
+            pa[o] = i
+            pb[o] = rs[r] + <int64_t>(x_ - y)
+            o += x_ >= y
+    elif ua != NULL and (us == NULL or b0 <= GALLOP_RATIO * a0) and \
+            SEEK_RATIO * a0 <= b0 <= SEEK_MAX_RATIO * a0:
+        # b a few codes longer per code of a (and no sample to search first): seek
+        # through b for each code of a
+        for i in range(a1, na):
+            x_ = ua[i]
+            j = seek_u64(ub, j, nb, x_, False)
+            if j >= nb:
+                break
+            pa[o] = i
+            pb[o] = j
+            o += ub[j] == x_
+    elif ua != NULL and SEEK_RATIO * b0 <= a0 <= SEEK_MAX_RATIO * b0:
+        for j in range(b1, nb):  # the same, a the longer side
+            y = ub[j]
+            i = seek_u64(ua, i, na, y, False)
+            if i >= na:
+                break
+            pa[o] = i
+            pb[o] = j
+            o += ua[i] == y
+    elif a0 > GALLOP_RATIO * b0:
+        # gallop through a for each code of b (see below for the sparse case)
+        for j in range(b1, nb):
+            i = sparse_search(ka, i, na, kb, j,
+                              a0 > SPARSE_RATIO * b0 and a0 >= SPARSE_ROWS)
+            if i >= na:
+                break
+            if cmp_probe(ka, i, kb, j) == 0:
+                pa[o] = i
+                pb[o] = j
+                o += 1
+    elif b0 > GALLOP_RATIO * a0 and us != NULL:
+        # each code of a in the (cached) sample, then in its window of b, as a software
+        # pipeline: the window of the code PREFETCH places ahead is found in the sample and
+        # prefetched while the current code's window is searched, so that about PREFETCH
+        # cache misses are always in flight (placing a group, then searching it, left
+        # none in flight while the next group was placed)
+        i = a1
+        h = a1  # the next code of a to place
+        near = b0 <= SEEK_MAX_RATIO * SAMPLE_STRIDE * a0  # a few sample blocks apart
+        while i < na:
+            while h < na and h < i + PREFETCH:
+                if near:  # us[s - 1] <= x_ < us[s]
+                    s = seek_u64(us, s, ns, ua[h], True)
+                else:
+                    s = gallop_u64(us, s, ns, ua[h], True)
+                w0 = (s - 1) * SAMPLE_STRIDE
+                wins[h & (PREFETCH - 1)] = w0
+                if s > 0:
+                    prefetch(ub + w0)
+                    prefetch(ub + (w0 + SAMPLE_STRIDE - 1 if
+                                   w0 + SAMPLE_STRIDE <= kb.n else kb.n - 1))
+                h += 1
+            w0 = wins[i & (PREFETCH - 1)]
+            if w0 >= 0:
+                x_ = ua[i]
+                w1 = w0 + SAMPLE_STRIDE if w0 + SAMPLE_STRIDE < kb.n else kb.n
+                j = w0 + bsearch_u64(ub + w0, w1 - w0, x_, False)
+                if j < w1 and ub[j] == x_:
+                    pa[o] = i
+                    pb[o] = j
+                    o += 1
+            i += 1
+    elif b0 > GALLOP_RATIO * a0:
+        for i in range(a1, na):
+            j = sparse_search(kb, j, nb, ka, i,
+                              b0 > SPARSE_RATIO * a0 and b0 >= SPARSE_ROWS)
+            if j >= nb:
+                break
+            if cmp_probe(kb, j, ka, i) == 0:
+                pa[o] = i
+                pb[o] = j
+                o += 1
+    elif ua != NULL:
+        while i < na and j < nb:
+            x_ = ua[i]
+            y = ub[j]
+            pa[o] = i
+            pb[o] = j
+            o += x_ == y
+            i += x_ <= y
+            j += y <= x_
+    else:
+        while i < na and j < nb:
+            c = codes_cmp(ka, i, kb, j)
+            if c == 0:
+                pa[o] = i
+                pb[o] = j
+                o += 1
+            i += c <= 0
+            j += c >= 0
+    return o
+
+
 def intersect(a, b, b_sample=None, b_runs=None, b_rank=None):
     """Positions of equal codes in two sorted arrays of *distinct* codes: ``(ai, bi)``,
     ascending.
@@ -479,193 +713,60 @@ def intersect(a, b, b_sample=None, b_runs=None, b_rank=None):
     cdef codes_t kb = codes_view(bo)
     if (ka.u64 == NULL) != (kb.u64 == NULL):
         raise TypeError("intersect needs two u64 or two var code arrays")
-    cdef const uint64_t* us = NULL
-    cdef int64_t ns = 0, s = 0, w0, w1, g, cnt, h
-    cdef bint near
-    cdef int64_t wins[PREFETCH]
-    if b_sample is not None:
-        so = as_codes(b_sample)
-        if is_var(so) or kb.u64 == NULL:
-            raise TypeError("intersect: a code sample needs u64 codes")
-        ns = (<cnp.ndarray>so).shape[0]
-        if ns != (kb.n + SAMPLE_STRIDE - 1) // SAMPLE_STRIDE:
-            raise ValueError(f"intersect: b_sample has {ns} codes, not every "
-                             f"{SAMPLE_STRIDE}th of b's {kb.n}")
-        us = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>so)
-    cdef const int64_t* rs = NULL
-    cdef int64_t nr = 0, r = 0
-    if b_runs is not None:
-        ro = contig(b_runs, cnp.NPY_INT64)
-        if kb.u64 == NULL:
-            raise TypeError("intersect: code runs need u64 codes")
-        nr = (<cnp.ndarray>ro).shape[0] - 1
-        rs = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>ro)
-        if nr < 1 or rs[0] != 0 or rs[nr] != kb.n:
-            raise ValueError(f"intersect: b_runs do not describe the runs of b's {kb.n} codes")
-    cdef const uint64_t* rk = NULL
-    cdef uint64_t rlo = 0, rd, rword
-    cdef int64_t rnw = 0
-    if b_rank is not None:
-        ko = contig(b_rank, cnp.NPY_UINT64)
-        if kb.u64 == NULL:
-            raise TypeError("intersect: a rank directory needs u64 codes")
-        rk = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>ko)
-        if (<cnp.ndarray>ko).shape[0] < 2 or kb.n == 0 or rk[0] != kb.u64[0] \
-                or (<cnp.ndarray>ko).shape[0] != 2 + 2 * <int64_t>rk[1] \
-                or ((kb.u64[kb.n - 1] - rk[0]) >> 6) >= rk[1]:
-            raise ValueError(f"intersect: b_rank is not the rank directory of b's {kb.n} codes")
-        rlo = rk[0]
-        rnw = <int64_t>rk[1]
-    cdef int64_t na = ka.n, nb = kb.n, i = 0, j = 0, o = 0, m = min(na, nb), a0, b0, a1, b1
+    cdef aux_t x
+    keep = aux_views(&kb, b_sample, b_runs, b_rank, &x)
+    cdef int64_t m = min(ka.n, kb.n), o
     cdef cnp.ndarray ai = empty1(m + 1, cnp.NPY_INT64)  # (+1: room for an unconditional
     cdef cnp.ndarray bi = empty1(m + 1, cnp.NPY_INT64)  # store after the last match)
     cdef int64_t* pa = <int64_t*>cnp.PyArray_DATA(ai)
     cdef int64_t* pb = <int64_t*>cnp.PyArray_DATA(bi)
-    cdef const uint64_t* ua = ka.u64
-    cdef const uint64_t* ub = kb.u64
-    cdef uint64_t x, y
-    cdef int c
     with nogil:
-        if m > 0:
-            # the overlap of the two code ranges: a[i:na] and b[j:nb]
-            i = bsearch(&ka, 0, na, &kb, 0, False)
-            na = bsearch(&ka, i, na, &kb, nb - 1, True)
-            j = bsearch(&kb, 0, nb, &ka, i, False) if i < na else nb
-            nb = bsearch(&kb, j, nb, &ka, na - 1, True) if i < na else nb
-        a0, b0 = na - i, nb - j
-        a1, b1 = i, j
-        if a0 <= 0 or b0 <= 0:
-            pass
-        elif ua != NULL and ub[nb - 1] - ub[j] == <uint64_t>(b0 - 1):
-            # b's overlap holds every code of its range (dense ids: a primary key's index):
-            # every code of a in that range is there, at its distance from the first
-            x, y = ub[b1], ub[nb - 1]
-            for i in range(a1, na):
-                pa[o] = i
-                pb[o] = b1 + <int64_t>(ua[i] - x)
-                o += (ua[i] >= x) & (ua[i] <= y)
-        elif ua != NULL and ua[na - 1] - ua[i] == <uint64_t>(a0 - 1):
-            x, y = ua[a1], ua[na - 1]
-            for j in range(b1, nb):  # the same, a dense
-                pa[o] = a1 + <int64_t>(ub[j] - x)
-                pb[o] = j
-                o += (ub[j] >= x) & (ub[j] <= y)
-        elif rk != NULL and a0 <= GALLOP_RATIO * b0:
-            # b a dense part of its range: each code of a (all inside b's range, see the cut
-            # above) placed through the rank directory, b never read
-            for i in range(a1, na):
-                rd = ua[i] - rlo
-                rword = rk[2 + (rd >> 6)]
-                pa[o] = i
-                pb[o] = <int64_t>rk[2 + rnw + (rd >> 6)] + \
-                    popcount64(rword & ((((<uint64_t>1) << (rd & 63))) - 1))
-                o += (rword >> (rd & 63)) & 1
-        elif rs != NULL and nr <= 4 * a0 + 64:
-            # b is a few runs of consecutive codes: walk the runs in order beside the codes of
-            # a; a code inside its run is at its distance from the run's first code
-            for i in range(a1, na):
-                x = ua[i]
-                while r < nr and ub[rs[r + 1] - 1] < x:
-                    r += 1
-                if r >= nr:
-                    break
-                y = ub[rs[r]]
-                pa[o] = i
-                pb[o] = rs[r] + <int64_t>(x - y)
-                o += x >= y
-        elif ua != NULL and (us == NULL or b0 <= GALLOP_RATIO * a0) and \
-                SEEK_RATIO * a0 <= b0 <= SEEK_MAX_RATIO * a0:
-            # b a few codes longer per code of a (and no sample to search first): seek
-            # through b for each code of a
-            for i in range(a1, na):
-                x = ua[i]
-                j = seek_u64(ub, j, nb, x, False)
-                if j >= nb:
-                    break
-                pa[o] = i
-                pb[o] = j
-                o += ub[j] == x
-        elif ua != NULL and SEEK_RATIO * b0 <= a0 <= SEEK_MAX_RATIO * b0:
-            for j in range(b1, nb):  # the same, a the longer side
-                y = ub[j]
-                i = seek_u64(ua, i, na, y, False)
-                if i >= na:
-                    break
-                pa[o] = i
-                pb[o] = j
-                o += ua[i] == y
-        elif a0 > GALLOP_RATIO * b0:
-            # gallop through a for each code of b (see below for the sparse case)
-            for j in range(b1, nb):
-                i = sparse_search(&ka, i, na, &kb, j,
-                                  a0 > SPARSE_RATIO * b0 and a0 >= SPARSE_ROWS)
-                if i >= na:
-                    break
-                if cmp_probe(&ka, i, &kb, j) == 0:
-                    pa[o] = i
-                    pb[o] = j
-                    o += 1
-        elif b0 > GALLOP_RATIO * a0 and us != NULL:
-            # each code of a in the (cached) sample, then in its window of b, as a software
-            # pipeline: the window of the code PREFETCH places ahead is found in the sample and
-            # prefetched while the current code's window is searched, so that about PREFETCH
-            # cache misses are always in flight (placing a group, then searching it, left
-            # none in flight while the next group was placed)
-            i = a1
-            h = a1  # the next code of a to place
-            near = b0 <= SEEK_MAX_RATIO * SAMPLE_STRIDE * a0  # a few sample blocks apart
-            while i < na:
-                while h < na and h < i + PREFETCH:
-                    if near:  # us[s - 1] <= x < us[s]
-                        s = seek_u64(us, s, ns, ua[h], True)
-                    else:
-                        s = gallop_u64(us, s, ns, ua[h], True)
-                    w0 = (s - 1) * SAMPLE_STRIDE
-                    wins[h & (PREFETCH - 1)] = w0
-                    if s > 0:
-                        prefetch(ub + w0)
-                        prefetch(ub + (w0 + SAMPLE_STRIDE - 1 if
-                                       w0 + SAMPLE_STRIDE <= kb.n else kb.n - 1))
-                    h += 1
-                w0 = wins[i & (PREFETCH - 1)]
-                if w0 >= 0:
-                    x = ua[i]
-                    w1 = w0 + SAMPLE_STRIDE if w0 + SAMPLE_STRIDE < kb.n else kb.n
-                    j = w0 + bsearch_u64(ub + w0, w1 - w0, x, False)
-                    if j < w1 and ub[j] == x:
-                        pa[o] = i
-                        pb[o] = j
-                        o += 1
-                i += 1
-        elif b0 > GALLOP_RATIO * a0:
-            for i in range(a1, na):
-                j = sparse_search(&kb, j, nb, &ka, i,
-                                  b0 > SPARSE_RATIO * a0 and b0 >= SPARSE_ROWS)
-                if j >= nb:
-                    break
-                if cmp_probe(&kb, j, &ka, i) == 0:
-                    pa[o] = i
-                    pb[o] = j
-                    o += 1
-        elif ua != NULL:
-            while i < na and j < nb:
-                x = ua[i]
-                y = ub[j]
-                pa[o] = i
-                pb[o] = j
-                o += x == y
-                i += x <= y
-                j += y <= x
-        else:
-            while i < na and j < nb:
-                c = codes_cmp(&ka, i, &kb, j)
-                if c == 0:
-                    pa[o] = i
-                    pb[o] = j
-                    o += 1
-                i += c <= 0
-                j += c >= 0
+        o = intersect_core(&ka, &kb, &x, pa, pb)
     return shrink(ai, o), shrink(bi, o)
+
+
+def intersect_batches(a, parts):
+    """:func:`intersect` of the sorted distinct codes ``a`` with each of several sorted code
+    arrays in one call (the batches of a spine probed with one delta's keys): ``parts`` a
+    sequence of ``(b, b_sample, b_runs, b_rank)`` (:func:`intersect`'s arguments); returns the
+    list of ``(part number, ai, bi)`` of the parts with matches, in order.
+
+    One call for the whole spine: a part whose range misses ``a``'s (an older batch of a trace
+    whose keys grow with time) costs its four binary searches and no allocation, and no part
+    pays a Python call, an argument parse and two arrays of its own."""
+    ao = as_codes(a)
+    cdef codes_t ka = codes_view(ao)
+    cdef codes_t kb
+    cdef aux_t x
+    cdef int64_t na = ka.n, o, m, k = 0
+    out = []
+    if na == 0:
+        return out
+    # the outputs of a part, sized for its matches (+1: the unconditional store after the
+    # last); a part without matches leaves them to the next part (no allocation of its own)
+    cdef cnp.ndarray ai = None, bi = None
+    cdef int64_t* pa = NULL
+    cdef int64_t* pb = NULL
+    for part in parts:
+        b, b_sample, b_runs, b_rank = part
+        bo = as_codes(b)
+        kb = codes_view(bo)
+        if (ka.u64 == NULL) != (kb.u64 == NULL):
+            raise TypeError("intersect needs two u64 or two var code arrays")
+        keep = aux_views(&kb, b_sample, b_runs, b_rank, &x)
+        m = min(na, kb.n)
+        if ai is None or ai.shape[0] < m + 1:
+            ai = empty1(m + 1, cnp.NPY_INT64)
+            bi = empty1(m + 1, cnp.NPY_INT64)
+            pa = <int64_t*>cnp.PyArray_DATA(ai)
+            pb = <int64_t*>cnp.PyArray_DATA(bi)
+        with nogil:
+            o = intersect_core(&ka, &kb, &x, pa, pb)
+        if o:
+            out.append((k, shrink(ai, o), shrink(bi, o)))
+            ai = bi = None
+        k += 1
+    return out
 
 
 # --- expand_pairs -------------------------------------------------------------------------------

@@ -465,7 +465,12 @@ def test_code_rank_and_intersect_through_it(data):
     a = np.unique(np.asarray(data.draw(st.lists(st.integers(max(lo - 70, 0), top),
                                                 max_size=data.draw(st.sampled_from([5, 300])))),
                              dtype=np.uint64))
-    same(native.intersect(a, b, None, None, got), ref.intersect(a, b))
+    for hw in (True, False):  # the rank loop with the popcnt instruction and without
+        native.set_popcnt(hw)
+        try:
+            same(native.intersect(a, b, None, None, got), ref.intersect(a, b))
+        finally:
+            native.set_popcnt(True)
     same(ref.intersect(a, b, None, None, got), ref.intersect(a, b))
     if len(b) >= 16:
         same(native.intersect(a, b, native.code_sample(b), native.code_runs(b), got),
@@ -484,3 +489,42 @@ def test_code_rank_checks():
         ref.intersect(b, b, None, None, other)
     with pytest.raises(ValueError, match="b_rank"):
         native.intersect(b, b, None, None, np.zeros(1, np.uint64))
+
+
+@given(st.data())
+def test_intersect_batches(data):
+    """``intersect_batches`` (one call over a spine's batches) gives, for every part with
+    matches, what ``intersect`` gives for it alone, and leaves out the parts without: batches of
+    growing key ranges (an id trace: most miss the probe's range), shards of ids probed through
+    their rank directory, code samples and runs, u64 and var codes, an empty part."""
+    kind = data.draw(KINDS)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32)))
+    parts, keys = [], []
+    lo = 0
+    for _ in range(data.draw(st.integers(0, 6))):
+        n = data.draw(st.integers(0, 300))
+        keep = data.draw(st.sampled_from([1.0, 0.5]))
+        span = np.arange(lo, lo + n, dtype=np.uint64)
+        lo += n if data.draw(st.booleans()) else n // 2  # ranges apart or overlapping
+        b = span[rng.random(n) < keep]
+        keys.append(b)
+        if kind == "var":
+            parts.append((codes_of("var", b.tolist()), None, None, None))
+            continue
+        rank = native.code_rank(b) if len(b) and data.draw(st.booleans()) else None
+        sample = native.code_sample(b) if len(b) and data.draw(st.booleans()) else None
+        runs = native.code_runs(b) if len(b) and data.draw(st.booleans()) else None
+        parts.append((b, sample, runs, rank))
+    a = np.unique(rng.integers(0, max(lo, 1) + 20, data.draw(st.integers(0, 200)))
+                  .astype(np.uint64))
+    if kind == "var":
+        a = codes_of("var", a.tolist())
+    got = native.intersect_batches(a, parts)
+    want = ref.intersect_batches(a, parts)
+    assert [k for k, _, _ in got] == [k for k, _, _ in want]
+    for (k, ai, bi), (_, wa, wb) in zip(got, want):
+        same((ai, bi), (wa, wb))
+        same((ai, bi), native.intersect(a, *parts[k]))
+    with pytest.raises(TypeError):
+        native.intersect_batches(np.arange(3, dtype=np.uint64),
+                                 [(VarCodes.from_list([b"a"]), None, None, None)])

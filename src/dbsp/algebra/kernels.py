@@ -30,6 +30,7 @@ _NATIVE = {
     "upper_bound": "search",
     "range_lower_bound": "search",
     "intersect": "search",
+    "intersect_batches": "search",
     "code_sample": "search",
     "code_runs": "search",
     "code_rank": "search",
@@ -147,6 +148,7 @@ lower_bound = _resolve("lower_bound")
 upper_bound = _resolve("upper_bound")
 range_lower_bound = _resolve("range_lower_bound")
 intersect = _resolve("intersect")
+intersect_batches = _resolve("intersect_batches")
 code_sample = _resolve("code_sample")
 code_runs = _resolve("code_runs")
 code_rank = _resolve("code_rank")

@@ -321,6 +321,17 @@ def intersect(a: CodeArray, b: CodeArray, b_sample=None, b_runs=None, b_rank=Non
     return np.asarray(ai, dtype=np.int64), np.asarray([pos[ka[i]] for i in ai], dtype=np.int64)
 
 
+def intersect_batches(a: CodeArray, parts) -> list:
+    """:func:`intersect` of ``a`` with each ``(b, b_sample, b_runs, b_rank)`` of ``parts``: the
+    list of ``(part number, ai, bi)`` of the parts with matches, in order."""
+    out = []
+    for k, (b, b_sample, b_runs, b_rank) in enumerate(parts):
+        ai, bi = intersect(a, b, b_sample, b_runs, b_rank)
+        if len(ai):
+            out.append((k, ai, bi))
+    return out
+
+
 def expand_pairs(a_offsets: np.ndarray, ai: np.ndarray, b_offsets: np.ndarray, bi: np.ndarray):
     """Cross product of the value ranges of matched keys.
 

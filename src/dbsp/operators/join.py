@@ -140,16 +140,54 @@ RANK_MIN_KEYS = 1 << 10
 RANK_PROBES = 8
 
 
+#: key of a stored batch's ``memo`` under which :func:`match_trace` keeps what a probe of the
+#: batch reads besides the probe (its key codes, code sample and code runs; the last two are
+#: memoized, and counted, on their own): one dict lookup a batch and step
+PROBE_PARTS = "probe_parts"
+
+
 def match_trace(batches: list, codes) -> list:
-    """:func:`~dbsp.trace.batch.match_batches` of a join's trace, an in-memory batch of
-    :data:`RANK_MIN_KEYS` keys or more probed through its keys' rank directory
-    (:meth:`~dbsp.trace.batch.OrdIndexedZSet.code_rank`) once a probe is dense enough to repay
-    its making (:data:`RANK_PROBES`). That is the shard of a hash-sharded id key (every W-th
-    id, at random) that the intersection's own dense case (every id of a range) no longer
+    """:func:`~dbsp.trace.batch.match_batches` of a join's trace, in one native call over the
+    spine (:func:`~dbsp.algebra.kernels.intersect_batches`) when every batch is in memory: a
+    batch costs no Python call of its own, and one whose key range misses the probe's (an
+    older batch of a trace whose keys grow with time) costs four binary searches.
+
+    An in-memory batch of :data:`RANK_MIN_KEYS` keys or more is probed through its keys' rank
+    directory (:meth:`~dbsp.trace.batch.OrdIndexedZSet.code_rank`) once a probe is dense enough
+    to repay its making (:data:`RANK_PROBES`). That is the shard of a hash-sharded id key (every
+    W-th id, at random) that the intersection's own dense case (every id of a range) no longer
     covers once there are two workers."""
     n = len(codes)
-    if n * RANK_PROBES < RANK_MIN_KEYS or any(b.is_file for b in batches) \
-            or not Codes.is_u64(codes):
+    if n == 0:
+        return []
+    parts = []
+    u64 = Codes.is_u64(codes)
+    for b in batches:
+        if type(b) is not OrdIndexedZSet:
+            # (file batches prefetch first, then read only the blocks of the probed keys)
+            return _match_each(batches, codes, n, u64)
+        memo = b.memo
+        part = memo.get(PROBE_PARTS) if memo is not None else None
+        if part is None:
+            part = (b.kcodes, b.code_sample(), b.code_runs(), None)
+            if b.memo is None:
+                b.memo = {}
+            b.memo[PROBE_PARTS] = part  # (its arrays: the batch's own, or memoized and counted)
+        nk = len(part[0])
+        if u64 and nk >= RANK_MIN_KEYS and (n * RANK_PROBES >= nk or "code_rank" in b.memo):
+            part = part[:3] + (b.code_rank(),)
+        parts.append(part)
+    out = []
+    for k, pi, ki in K.intersect_batches(codes, parts):
+        b = batches[k]
+        b.hits += len(pi)
+        out.append((b, pi, ki))
+    return out
+
+
+def _match_each(batches: list, codes, n: int, u64: bool) -> list:
+    """:func:`match_trace` batch by batch, for a spine with batches in layer files."""
+    if n * RANK_PROBES < RANK_MIN_KEYS or any(b.is_file for b in batches) or not u64:
         # (no batch is probed densely enough; file batches prefetch first)
         return match_batches(batches, codes)
     out = []
@@ -164,8 +202,14 @@ def match_trace(batches: list, codes) -> list:
     return out
 
 
-#: below this many keys a batch's offsets and weights stay in the cache: not worth a check
-UNIT_MIN_KEYS = 1 << 14
+#: a stored batch of fewer keys is not checked for :func:`unit_values` (its check, a pass over
+#: its offsets and weights once, costs a few microseconds: more than a small batch's pairs
+#: save). It is not about the cache: the general pair loop reads two offsets and a weight per
+#: pair and multiplies with an overflow check, and took twice the time of the unit loop on
+#: 4.5K pairs with a 7.2K-key batch (27 against 14 us). At 16K, the auction batches of two
+#: workers (half the keys of one worker's) fell under the bound where one worker's did not:
+#: a cost of the second worker, per row
+UNIT_MIN_KEYS = 1 << 12
 
 
 def unit_values(b: OrdIndexedZSet) -> bool:

@@ -558,7 +558,10 @@ class Spine:
     def insert(self, batch: Batch) -> None:
         """Add a consolidated batch. Returns once it is filed; merging happens in the background
         (blocks only while more than ``max_loose`` batches wait for the merger)."""
-        self._raise_error()
+        # (every worker's operators call this once a step per spine: the helpers that are a
+        # line each are written out here)
+        if self._error is not None:
+            self._raise_error()
         if self._proto is None:
             self._proto = batch
         n = len(batch)
@@ -569,16 +572,24 @@ class Spine:
         journal = current_journal()
         if journal is not None:  # a step that may be rolled back (dbsp.trace.journal)
             journal.inserted(self, batch)
+        f = self.fanout
         with self._cv:
             self.generation += 1
-            self._levels.setdefault(self.level_of(n), []).append(batch)
+            self._levels.setdefault(_level(n, f, self.base_rows), []).append(batch)
             self._merge_blocked = False
-            self._changed()
-            self.stats.inserts += 1
-            self.stats.rows_inserted += n
-            waiting = self._waiting()
-            self.stats.max_waiting = max(self.stats.max_waiting, waiting)
-        self._fire_change()
+            self._snapshot = None  # (_changed)
+            st = self.stats
+            st.inserts += 1
+            st.rows_inserted += n
+            waiting = 0  # (_waiting)
+            for bs in self._levels.values():
+                k = len(bs)
+                if k >= f:
+                    waiting += k
+            if waiting > st.max_waiting:
+                st.max_waiting = waiting
+        if self._on_change is not None:
+            self._fire_change()
         if not waiting:
             return
         if not self.background:
