@@ -1260,8 +1260,7 @@ class LinearAggregateOperator(Operator):
             got = self._exchange_partials(d, z)
             if got is None:
                 return ZSet.empty(self.out_schema)
-            keys, kcodes, kcodec, delta = got
-            keys_export = None
+            keys, kcodes, kcodec, delta, keys_export = got
         else:
             if len(d) == 0:
                 return ZSet.empty(self.out_schema)
@@ -1407,7 +1406,8 @@ class LinearAggregateOperator(Operator):
 
     def _exchange_partials(self, d: OrdIndexedZSet, z: Optional[ZSet] = None):
         """Local partials per key, swapped by key hash, summed per key: ``(keys, kcodes, codec,
-        partial columns)`` of the keys this worker owns, or None.
+        partial columns, the keys' kept export or None)`` of the keys this worker owns, or
+        None.
 
         Partials cross the exchange as they are computed, not as a record batch: building one,
         and reading it back on the other side, cost more than the rows themselves (a few dozen
@@ -1441,7 +1441,7 @@ class LinearAggregateOperator(Operator):
                     return done
             got = [self._unpack(g, codec) if len(g) == 2 else g for g in got]
         if len(got) == 1:  # one consolidated part: keys already sorted and distinct
-            return got[0][0], got[0][1], codec, got[0][2]
+            return got[0][0], got[0][1], codec, got[0][2], None
         if P.dtypes is not None and all(type(g[1]) is np.ndarray for g in got):
             # u64 key codes and numpy partials: the sorted parts merged and summed in one
             # native pass (a dozen numpy and Arrow calls a column on a few dozen keys, else)
@@ -1449,7 +1449,8 @@ class LinearAggregateOperator(Operator):
                 [g[1] for g in got], [[g[2][i] for g in got] for i in range(len(P.schema))],
                 self._is_int)
             if over is None:
-                return take(pa.concat_batches([g[0] for g in got]), first), kc, codec, sums
+                return take(pa.concat_batches([g[0] for g in got]), first), kc, codec, sums, \
+                    None
         kcodes = K.concat([g[1] for g in got])
         perm = K.argsort(kcodes)
         sk = K.take(kcodes, perm)
@@ -1464,7 +1465,7 @@ class LinearAggregateOperator(Operator):
         if flags:
             ok = np.flatnonzero(bad_keys(self, keys, None, kc, flags, sums[0]))
             keys, kc, sums = take(keys, ok), K.take(kc, ok), _take_cols(sums, ok)
-        return keys, kc, codec, sums
+        return keys, kc, codec, sums, None
 
     def _pack(self, d: OrdIndexedZSet, local: list) -> Optional[list]:
         """Per worker None (no key of ``d`` is its) or ``(array, plan)``: the codes of the keys
@@ -1488,15 +1489,16 @@ class LinearAggregateOperator(Operator):
         return [m[1 + i].view(dt) for i, dt in enumerate(self.partials.dtypes)]
 
     def _keys_of(self, kc: np.ndarray, plan: list, codec: KeyCodec,
-                 cols: Optional[list] = None) -> pa.RecordBatch:
+                 cols: Optional[list] = None, views: Optional[list] = None) -> pa.RecordBatch:
         """The key columns of the u64 codes ``kc`` (of ``plan``) as a batch of ``codec``'s
-        fields, in one native import (``cols``: the codes decoded already)."""
+        fields, in one native import (``cols``: the codes decoded already; ``views``: a list
+        the batch's export is appended to, when the native import made one)."""
         if cols is None:
             cols = K.decode_u64(kc, plan)
         schema = self._key_batch_schema
         if schema is None or schema[0] is not codec:
             schema = self._key_batch_schema = (codec, pa.schema(codec.fields))
-        out = K.take_batch(None, None, cols, schema[1])
+        out = K.take_batch(None, None, cols, schema[1], views)
         if out is None:  # (a type take_batch does not build)
             out = pa.RecordBatch.from_arrays(
                 [pa.array(v, f.type, mask=m) for f, (v, m) in zip(codec.fields, cols)],
@@ -1520,7 +1522,11 @@ class LinearAggregateOperator(Operator):
         if done is None:
             return None
         kc, cols, kcols = done
-        return self._keys_of(kc, plan, codec, kcols), kc, codec, cols
+        # the keys' export kept: the output rows and the state batch's merges gather from it
+        # (an export of the batch is thousands of instructions a read, on a few dozen keys)
+        views: list = []
+        keys = self._keys_of(kc, plan, codec, kcols, views)
+        return keys, kc, codec, cols, (views[0] if views else None)
 
     def clock_start(self) -> None:
         self.state.clear()
