@@ -11,7 +11,15 @@ cost that a second worker pays again. Measured (issue 14, 10K events a step, ins
 step): split 33K -> 904K, read 17K -> 162K, aggregate(linear) 1.73M -> 1.32M, the three
 index_by 1.95M -> 1.15M, join 1.74M -> 1.02M (W = 1 -> W = 2). Branch split12 (the split
 dealt by ``deal_batch``, the read gathered by ``gather_disjoint``), W = 2: split 885K -> 535K,
-read 160K -> 98K (W = 1: 31K and 17K)."""
+read 160K -> 98K (W = 1: 31K and 17K).
+
+Small steps run every worker as a greenlet of the driver's thread, switched at each exchange:
+a dump is made at every operator's start and end *and at every greenlet switch*, each charged
+to what ran since the previous dump (the innermost label of the greenlet that ran it; ``other``
+outside any). Before (marks at the start and end of ``eval`` only) the part of an operator run
+before a switch went to no operator, and the other worker's part after it to this one: main
+(65ec283, 3 steps) showed the aggregate at 1.49M a step at W = 1 and 1.43M at W = 2, where it
+is 1.49M and 2.06M (8 steps; branch agg13: 1.44M and 1.94M)."""
 from __future__ import annotations
 
 import argparse
@@ -35,9 +43,10 @@ def summarize(prefix: str, steps: int) -> None:
     for f in files:
         txt = open(f).read()
         trig = re.search(r"desc: Trigger: Client Request: (\S+)", txt)
-        n = int(re.search(r"^totals: (\d+)", txt, re.M).group(1))
+        got = re.search(r"^totals: (\d+)", txt, re.M)
+        n = int(got.group(1)) if got else 0
         total += n
-        if trig and trig.group(1).startswith("end:"):
+        if trig and trig.group(1).startswith("ran:"):
             acc[trig.group(1)[4:]] += n
     print(f"{prefix}: {total / steps:,.0f} instructions a step (marks included)")
     for k, v in acc.most_common():
@@ -61,23 +70,36 @@ def main() -> None:
     from dbsp.operators.output import OutputHandle
     from dbsp.trace import spine
 
+    import greenlet
+
     cg = _helper()
     on = [False]
+    stacks: dict = {}  # greenlet -> its labels, innermost last
+
+    def stack() -> list:
+        return stacks.setdefault(greenlet.getcurrent(), [b"ran:other"])
 
     def wrap(cls, name: str, label: str) -> None:
         fn = getattr(cls, name)
-        s, e = f"start:{label}".encode(), f"end:{label}".encode()
+        mark = f"ran:{label}".encode()
 
         @functools.wraps(fn)
         def f(*args, **kw):
             if not on[0]:
                 return fn(*args, **kw)
-            cg.cg_mark(s)
+            s = stack()
+            cg.cg_mark(s[-1])  # what ran before this call
+            s.append(mark)
             try:
                 return fn(*args, **kw)
             finally:
-                cg.cg_mark(e)
+                cg.cg_mark(s.pop())
         setattr(cls, name, f)
+
+    def switched(event: str, args) -> None:
+        if on[0] and event in ("switch", "throw"):
+            cg.cg_mark(stacks.get(args[0], [b"ran:other"])[-1])  # what the origin ran
+    greenlet.settrace(switched)
 
     seen: set = set()
     init = Scheduler.__init__
@@ -102,6 +124,7 @@ def main() -> None:
         on[0] = True
         for st in data[3:]:
             one(st)
+        cg.cg_mark(stack()[-1])
         on[0] = False
         cg.cg_off()
     finally:

@@ -141,7 +141,7 @@ cdef int _check_gathered(ArrowArray* ch, int w):
     return ch.null_count == 0 or (ch.null_count == -1 and ch.buffers[0] == NULL)
 
 
-def take_batch(batch, idx, list extra=None, schema=None):
+def take_batch(batch, idx, list extra=None, schema=None, list views=None):
     """Rows ``idx`` (integers in ``0..num_rows-1``) of the record batch ``batch`` when every
     column is fixed-width without nulls, else None.
 
@@ -150,7 +150,9 @@ def take_batch(batch, idx, list extra=None, schema=None):
     per extra column whose byte width is its values' itemsize), the extra columns follow the
     gathered ones in the same batch (a null where the mask is true). ``batch`` may then be None
     (and ``idx`` ignored): the batch of the extra columns alone. ``batch`` may be an
-    :class:`ExportedBatch` (read through its kept export when ``extra`` is given)."""
+    :class:`ExportedBatch` (read through its kept export when ``extra`` is given). With
+    ``views`` (a list), the export of the batch built is appended there (see
+    :func:`_import_kept`: a later gather or merge reads it instead of exporting it again)."""
     cdef cnp.ndarray ix
     cdef int64_t m = 0, n = 0, i, lo = 0, hi = 0, nnull
     cdef const int64_t* p = NULL
@@ -299,7 +301,7 @@ def take_batch(batch, idx, list extra=None, schema=None):
             src.release(&src)
         if ssrc.release != NULL:
             ssrc.release(&ssrc)
-    return _import_batch(<uintptr_t>out, batch.schema if not e else schema)
+    return _import_kept(<uint8_t*>out, batch.schema if not e else schema, views)
 
 
 cdef class ExportedBatch:

@@ -94,6 +94,36 @@ def test_take_batch_with_extra_columns_equals_reference(types, extra_kinds, n, s
     assert got.validate(full=pa.date64() not in got.schema.types) is None  # (test data: ms)
 
 
+@given(st.lists(st.sampled_from(FIXED), max_size=3), st.integers(0, 30), st.booleans(),
+       st.data())
+def test_take_batch_views_hand_out_the_built_batch_export(types, n, extra, data):
+    """With ``views``, the export of the batch built is handed out (``import_kept``): it reads
+    back as that batch (through a gather and as the source of another take_batch), after the
+    source batch is gone; the reference hands out an export of its batch alike."""
+    rng = np.random.default_rng(n)
+    b = pa.RecordBatch.from_arrays([_column(t, n + 1, rng) for t in types],
+                                   names=[f"c{i}" for i in range(len(types))]) if types else None
+    idx = np.asarray(data.draw(st.lists(st.integers(0, n), max_size=40)), dtype=np.int64)
+    m = len(idx)
+    cols = [(np.arange(m, dtype=np.int64) * 3, None)] if extra or b is None else None
+    schema = None if cols is None else pa.schema(
+        (list(b.schema) if b is not None else []) + [pa.field("x", pa.int64())])
+    rviews: list = []
+    want = R.take_batch(b, idx, cols, schema, rviews)
+    assert len(rviews) == 1 and want.equals(R.take_batch(b, idx, cols, schema))
+    views: list = []
+    got = K.take_batch(b, idx, cols, schema, views)
+    assert got.equals(want)
+    assert len(views) == 1 and views[0].batch is got and views[0].num_rows == m
+    del b  # the export reads the built batch's own buffers
+    again = arrow_c.take_batch_runs(got.schema, [[(views[0], np.arange(m))]])
+    assert again is None or again.equals(got)
+    tail = [(np.ones(m, np.int32), None)]
+    sch = pa.schema(list(got.schema) + [pa.field("y", pa.int32())])
+    both = K.take_batch(views[0], np.arange(m), tail, sch)
+    assert both.select(range(got.num_columns)).equals(got)
+
+
 def test_take_batch_extra_refuses_wrong_widths_and_objects():
     schema = pa.schema([pa.field("x", pa.int64())])
     with pytest.raises(ValueError):

@@ -327,3 +327,47 @@ def test_a_rolled_back_step_leaves_the_flat_table_right(workers):
     step([(1, 9), (3, 1), (9, 4)])
     ctx.close()
     assert raw is not None
+
+
+def test_flat_versioned_rows_merge_at_the_wider_fanout():
+    """The spine of a state read through its flat table merges ``FLAT_FANOUT`` small batches at
+    a time (a spine read by probes keeps fanout 4); over many steps of a few keys each, with
+    merges and rolled-back steps among them, the table, the spine and a dict model agree."""
+    from dbsp.operators.aggregate import FLAT_FANOUT
+    assert VersionedRows("t", _VS).trace.fanout == 4
+    vr = VersionedRows("t", _VS, flat=True)
+    assert vr.trace.fanout == FLAT_FANOUT > 4
+    vr.trace.background = False  # merges at insert, so the counts below are exact
+    model: dict = {}
+    rng = np.random.default_rng(7)
+    for step in range(60):
+        keys = sorted({int(k) for k in rng.integers(0, 40, 6)})
+        kcodes, (has, cols, ver, oks) = _versioned_get(vr, keys)
+        newn = rng.integers(-2, 3, len(keys)).astype(np.int64)
+        newx = rng.integers(-9, 9, len(keys)).astype(np.int64)
+        keep = newn != 0
+        journal = StepJournal()
+        with use_journal(journal):
+            vr.put(pa.record_batch([pa.array(keys, pa.int64())], schema=_VK), kcodes,
+                   KeyCodec(list(_VK)), has, cols, ver, keep, [newn, newx],
+                   np.ones(len(keys), bool), [None, oks[1]], [None, None])
+        if step % 7 == 3:
+            journal.rollback()
+            continue
+        journal.commit()
+        for k, n, x, kp in zip(keys, newn, newx, keep):
+            if kp:
+                model[k] = (int(n), int(x))
+            else:
+                model.pop(k, None)
+        assert all(len(bs) < FLAT_FANOUT for bs in vr.trace.level_sizes().values())
+    assert vr.trace.stats.merges > 0
+    probe = list(range(40))
+    _, (has, cols, ver, oks) = _versioned_get(vr, probe)
+    spine_only = VersionedRows("t", _VS)
+    spine_only.trace = vr.trace
+    _, (has2, cols2, ver2, oks2) = _versioned_get(spine_only, probe)
+    np.testing.assert_array_equal(has, has2)
+    for a, b in zip(cols + [ver], cols2 + [ver2]):
+        np.testing.assert_array_equal(a, b)
+    assert {k: (int(cols[0][i]), int(cols[1][i])) for i, k in enumerate(probe) if has[i]} == model

@@ -971,12 +971,13 @@ def _fixed_width(t: pa.DataType) -> bool:
 
 
 def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
-               schema: Optional[pa.Schema] = None):
+               schema: Optional[pa.Schema] = None, views: Optional[list] = None):
     """Rows ``idx`` of a record batch when every column is fixed-width (integers, floats,
     dates, times, timestamps, durations) without nulls, else None (see
     ``dbsp._native.arrow_c.take_batch``). An index outside ``0..num_rows-1`` raises
     IndexError. ``extra``: ``(numpy values, null mask or None)`` columns appended, of the
-    fixed-width types that follow ``batch``'s in ``schema`` (``batch`` None: those alone)."""
+    fixed-width types that follow ``batch``'s in ``schema`` (``batch`` None: those alone).
+    ``views``: see :func:`kept`."""
     if extra and schema is None:
         raise ValueError("take_batch: extra columns need the output schema")
     cols: list = []
@@ -990,7 +991,7 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
             raise IndexError(f"take: row index out of range for {batch.num_rows} rows")
         got = batch.take(pa.array(idx, pa.int64()))
         if not extra:
-            return got
+            return kept(got, views)
         cols = list(got.columns)
     if extra:
         types = list(schema.types)[len(cols):]
@@ -1008,7 +1009,7 @@ def take_batch(batch, idx: np.ndarray, extra: Optional[list] = None,
             a = pa.array(v.view(storage.to_pandas_dtype()), storage,
                          mask=None if mask is None else np.asarray(mask, dtype=bool))
             cols.append(a.view(t))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+    return kept(pa.RecordBatch.from_arrays(cols, schema=schema), views)
 
 
 GROUP_ROWS_MAX = 1 << 16
