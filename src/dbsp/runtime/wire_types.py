@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..operators.output import SortedPart
 from ..storage import wire
-from ..trace.batch import DistinctZSet, OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.batch import DistinctZSet, KeyedZSet, OrdIndexedZSet, OrdZSet, ZSet
 
 
 def make_zset(data, weights) -> ZSet:
@@ -23,6 +23,10 @@ def make_zset(data, weights) -> ZSet:
 
 def make_distinct(data, weights) -> DistinctZSet:
     return DistinctZSet(data, weights)
+
+
+def make_keyed(data, weights, key, kcodes, vcodes) -> KeyedZSet:
+    return KeyedZSet(data, weights, tuple(key), kcodes, vcodes)
 
 
 def make_ord(data, weights, codes, codec) -> OrdZSet:
@@ -45,6 +49,7 @@ def _ord_parts(z: OrdZSet):
 
 wire.register(ZSet, lambda z: (z.data, z.weights), make_zset)
 wire.register(DistinctZSet, lambda z: (z.data, z.weights), make_distinct)
+wire.register(KeyedZSet, lambda z: (z.data, z.weights, z.key, z.kcodes, z.vcodes), make_keyed)
 wire.register(OrdZSet, _ord_parts, make_ord)
 wire.register(SortedPart, lambda z: (z.data, z.weights, z.codec, z.nkey), make_sorted_part)
 wire.register(OrdIndexedZSet, lambda b: (b.keys, b.kcodes, b.offsets, b.vals, b.vcodes,
