@@ -32,8 +32,8 @@ DIMS = pa.schema([pa.field("k", pa.int32(), nullable=False),
                   pa.field("d", pa.int64(), nullable=False)])
 
 
-def _circuit(workers: int, schema: pa.Schema, key: list):
-    c = dbsp.Circuit(workers=workers, runtime="threads")
+def _circuit(workers: int, schema: pa.Schema, key: list, runtime: str = "threads"):
+    c = dbsp.Circuit(workers=workers, runtime=runtime)
     rows, dims = c.add_input("rows", schema), c.add_input("dims", DIMS)
     joined = rows.index_by(key).join(dims.index_by(key))
     outs = {"join": joined.output("join", view=False),
@@ -42,8 +42,9 @@ def _circuit(workers: int, schema: pa.Schema, key: list):
     return c, outs
 
 
-def _run(workers: int, schema: pa.Schema, key: list, steps: list) -> list:
-    c, outs = _circuit(workers, schema, key)
+def _run(workers: int, schema: pa.Schema, key: list, steps: list,
+         runtime: str = "threads") -> list:
+    c, outs = _circuit(workers, schema, key, runtime)
     got = []
     try:
         for rows, w, dims in steps:
@@ -116,6 +117,35 @@ def test_split_hands_index_by_sorted_rows():
             assert got.keys.equals(loose.keys) and got.vals.equals(loose.vals)
     finally:
         c.close()
+
+
+def test_keyed_zset_crosses_processes():
+    """A worker process gets its part as it was dealt (its codes encoded again on arrival),
+    and the output is one worker's."""
+    from dbsp.runtime import wire_types  # noqa: F401  (the makers registered)
+    from dbsp.storage import wire
+    rows = pa.Table.from_pylist([{"k": k % 7, "j": k % 2, "v": k % 3} for k in range(50)],
+                                schema=FIXED).to_batches()[0]
+    c, _ = _circuit(2, FIXED, ["k"])
+    try:
+        inp = c.inputs["rows"]
+        inp.push(rows)
+        c.step()
+        inp.push(rows)
+        parts = inp._split(as_shard_map(c.layout), c._placement.input_keys[inp.node])
+    finally:
+        c.close()
+    for p in parts:
+        frames = wire.dumps(p)
+        back = wire.loads(b"".join(bytes(memoryview(f).cast("B")) for f in frames))
+        assert type(back) is KeyedZSet and back.key == p.key
+        assert back.data.equals(p.data)
+        for a, b in ((back.weights, p.weights), (back.kcodes, p.kcodes), (back.vcodes, p.vcodes)):
+            np.testing.assert_array_equal(a, b)
+    steps = [([{"k": k % 7, "j": k % 2, "v": k % 3} for k in range(50)], [1] * 50,
+              [{"k": k, "j": 0, "d": k} for k in range(7)])] * 2
+    want = _run(1, FIXED, ["k"], steps)
+    assert _run(2, FIXED, ["k"], steps, runtime="processes") == want
 
 
 def _codecs():
