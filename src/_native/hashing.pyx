@@ -661,73 +661,80 @@ ctypedef fused gval_t:
     uint64_t
 
 
-cdef void place(const gval_t* src, const int64_t* perm, const int64_t* slot, int64_t n,
-                gval_t* out) noexcept nogil:
-    """``out[slot[i]] = src[perm[i]]`` (``perm`` NULL: ``src[i]``)."""
+cdef void place(const gval_t* src, const int64_t* at, int64_t n, gval_t* out) noexcept nogil:
+    """``out[at[i]] = src[i]``: the source read in order, the stores scattered (a store does
+    not stall as a load that misses does)."""
     cdef int64_t i
-    if perm == NULL:
-        for i in range(n):
-            out[slot[i]] = src[i]
-    else:
-        for i in range(n):
-            out[slot[i]] = src[perm[i]]
+    for i in range(n):
+        out[at[i]] = src[i]
 
 
-cdef void place_col(const uint8_t* src, int width, const int64_t* perm, const int64_t* slot,
-                    int64_t n, uint8_t* out) noexcept nogil:
+cdef void place_col(const uint8_t* src, int width, const int64_t* at, int64_t n,
+                    uint8_t* out) noexcept nogil:
     """:func:`place` of a column of ``width`` bytes a value."""
     if width == 8:
-        place(<const uint64_t*>src, perm, slot, n, <uint64_t*>out)
+        place(<const uint64_t*>src, at, n, <uint64_t*>out)
     elif width == 4:
-        place(<const uint32_t*>src, perm, slot, n, <uint32_t*>out)
+        place(<const uint32_t*>src, at, n, <uint32_t*>out)
     elif width == 2:
-        place(<const uint16_t*>src, perm, slot, n, <uint16_t*>out)
+        place(<const uint16_t*>src, at, n, <uint16_t*>out)
     else:
-        place(src, perm, slot, n, out)
+        place(src, at, n, out)
 
 
 cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64_t* perm,
-                       int64_t m, const uint64_t* kc, const uint64_t* vc, const int64_t* wp,
-                       uint64_t* ks, int64_t* slot, int32_t* dest, int64_t* counts,
-                       int64_t* start, const ArrowArray* src, const int* widths,
-                       uint8_t* block, int64_t* wout, uint64_t* kout,
+                       int64_t m, int64_t N, const uint64_t* kc, const uint64_t* vc,
+                       const int64_t* wp, int32_t* dsrc, int64_t* at, int32_t* dest,
+                       int64_t* counts, int64_t* start, const ArrowArray* src,
+                       const int* widths, uint8_t* block, int64_t* wout, uint64_t* kout,
                        uint64_t* vout) noexcept nogil:
-    """The passes of :func:`deal_sorted` once the rows are sorted: the key codes in ``perm``
-    order (``ks``), each row's worker (``dest``) and place in the output (``slot``: its
-    worker's run, in order), then one pass a column placing each value."""
-    cdef int64_t i, w, col, d, p0, p1, total, k = src.n_children
+    """The passes of :func:`deal_sorted` once the rows are sorted: each input row's worker
+    (``dsrc``, hashed in input order), each sorted row's worker (``dest``) and its place in
+    the output (its worker's run, in sorted order), written at its input row (``at``; ``m``,
+    a spare slot, for the rows the consolidation dropped); then each column, the weights and
+    both codes read in input order and stored at their places."""
+    cdef int64_t i, w, col, d, p0, p1, s, total, k = src.n_children
     cdef codes_t c
     cdef const ArrowArray* ch
+    c.u64 = kc
+    c.n = N
+    owner_dest(&c, op, bits, dsrc, counts)
+    for w in range(workers):
+        counts[w] = 0
     for i in range(m):
-        ks[i] = kc[perm[i]]
-    c.u64 = ks
-    c.n = m
-    owner_dest(&c, op, bits, dest, counts)
+        d = dsrc[perm[i]]
+        dest[i] = <int32_t>d
+        counts[d] += 1
     total = 0
     for w in range(workers):
         start[w] = total
         total += counts[w]
+    for i in range(N):
+        at[i] = m
     if workers == 2:
         p0, p1 = start[0], start[1]
         for i in range(m):
             d = dest[i]
-            slot[i] = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
+            s = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
+            at[perm[i]] = s
+            wout[s] = wp[i]
             p1 += d
             p0 += 1 - d
     else:
         for i in range(m):
             d = dest[i]
-            slot[i] = start[d]
-            start[d] += 1
+            s = start[d]
+            at[perm[i]] = s
+            wout[s] = wp[i]
+            start[d] = s + 1
         for w in range(workers):
             start[w] -= counts[w]
     for col in range(k):
         ch = src.children[col]
         place_col(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col],
-                  widths[col], perm, slot, m, <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1])
-    place(<const uint64_t*>wp, <const int64_t*>NULL, slot, m, <uint64_t*>wout)
-    place(<const uint64_t*>ks, <const int64_t*>NULL, slot, m, kout)
-    place(vc, perm, slot, m, vout)
+                  widths[col], at, N, <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1])
+    place(kc, at, N, kout)
+    place(vc, at, N, vout)
 
 
 cdef bint _code_cols(list cols, list plan, int* out, const int* widths, int64_t k,
@@ -776,17 +783,17 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
     cdef int kcols[8]
     cdef int vcols[8]
     cdef int widths[64]
-    cdef int64_t* slot = NULL
     cdef int32_t* dest = NULL
     cdef uint8_t* block = NULL
     cdef int64_t* counts = NULL
     cdef int64_t* start = NULL
-    cdef cnp.ndarray ka, va, pa_, w2, wout, kout, vout, ks
+    cdef cnp.ndarray ka, va, pa_, w2, wout, kout, vout
+    cdef int32_t* dsrc = NULL
+    cdef int64_t* at = NULL
     cdef const int32_t* op
     cdef const uint64_t* kp
     cdef const uint64_t* vp
     cdef const int64_t* wp
-    cdef uint64_t* ksp
     cdef int64_t* wop
     cdef uint64_t* kop
     cdef uint64_t* vop
@@ -819,29 +826,31 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         for i in range(m):
             if pp[i] < 0 or pp[i] >= N:
                 raise ValueError(f"deal_sorted: the sort gave row {pp[i]} of {N}")
+        # (every output has a spare slot at m: the stores of the rows the sort dropped)
         dest = <int32_t*>malloc(max(m, 1) * sizeof(int32_t))
-        slot = <int64_t*>malloc(max(m, 1) * sizeof(int64_t))
+        dsrc = <int32_t*>malloc(N * sizeof(int32_t))
+        at = <int64_t*>malloc(N * sizeof(int64_t))
         counts = <int64_t*>calloc(workers, sizeof(int64_t))
         start = <int64_t*>calloc(workers, sizeof(int64_t))
-        block = blk_struct(k, widths, max(m, 1))
-        if dest == NULL or slot == NULL or counts == NULL or start == NULL or block == NULL:
+        block = blk_struct(k, widths, m + 1)
+        if dest == NULL or dsrc == NULL or at == NULL or counts == NULL or start == NULL \
+                or block == NULL:
             raise MemoryError()
         blk_set_length(block, m)
-        wout = np.empty(m, dtype=np.int64)
-        kout = np.empty(m, dtype=np.uint64)
-        vout = np.empty(m, dtype=np.uint64)
-        ks = np.empty(m, dtype=np.uint64)
+        wout = np.empty(m + 1, dtype=np.int64)
+        kout = np.empty(m + 1, dtype=np.uint64)
+        vout = np.empty(m + 1, dtype=np.uint64)
         op = <const int32_t*>cnp.PyArray_DATA(own)
         kp, vp = <const uint64_t*>cnp.PyArray_DATA(ka), <const uint64_t*>cnp.PyArray_DATA(va)
         wp = <const int64_t*>cnp.PyArray_DATA(w2)
-        ksp, wop = <uint64_t*>cnp.PyArray_DATA(ks), <int64_t*>cnp.PyArray_DATA(wout)
+        wop = <int64_t*>cnp.PyArray_DATA(wout)
         kop, vop = <uint64_t*>cnp.PyArray_DATA(kout), <uint64_t*>cnp.PyArray_DATA(vout)
         if m >= NOGIL_MIN:
             with nogil:
-                _deal_sorted(op, bits, workers, pp, m, kp, vp, wp, ksp, slot, dest, counts,
+                _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, dest, counts,
                              start, &src, widths, block, wop, kop, vop)
         else:
-            _deal_sorted(op, bits, workers, pp, m, kp, vp, wp, ksp, slot, dest, counts, start,
+            _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, dest, counts, start,
                          &src, widths, block, wop, kop, vop)
         src.release(&src)
         b = <uintptr_t>block
@@ -851,7 +860,8 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         _release(&src, &ssrc)
         free(block)
         free(dest)
-        free(slot)
+        free(dsrc)
+        free(at)
         free(counts)
         free(start)
 
