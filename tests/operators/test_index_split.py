@@ -148,6 +148,33 @@ def test_keyed_zset_crosses_processes():
     assert _run(2, FIXED, ["k"], steps, runtime="processes") == want
 
 
+def test_split_sorts_only_small_steps_the_runtime_lets_it():
+    """A step of SORTED_DEAL_ROWS rows a worker or more, or a runtime that says no (worker
+    processes), is dealt as it is: the workers sort their own parts in parallel."""
+    from dbsp.circuit.exchange import SORTED_DEAL_ROWS
+    c, _ = _circuit(2, FIXED, ["k"])
+    try:
+        inp = c.inputs["rows"]
+        small = pa.Table.from_pylist([{"k": k % 5, "j": 0, "v": 1} for k in range(40)],
+                                     schema=FIXED)
+        inp.push(small)
+        c.step()
+        key = c._placement.input_keys[inp.node]
+        shards = as_shard_map(c.layout)
+        inp.push(small)
+        assert {type(p) for p in inp._split(shards, key, sort=False)} == {ZSet}
+        n = 2 * SORTED_DEAL_ROWS
+        big = pa.record_batch([pa.array(np.arange(n) % 97, pa.int32()),
+                               pa.array(np.zeros(n), pa.int16()),
+                               pa.array(np.arange(n), pa.int32())], schema=FIXED)
+        inp.push(big)
+        assert {type(p) for p in inp._split(shards, key)} == {ZSet}
+        inp.push(big.slice(0, n - 1))
+        assert {type(p) for p in inp._split(shards, key)} == {KeyedZSet}
+    finally:
+        c.close()
+
+
 def _codecs():
     from dbsp.algebra.codes import codec_for
     return codec_for(FIXED, ["k"]), codec_for(FIXED, ["j", "v"])
