@@ -16,6 +16,9 @@ Definitions (bit-exact with the reference; every process and worker must agree):
 * ``deal_batch``: the driver's split of an input by key: a record batch's rows themselves (and
   their weights) copied to each worker's run of one Arrow C struct block, as ``owner_rows``
   deals them (the key codes given, or packed from the batch's key columns);
+* ``deal_sorted``: ``deal_batch`` for rows already sorted and consolidated by (key code,
+  value code) (the driver's split of an input that ``index_by`` reads): each worker's rows
+  copied in that order with their codes, so that its ``index_by`` neither sorts nor gathers;
 * ``gather_disjoint``: the driver's gather of an output: the workers' sorted, key-disjoint
   parts merged by their key codes (packed from each part's export) and gathered into one
   Arrow C struct block.
@@ -502,6 +505,42 @@ cdef void _deal_scatter(const void* dest, bint small, int64_t n, int64_t workers
             memset(bp[col] + (start[w] + counts[w]) * widths[col], 0, widths[col])
 
 
+cdef int64_t _plain_widths(const ArrowArray* src, const ArrowSchema* ssrc,
+                           int* widths) noexcept:
+    """The columns of an exported record batch: their count (1 to 64), each one's bytes a value
+    into ``widths``; 0 when one is not fixed-width without nulls (or there are none, or more
+    than 64): such a batch is not dealt by copying values."""
+    cdef int64_t col, k = src.n_children
+    if k < 1 or k > 64 or src.dictionary != NULL:
+        return 0
+    for col in range(k):
+        widths[col] = blk_width(ssrc.children[col].format)
+        if widths[col] == 0 or ssrc.children[col].dictionary != NULL \
+                or not blk_plain(src.children[col]):
+            return 0
+    return k
+
+
+cdef void _release(ArrowArray* src, ArrowSchema* ssrc) noexcept:
+    """Release an export (what of it is not released yet)."""
+    if src.release != NULL:
+        src.release(src)
+    if ssrc.release != NULL:
+        ssrc.release(ssrc)
+
+
+cdef list _import_runs(uintptr_t block, schema, tuple arrays, const int64_t* start,
+                       const int64_t* counts, int64_t workers):
+    """The struct block at ``block`` (every worker's run of rows, worker ``w``'s from row
+    ``start[w]``, ``counts[w]`` rows) imported (the import owns it), and per worker ``(its
+    record batch, its run of each of ``arrays``)``, or None for a worker without rows."""
+    dealt = _import_batch(block, schema)
+    cdef int64_t w
+    return [(dealt.slice(start[w], counts[w]),)
+            + tuple(a[start[w]:start[w] + counts[w]] for a in arrays)
+            if counts[w] else None for w in range(workers)]
+
+
 def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list key_cols=None,
                list plan=None):
     """The rows of the record batch ``batch`` and their ``weights`` (int64) dealt to the
@@ -509,13 +548,14 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list ke
     of ``workers`` items, each ``(record batch, weights)`` of that worker's rows in their order
     in ``batch``, or None for a worker without rows. None (nothing dealt) when a column of
     ``batch`` is not fixed-width without nulls: the caller's path is then :func:`owner_rows`
-    and a take.
+    and a take (with the codes too: no point asking again).
 
     ``codes`` None: the key codes are packed here from the columns ``key_cols`` of ``batch``'s
     export by ``plan`` (``(byte width, signed, nullable)`` per key column, as
     ``KeyCodec._native_plan``: ``arrow_c.encode_u64``'s codes, without selecting and
-    exporting the key columns again); None also when a key column is not of its plan's width
-    or the plan is not a u64 code.
+    exporting the key columns again); False (the columns could be copied, the codes not
+    packed: ask again with the codes) when a key column is not of its plan's width or the
+    plan is not a u64 code.
 
     One hashing pass writes each row's worker, then one pass a column (and one for the
     weights) copies each value to the end of its worker's run, in one Arrow C struct block
@@ -561,23 +601,18 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list ke
     schema = batch.schema
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
-        k = src.n_children
-        if k < 1 or k > 64 or src.dictionary != NULL:
+        k = _plain_widths(&src, &ssrc, widths)
+        if k == 0:
             return None
-        for col in range(k):
-            widths[col] = blk_width(ssrc.children[col].format)
-            if widths[col] == 0 or ssrc.children[col].dictionary != NULL \
-                    or not blk_plain(src.children[col]):
-                return None
         widths[k] = 8   # (the weights)
         ssrc.release(&ssrc)
         if nk:   # the key codes from the export
             for col in range(nk):
                 if plan[col][0] != widths[kcols[col]]:
-                    return None
+                    return False
                 kbytes += widths[kcols[col]] + (1 if plan[col][2] else 0)
             if kbytes > 8:
-                return None
+                return False
             co = np.empty(n, dtype=np.uint64)
             pack_codes(&src, kcols, plan, <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>co), n)
             c.u64 = <const uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>co)
@@ -610,19 +645,226 @@ def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list ke
         src.release(&src)
         b = <uintptr_t>block
         block = NULL   # the import owns it (and releases it if the import fails)
-        dealt = _import_batch(b, schema)
-        return [(dealt.slice(start[w], counts[w]), wout[start[w]:start[w] + counts[w]])
-                if counts[w] else None for w in range(workers)]
+        return _import_runs(b, schema, (wout,), start, counts, workers)
     finally:
-        if src.release != NULL:
-            src.release(&src)
-        if ssrc.release != NULL:
-            ssrc.release(&ssrc)
+        _release(&src, &ssrc)
         free(block)
         free(dest)
         free(counts)
         free(start)
         free(dst)
+
+ctypedef fused gval_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+cdef void place(const gval_t* src, const int64_t* at, int64_t n, gval_t* out) noexcept nogil:
+    """``out[at[i]] = src[i]``: the source read in order, the stores scattered (a store does
+    not stall as a load that misses does)."""
+    cdef int64_t i
+    for i in range(n):
+        out[at[i]] = src[i]
+
+
+cdef void place_col(const uint8_t* src, int width, const int64_t* at, int64_t n,
+                    uint8_t* out) noexcept nogil:
+    """:func:`place` of a column of ``width`` bytes a value."""
+    if width == 8:
+        place(<const uint64_t*>src, at, n, <uint64_t*>out)
+    elif width == 4:
+        place(<const uint32_t*>src, at, n, <uint32_t*>out)
+    elif width == 2:
+        place(<const uint16_t*>src, at, n, <uint16_t*>out)
+    else:
+        place(src, at, n, out)
+
+
+cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64_t* perm,
+                       int64_t m, int64_t N, const uint64_t* kc, const uint64_t* vc,
+                       const int64_t* wp, int32_t* dsrc, int64_t* at, int32_t* dest,
+                       int64_t* counts, int64_t* start, const ArrowArray* src,
+                       const int* widths, uint8_t* block, int64_t* wout, uint64_t* kout,
+                       uint64_t* vout) noexcept nogil:
+    """The passes of :func:`deal_sorted` once the rows are sorted: each input row's worker
+    (``dsrc``, hashed in input order), each sorted row's worker (``dest``) and its place in
+    the output (its worker's run, in sorted order), written at its input row (``at``; ``m``,
+    a spare slot, for the rows the consolidation dropped); then each column, the weights and
+    both codes read in input order and stored at their places."""
+    cdef int64_t i, w, col, d, p0, p1, s, total, k = src.n_children
+    cdef codes_t c
+    cdef const ArrowArray* ch
+    c.u64 = kc
+    c.n = N
+    owner_dest(&c, op, bits, dsrc, counts)
+    for w in range(workers):
+        counts[w] = 0
+    for i in range(m):
+        d = dsrc[perm[i]]
+        dest[i] = <int32_t>d
+        counts[d] += 1
+    total = 0
+    for w in range(workers):
+        start[w] = total
+        total += counts[w]
+    for i in range(N):
+        at[i] = m
+    if workers == 2:
+        p0, p1 = start[0], start[1]
+        for i in range(m):
+            d = dest[i]
+            s = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
+            at[perm[i]] = s
+            wout[s] = wp[i]
+            p1 += d
+            p0 += 1 - d
+    else:
+        for i in range(m):
+            d = dest[i]
+            s = start[d]
+            at[perm[i]] = s
+            wout[s] = wp[i]
+            start[d] = s + 1
+        for w in range(workers):
+            start[w] -= counts[w]
+    for col in range(k):
+        ch = src.children[col]
+        place_col(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col],
+                  widths[col], at, N, <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1])
+    place(kc, at, N, kout)
+    place(vc, at, N, vout)
+
+
+cdef bint _code_cols(list cols, list plan, int* out, const int* widths, int64_t k,
+                     str who) except -1:
+    """Copy the column indices ``cols`` to ``out`` (refused, ValueError naming ``who``,
+    unless there are 1 to 8 of them, one per entry of ``plan``, each a column of the batch's
+    ``k``); whether the columns' u64 codes can be packed from the export: each of its plan's
+    width, the code within 64 bits."""
+    cdef int64_t c, nbytes = 0
+    if not 0 < len(cols) == len(plan) <= 8:
+        raise ValueError(f"{who}: {len(cols)} columns for a plan of {len(plan)}")
+    for c in range(len(cols)):
+        out[c] = cols[c]
+        if out[c] < 0 or out[c] >= k:
+            raise ValueError(f"{who}: no column {out[c]}")
+    for c in range(len(cols)):
+        if plan[c][0] != widths[out[c]]:
+            return False
+        nbytes += widths[out[c]] + (1 if plan[c][2] else 0)
+    return nbytes <= 8
+
+
+def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, list val_plan,
+                owners, int bits, int64_t workers, sort):
+    """The driver's split of an input that ``index_by(key)`` reads: the rows of ``batch``
+    sorted and consolidated by (key code, value code) once, then dealt to the workers of a
+    shard map as :func:`deal_batch` deals them (by the hash of the key code): per worker
+    ``(record batch, weights, key codes, value codes)`` of its rows, still sorted and
+    consolidated, or None for a worker without rows. The codes are the u64 codes of the
+    columns ``key_cols`` / ``val_cols`` by their plans (``(byte width, signed, nullable)`` per
+    column, as ``KeyCodec._native_plan``), packed from one export of the batch; ``sort`` is
+    :func:`dbsp.algebra.kernels.sort_consolidate`. None (nothing done) when a column is not
+    fixed-width without nulls or off its plan, or a code would not fit 64 bits: the caller's
+    path is then :func:`deal_batch`.
+
+    After the sort, one pass writes each row's worker and its place in its worker's run, then
+    one pass a column (and one each for the weights and both codes) copies each value to its
+    place in one Arrow C struct block that one import owns; each worker's batch is a slice of
+    it: the rows are gathered once, in their final order. The GIL is released only for
+    :data:`NOGIL_MIN` rows or more."""
+    cdef cnp.ndarray own = _owner_map(owners, bits, workers, "deal_sorted")
+    cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
+    cdef int64_t N = batch.num_rows, m, i, w, k, col
+    if wa.ndim != 1 or wa.shape[0] != N:
+        raise ValueError(f"deal_sorted: {N} rows, {len(wa)} weights")
+    cdef int kcols[8]
+    cdef int vcols[8]
+    cdef int widths[64]
+    cdef int32_t* dest = NULL
+    cdef uint8_t* block = NULL
+    cdef int64_t* counts = NULL
+    cdef int64_t* start = NULL
+    cdef cnp.ndarray ka, va, pa_, w2, wout, kout, vout
+    cdef int32_t* dsrc = NULL
+    cdef int64_t* at = NULL
+    cdef const int32_t* op
+    cdef const uint64_t* kp
+    cdef const uint64_t* vp
+    cdef const int64_t* wp
+    cdef int64_t* wop
+    cdef uint64_t* kop
+    cdef uint64_t* vop
+    cdef ArrowArray src
+    cdef ArrowSchema ssrc
+    src.release = NULL   # (nothing to release until exported)
+    ssrc.release = NULL
+    cdef const int64_t* pp
+    schema = batch.schema
+    batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
+    try:
+        k = _plain_widths(&src, &ssrc, widths)
+        if N == 0 or k == 0:
+            return None
+        ssrc.release(&ssrc)
+        if not _code_cols(key_cols, key_plan, kcols, widths, k, "deal_sorted") \
+                or not _code_cols(val_cols, val_plan, vcols, widths, k, "deal_sorted"):
+            return None
+        ka = np.empty(N, dtype=np.uint64)
+        va = np.empty(N, dtype=np.uint64)
+        pack_codes(&src, kcols, key_plan, <uint64_t*>cnp.PyArray_DATA(ka), N)
+        pack_codes(&src, vcols, val_plan, <uint64_t*>cnp.PyArray_DATA(va), N)
+        perm, wsum = sort(ka, va, wa)
+        pa_ = np.ascontiguousarray(perm, dtype=np.int64)
+        w2 = np.ascontiguousarray(wsum, dtype=np.int64)
+        m = pa_.shape[0]
+        if w2.shape[0] != m or m > N:
+            raise ValueError(f"deal_sorted: the sort gave {m} rows, {w2.shape[0]} weights")
+        pp = <const int64_t*>cnp.PyArray_DATA(pa_)
+        for i in range(m):
+            if pp[i] < 0 or pp[i] >= N:
+                raise ValueError(f"deal_sorted: the sort gave row {pp[i]} of {N}")
+        # (every output has a spare slot at m: the stores of the rows the sort dropped)
+        dest = <int32_t*>malloc(max(m, 1) * sizeof(int32_t))
+        dsrc = <int32_t*>malloc(N * sizeof(int32_t))
+        at = <int64_t*>malloc(N * sizeof(int64_t))
+        counts = <int64_t*>calloc(workers, sizeof(int64_t))
+        start = <int64_t*>calloc(workers, sizeof(int64_t))
+        block = blk_struct(k, widths, m + 1)
+        if dest == NULL or dsrc == NULL or at == NULL or counts == NULL or start == NULL \
+                or block == NULL:
+            raise MemoryError()
+        blk_set_length(block, m)
+        wout = np.empty(m + 1, dtype=np.int64)
+        kout = np.empty(m + 1, dtype=np.uint64)
+        vout = np.empty(m + 1, dtype=np.uint64)
+        op = <const int32_t*>cnp.PyArray_DATA(own)
+        kp, vp = <const uint64_t*>cnp.PyArray_DATA(ka), <const uint64_t*>cnp.PyArray_DATA(va)
+        wp = <const int64_t*>cnp.PyArray_DATA(w2)
+        wop = <int64_t*>cnp.PyArray_DATA(wout)
+        kop, vop = <uint64_t*>cnp.PyArray_DATA(kout), <uint64_t*>cnp.PyArray_DATA(vout)
+        if m >= NOGIL_MIN:
+            with nogil:
+                _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, dest, counts,
+                             start, &src, widths, block, wop, kop, vop)
+        else:
+            _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, dest, counts, start,
+                         &src, widths, block, wop, kop, vop)
+        src.release(&src)
+        b = <uintptr_t>block
+        block = NULL   # the import owns it (and releases it if the import fails)
+        return _import_runs(b, schema, (wout, kout, vout), start, counts, workers)
+    finally:
+        _release(&src, &ssrc)
+        free(block)
+        free(dest)
+        free(dsrc)
+        free(at)
+        free(counts)
+        free(start)
+
 
 cdef list _u64_runs(kruns, str who):
     """The key runs of a k-way merge as contiguous 1-d u64 arrays (``who``: the caller, named

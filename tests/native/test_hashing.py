@@ -367,7 +367,8 @@ def test_gather_disjoint_refuses_bad_input():
 def test_deal_batch_packs_the_key_codes(dealt, owner_map, data):
     """Without codes, the kernel packs them from key columns by a plan: the same deal as with
     the codes of the reference's packing, and as the reference; None where the reference is
-    (a key column off its plan, a code past 64 bits, a column not copied)."""
+    (a column not copied), False where it is (a key column off its plan, a code past 64
+    bits: the caller asks again with the codes)."""
     batch, _, weights = dealt
     bits, workers, owners = owner_map
     owners = np.array(owners, np.int32)
@@ -381,8 +382,14 @@ def test_deal_batch_packs_the_key_codes(dealt, owner_map, data):
                      data.draw(st.booleans())))
     got = native.deal_batch(batch, None, weights, owners, bits, workers, key_cols, plan)
     want = ref.deal_batch(batch, None, weights, owners, bits, workers, key_cols, plan)
-    assert (got is None) == (want is None)
-    if got is None:
+    assert (got is None) == (want is None) and (got is False) == (want is False)
+    if got is None:   # a column not copied: not with the codes either
+        codes = ref._plan_codes([batch.column(i) for i in key_cols], plan)
+        if codes is not None:
+            assert native.deal_batch(batch, codes, weights, owners, bits, workers) is None
+        return
+    if got is False:  # the columns copied, the key codes not packed by this plan
+        assert ref._plan_codes([batch.column(i) for i in key_cols], plan) is None
         return
     codes = ref._plan_codes([batch.column(i) for i in key_cols], plan)
     again = native.deal_batch(batch, codes, weights, owners, bits, workers)

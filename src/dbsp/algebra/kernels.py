@@ -43,6 +43,7 @@ _NATIVE = {
     "shard": "hashing",
     "owner_rows": "hashing",
     "deal_batch": "hashing",
+    "deal_sorted": "hashing",
     "merge_sum_runs": "hashing",
     "merge_disjoint_runs": "hashing",
     "gather_disjoint": "hashing",
@@ -161,6 +162,7 @@ hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
 deal_batch = _resolve("deal_batch")
+deal_sorted = _resolve("deal_sorted")
 merge_sum_runs = _resolve("merge_sum_runs")
 merge_disjoint_runs = _resolve("merge_disjoint_runs")
 gather_disjoint = _resolve("gather_disjoint")

@@ -13,7 +13,7 @@ Conventions
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -423,16 +423,21 @@ def deal_batch(batch: pa.RecordBatch, codes: Optional[CodeArray], weights: np.nd
     per worker ``(record batch, weights)`` of its rows in their order in ``batch``, or None for
     a worker without rows; None when a column is not fixed-width without nulls (see
     :func:`_dealt_type`). ``codes`` None: the u64 codes of the columns ``key_cols`` by ``plan``
-    (as ``KeyCodec._native_plan``; None when a key column is off its plan)."""
+    (as ``KeyCodec._native_plan``; False when the columns could be copied but a key column is
+    off its plan: the caller asks again with the codes)."""
     if codes is None:
         if key_cols is None or plan is None or not 0 < len(plan) == len(key_cols) <= 8:
             raise ValueError("deal_batch: no codes, and no key columns and plan to make them")
         if any(not 0 <= i < batch.num_columns for i in key_cols):
             raise ValueError(f"deal_batch: no key column among {key_cols}")
+        if not batch.num_columns or not all(_dealt_type(f.type) and not c.null_count
+                                            for f, c in zip(batch.schema, batch.columns)):
+            owner_rows(np.zeros(0, np.uint64), owners, bits, workers)  # (the map's checks)
+            return None
         codes = _plan_codes([batch.column(i) for i in key_cols], plan)
         if codes is None:
             owner_rows(np.zeros(0, np.uint64), owners, bits, workers)  # (the map's checks)
-            return None
+            return False
     weights = np.asarray(weights, np.int64)
     if batch.num_rows != len(codes) or weights.shape != (len(codes),):
         raise ValueError(f"deal_batch: {batch.num_rows} rows, {len(codes)} codes, "
@@ -445,6 +450,43 @@ def deal_batch(batch: pa.RecordBatch, codes: Optional[CodeArray], weights: np.nd
     for w in range(workers):
         idx = order[bounds[w]:bounds[w + 1]]
         out.append((batch.take(pa.array(idx, pa.int64())), weights[idx]) if len(idx) else None)
+    return out
+
+
+def deal_sorted(batch: pa.RecordBatch, weights: np.ndarray, key_cols: list, key_plan: list,
+                val_cols: list, val_plan: list, owners: np.ndarray, bits: int, workers: int,
+                sort: Any = None) -> Optional[list]:
+    """The rows of ``batch`` sorted and consolidated by the u64 codes of the columns
+    ``key_cols`` / ``val_cols`` (by their plans, as ``KeyCodec._native_plan``), then dealt as
+    :func:`owner_rows` deals their key codes: per worker ``(record batch, weights, key codes,
+    value codes)`` of its rows in that order, or None for a worker without rows; None when a
+    column is not fixed-width without nulls (see :func:`_dealt_type`) or off its plan.
+    (``sort``: ignored, :func:`sort_consolidate` is used.)"""
+    weights = np.asarray(weights, np.int64)
+    n = batch.num_rows
+    if weights.shape != (n,):
+        raise ValueError(f"deal_sorted: {n} rows, {len(weights)} weights")
+    for cols, plan in ((key_cols, key_plan), (val_cols, val_plan)):
+        if not 0 < len(cols) == len(plan) <= 8:
+            raise ValueError(f"deal_sorted: {len(cols)} columns for a plan of {len(plan)}")
+        if any(not 0 <= i < batch.num_columns for i in cols):
+            raise ValueError(f"deal_sorted: no column among {cols}")
+    if not n or not all(_dealt_type(f.type) and not c.null_count
+                        for f, c in zip(batch.schema, batch.columns)):
+        return None
+    kcodes = _plan_codes([batch.column(i) for i in key_cols], key_plan)
+    vcodes = _plan_codes([batch.column(i) for i in val_cols], val_plan)
+    if kcodes is None or vcodes is None:
+        return None
+    perm, w = sort_consolidate(kcodes, vcodes, weights)
+    ks = np.asarray(kcodes, np.uint64)[perm]
+    vs = np.asarray(vcodes, np.uint64)[perm]
+    order, bounds = owner_rows(ks, owners, bits, workers)
+    out: list = []
+    for i in range(workers):
+        idx = order[bounds[i]:bounds[i + 1]]
+        out.append((batch.take(pa.array(perm[idx], pa.int64())), w[idx], ks[idx], vs[idx])
+                   if len(idx) else None)
     return out
 
 

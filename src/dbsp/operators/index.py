@@ -9,7 +9,7 @@ from ..algebra import kernels as K
 from ..algebra.codes import codec_for
 from ..circuit.operator import Operator
 from ..circuit.types import IndexedType, ZSetType
-from ..trace.batch import OrdIndexedZSet, keep_exports
+from ..trace.batch import KeyedZSet, OrdIndexedZSet, keep_exports
 
 
 class IndexOperator(Operator):
@@ -19,6 +19,7 @@ class IndexOperator(Operator):
     def __init__(self, ctx, key: list[str], type_: IndexedType):
         super().__init__(ctx)
         self.key, self.type = key, type_
+        self._key = tuple(key)
         self._schema = None  # the input schema the codecs below were worked out for
         self._plan: tuple = ()
 
@@ -54,6 +55,9 @@ class IndexOperator(Operator):
         if p is None:
             return OrdIndexedZSet.from_loose(z, self.key)  # raises naming the column
         vnames, kc, vc, native = p
+        if type(z) is KeyedZSet and z.key == self._key:
+            # the driver's split sorted and consolidated the rows by this key already
+            return OrdIndexedZSet.from_keyed(z, vnames, kc, vc)
         if native is not None:
             # a small batch of integer / temporal columns: encoded, sorted, consolidated and
             # gathered in one native pass from one export of the batch (None: a null, a large

@@ -23,10 +23,11 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from ..algebra.schema import (WEIGHT, InputError, concat_batches, conform, empty_batch, row_list,
                               take)
 from ..circuit.errors import check_policy
-from ..circuit.exchange import as_shard_map, deal_batch
+from ..circuit.exchange import (SORTED_DEAL_ROWS, as_shard_map, deal_batch, deal_sorted,
+                                sorted_plan)
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
-from ..trace.batch import OrdIndexedZSet, ZSet
+from ..trace.batch import KeyedZSet, OrdIndexedZSet, ZSet
 from .stream import Stream
 from .upsert import upsert_push
 
@@ -57,7 +58,7 @@ class InputStream(Stream):
     """An input stream; also the handle to push data into it."""
 
     __slots__ = ("name", "_pending", "_pending_rows", "_key", "_rows_pushed", "errors",
-                 "_pending_mass", "_keyed", "_keyed_taken")
+                 "_pending_mass", "_keyed", "_keyed_taken", "_sorted")
 
     @property
     def policy(self) -> str:
@@ -202,11 +203,15 @@ class InputStream(Stream):
         self._pending.append((batch, weights))
         self._pending_rows += batch.num_rows
 
-    def _split(self, shards: Any, key: Optional[tuple] = None) -> list:
+    def _split(self, shards: Any, key: Optional[tuple] = None, sort: bool = True) -> list:
         """Take the pending rows: one part per worker of the layout ``shards`` (a
         :class:`~dbsp.circuit.exchange.ShardMap` or a worker count; None where empty), dealt by
         the hash of ``key`` (column names, key schema) when the circuit's placement gives one
-        (:mod:`dbsp.runtime.placement`), else contiguous slices."""
+        (:mod:`dbsp.runtime.placement`), else contiguous slices. ``sort`` (the runtime's call:
+        not when the workers are processes of their own, which would wait for it): a small
+        step's rows dealt by key are sorted for the ``index_by`` of that key
+        (:func:`~dbsp.circuit.exchange.deal_sorted`, below
+        :data:`~dbsp.circuit.exchange.SORTED_DEAL_ROWS` rows a worker)."""
         shards = as_shard_map(shards)
         workers = shards.workers
         parts, self._pending, self._pending_rows = self._pending, [], 0
@@ -216,6 +221,19 @@ class InputStream(Stream):
             return [None] * workers
         data = concat_batches(self.schema, [p[0] for p in parts])
         w = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        if key is not None and workers > 1 and sort and \
+                data.num_rows < SORTED_DEAL_ROWS * workers:
+            # the rows sorted once as the index_by that reads them keeps them, and each
+            # worker's copied to its own batch in that order (its index_by neither sorts nor
+            # gathers them again)
+            names = tuple(key[0])
+            if self._sorted[0] != key:   # (worked out once per key, not per step)
+                self._sorted = (key, sorted_plan(self.schema, names))
+            plan = self._sorted[1]
+            got = None if plan is None else deal_sorted(data, w, plan, shards)
+            if got is not None:
+                return [None if p is None else KeyedZSet(p[0], p[1], names, p[2], p[3])
+                        for p in got]
         if key is not None:   # each worker's rows copied to its own batch in one pass
             return [None if p is None else ZSet(p[0], p[1])
                     for p in deal_batch(data, w, key, shards)]
@@ -368,6 +386,7 @@ def add_input(circuit, name: str, schema: pa.Schema) -> InputStream:
     inp.errors = None  # the circuit's policy
     inp._pending_mass = 0.0  # sum of |weight| pending (checked against WEIGHT_LIMIT)
     inp._keyed, inp._keyed_taken = [], []  # KeyState records of the pending / in-flight rows
+    inp._sorted = (None, None)  # (placement key, exchange.sorted_plan of it) for _split
     return inp
 
 

@@ -380,7 +380,8 @@ class Circuit(Graph):
         for inp in self.inputs.values():
             if not (inp._pending or inp._keyed or inp._pending_mass):
                 continue  # nothing pushed (what _split would take is nothing): no part
-            for w, part in enumerate(inp._split(self.layout, keys.get(inp.node))):
+            for w, part in enumerate(inp._split(self.layout, keys.get(inp.node),
+                                                sort=not self._worker_processes)):
                 if part is not None:
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)

@@ -162,6 +162,24 @@ class DistinctZSet(ZSet):
     __slots__ = ()
 
 
+class KeyedZSet(ZSet):
+    """A loose Z-set whose rows are consolidated and in ``(key code, value code)`` order, the key
+    being the columns ``key`` and the value the others (in schema order), with those u64 codes
+    (``kcodes``, ``vcodes``: one per row, as ``codec_for(schema, key)`` and
+    ``codec_for(schema, values)`` encode them): the driver's split of an input that
+    ``index_by(key)`` reads hands each worker its rows so
+    (:func:`dbsp.circuit.exchange.deal_sorted`), and that operator makes them an
+    :class:`OrdIndexedZSet` without sorting or gathering them again
+    (:meth:`OrdIndexedZSet.from_keyed`). To any other reader it is a Z-set like any other."""
+
+    __slots__ = ("key", "kcodes", "vcodes")
+
+    def __init__(self, data: pa.RecordBatch, weights: np.ndarray, key: tuple,
+                 kcodes: np.ndarray, vcodes: np.ndarray):
+        super().__init__(data, weights)
+        self.key, self.kcodes, self.vcodes = key, kcodes, vcodes
+
+
 class OrdZSet(ZSet):
     """A consolidated Z-set: ``ColumnLayer`` over whole rows (see the module doc)."""
 
@@ -410,6 +428,21 @@ class OrdIndexedZSet:
         first = bounds[:-1]
         return cls(take(keys, perm[first]), K.take(ks, first), bounds,
                    take(vals, perm), K.take(vcodes, perm), w, kcodec, vcodec)
+
+    @classmethod
+    def from_keyed(cls, z: KeyedZSet, vnames: Sequence[str], kcodec: KeyCodec,
+                   vcodec: KeyCodec) -> "OrdIndexedZSet":
+        """``z``'s rows (non-empty, sorted and consolidated already) indexed by ``z.key``, the
+        value columns ``vnames`` (the others): no sort, no gather of the values (a zero-copy
+        selection of ``z``'s columns); the key columns gathered at each key's first row."""
+        bounds = K.group_bounds(z.kcodes)
+        keys = z.data.select(list(z.key))
+        if len(bounds) - 1 == len(z):  # every key once: its rows are the key layer
+            return cls(keys, z.kcodes, bounds, z.data.select(list(vnames)), z.vcodes, z.weights,
+                       kcodec, vcodec)
+        first = bounds[:-1]
+        return cls(take(keys, first), K.take(z.kcodes, first), bounds,
+                   z.data.select(list(vnames)), z.vcodes, z.weights, kcodec, vcodec)
 
     @classmethod
     def from_loose(cls, z: ZSet, key: Sequence[str], vnames: Optional[Sequence[str]] = None,
@@ -816,7 +849,7 @@ def merge_batches(batches: Sequence[Any]) -> Any:
         return OrdIndexedZSet.merge(batches)
     return OrdZSet.merge(batches)
 
-__all__ = ["ZSet", "DistinctZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "memoized", "merge_batches",
+__all__ = ["ZSet", "DistinctZSet", "KeyedZSet", "OrdZSet", "OrdIndexedZSet", "BatchReader", "match_batches", "memoized", "merge_batches",
            "ranges", "EMPTY_I64"]
 
 
