@@ -53,7 +53,7 @@ import numpy as np
 
 from ..circuit.exchange import ShardMap
 from ..circuit.operator import NestedState
-from ..trace.batch import OrdIndexedZSet, OrdZSet, ZSet
+from ..trace.batch import KeyedZSet, OrdIndexedZSet, OrdZSet, ZSet
 from ..trace.file_batch import is_file_batch
 from ..trace.spine import SpineImage
 from ..trace.timed import OrdKeyBatch, OrdValBatch
@@ -140,9 +140,14 @@ def _pre(x: Any, v: int, shards: ShardMap, w: int, st: ReshardStats) -> Any:
     return x
 
 
+#: Z-sets of loose rows (a linear stream's value: a delayed input, say), cut by the code of the
+#: whole row; a :class:`KeyedZSet` is an input's rows as the split dealt them
+_LOOSE = (ZSet, KeyedZSet)
+
+
 def _empty_like(b: Any) -> Any:
     m = b.to_memory() if is_file_batch(b) else b
-    if type(m) is ZSet:
+    if type(m) in _LOOSE:
         return ZSet.empty(m.schema)
     return cut_batch(m, np.zeros(len(_key_rows(m)[0]), dtype=bool))
 
@@ -253,7 +258,7 @@ def _cut(b: Any, v: int, shards: ShardMap, w: int, st: ReshardStats) -> list:
     if len(b) == 0:
         return []
     m = b.to_memory() if is_file_batch(b) else b
-    if type(m) is ZSet:  # loose rows (a linear stream's value): by the code of the whole row
+    if type(m) in _LOOSE:  # loose rows: by the code of the whole row
         m = m.consolidate()
     codes, per_key = _key_rows(m)
     mine = shards.worker_of(codes) == w
@@ -275,7 +280,7 @@ def _sum(proto: Any, parts: list) -> Any:
     """The sum of ``parts`` (cut batches of ``proto``'s kind); ``proto`` (empty) when there
     are none."""
     parts = [p.to_memory() if is_file_batch(p) else p for p in parts]
-    parts = [p.consolidate() if type(p) is ZSet else p for p in parts if len(p)]
+    parts = [p.consolidate() if type(p) in _LOOSE else p for p in parts if len(p)]
     if not parts:
         return proto
     if len(parts) == 1:
