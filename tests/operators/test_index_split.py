@@ -32,9 +32,10 @@ DIMS = pa.schema([pa.field("k", pa.int32(), nullable=False),
                   pa.field("d", pa.int64(), nullable=False)])
 
 
-def _circuit(workers: int, schema: pa.Schema, key: list, runtime: str = "threads"):
+def _circuit(workers: int, schema: pa.Schema, key: list, runtime: str = "threads",
+             dims_schema: pa.Schema = DIMS):
     c = dbsp.Circuit(workers=workers, runtime=runtime)
-    rows, dims = c.add_input("rows", schema), c.add_input("dims", DIMS)
+    rows, dims = c.add_input("rows", schema), c.add_input("dims", dims_schema)
     joined = rows.index_by(key).join(dims.index_by(key))
     outs = {"join": joined.output("join", view=False),
             "count": rows.index_by(key).aggregate({"n": ("count", None)}).output("count",
@@ -43,13 +44,13 @@ def _circuit(workers: int, schema: pa.Schema, key: list, runtime: str = "threads
 
 
 def _run(workers: int, schema: pa.Schema, key: list, steps: list,
-         runtime: str = "threads") -> list:
-    c, outs = _circuit(workers, schema, key, runtime)
+         runtime: str = "threads", dims_schema: pa.Schema = DIMS) -> list:
+    c, outs = _circuit(workers, schema, key, runtime, dims_schema)
     got = []
     try:
         for rows, w, dims in steps:
             c.inputs["rows"].push(pa.Table.from_pylist(rows, schema=schema), np.array(w, np.int64))
-            c.inputs["dims"].push(pa.Table.from_pylist(dims, schema=DIMS))
+            c.inputs["dims"].push(pa.Table.from_pylist(dims, schema=dims_schema))
             c.step()
             got.append({n: o.delta().to_dict() for n, o in outs.items()})
     finally:
@@ -83,6 +84,24 @@ def test_split_sorted_for_index_by_matches_one_worker(schema, key, data):
     want = _run(1, schema, key, steps)
     assert _run(2, schema, key, steps) == want
     assert _run(3, schema, key, steps) == want
+
+
+@pytest.mark.parametrize("nullable", ["rows", "dims"])
+def test_a_join_of_keys_of_other_nullability_deals_both_sides_alike(nullable):
+    """A join recodes one side's keys to the other's nullability, and its exchange hashes
+    the recoded codes: the side whose own codes differ is not dealt sorted by them (it was:
+    a row went to a worker its partner was not on, and the join lost it)."""
+    def loosen(schema):
+        return pa.schema([f.with_nullable(True) if f.name == "k" else f for f in schema])
+    rows_schema = loosen(FIXED) if nullable == "rows" else FIXED
+    dims_schema = loosen(DIMS) if nullable == "dims" else DIMS
+    steps = [([{"k": k, "j": 0, "v": k % 3} for k in range(40)], [1] * 40,
+              [{"k": k, "j": 0, "d": k} for k in range(40)]),
+             ([{"k": k, "j": 0, "v": k % 3} for k in range(0, 40, 3)], [-1] * 14, [])]
+    want = _run(1, rows_schema, ["k"], steps, dims_schema=dims_schema)
+    assert len(want[0]["join"]) == 40
+    for w in (2, 3):
+        assert _run(w, rows_schema, ["k"], steps, dims_schema=dims_schema) == want
 
 
 def test_split_hands_index_by_sorted_rows():

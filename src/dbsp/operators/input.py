@@ -228,7 +228,13 @@ class InputStream(Stream):
             # gathers them again)
             names = tuple(key[0])
             if self._sorted[0] != key:   # (worked out once per key, not per step)
-                self._sorted = (key, sorted_plan(self.schema, names))
+                # the workers' split hashes the codes of the exchange's key schema: sorted
+                # only when the input's own key columns give the same codes (not where a
+                # join recodes one side's keys to the other's nullability)
+                own = [(self.schema.field(n).type, self.schema.field(n).nullable)
+                       for n in names]
+                same = own == [(f.type, f.nullable) for f in key[1]]
+                self._sorted = (key, sorted_plan(self.schema, names) if same else None)
             plan = self._sorted[1]
             got = None if plan is None else deal_sorted(data, w, plan, shards)
             if got is not None:
