@@ -684,47 +684,51 @@ cdef void place_col(const uint8_t* src, int width, const int64_t* at, int64_t n,
 
 cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64_t* perm,
                        int64_t m, int64_t N, const uint64_t* kc, const uint64_t* vc,
-                       const int64_t* wp, int32_t* dsrc, int64_t* at, int32_t* dest,
+                       const int64_t* wp, int32_t* dsrc, int64_t* at,
                        int64_t* counts, int64_t* start, const ArrowArray* src,
                        const int* widths, uint8_t* block, int64_t* wout, uint64_t* kout,
                        uint64_t* vout) noexcept nogil:
     """The passes of :func:`deal_sorted` once the rows are sorted: each input row's worker
-    (``dsrc``, hashed in input order), each sorted row's worker (``dest``) and its place in
-    the output (its worker's run, in sorted order), written at its input row (``at``; ``m``,
-    a spare slot, for the rows the consolidation dropped); then each column, the weights and
-    both codes read in input order and stored at their places."""
-    cdef int64_t i, w, col, d, p0, p1, s, total, k = src.n_children
+    (``dsrc``, hashed in input order, with the rows a worker counted), then in sorted order
+    each row's place in the output (its worker's run), written at its input row (``at``;
+    ``m``, a spare slot, for the rows the consolidation dropped) with its weight; then each
+    column and both codes read in input order and stored at their places. With no row dropped
+    (``m == N``, the common case) the hashing pass's counts are the runs': no recount."""
+    cdef int64_t i, w, col, d, p0, p1, s, r, total, k = src.n_children
     cdef codes_t c
     cdef const ArrowArray* ch
     c.u64 = kc
     c.n = N
     owner_dest(&c, op, bits, dsrc, counts)
-    for w in range(workers):
-        counts[w] = 0
-    for i in range(m):
-        d = dsrc[perm[i]]
-        dest[i] = <int32_t>d
-        counts[d] += 1
+    if m < N:
+        # the consolidation dropped rows: count the kept ones again (with no row dropped, the
+        # hashing pass counted the runs' rows already)
+        for w in range(workers):
+            counts[w] = 0
+        for i in range(m):
+            counts[dsrc[perm[i]]] += 1
+    for i in range(N):   # (the dropped rows' stores go to the spare slot m; with none dropped,
+        at[i] = m        # this keeps every store in the block whatever ``perm`` holds)
     total = 0
     for w in range(workers):
         start[w] = total
         total += counts[w]
-    for i in range(N):
-        at[i] = m
     if workers == 2:
         p0, p1 = start[0], start[1]
         for i in range(m):
-            d = dest[i]
+            r = perm[i]
+            d = dsrc[r]
             s = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
-            at[perm[i]] = s
+            at[r] = s
             wout[s] = wp[i]
             p1 += d
             p0 += 1 - d
     else:
         for i in range(m):
-            d = dest[i]
+            r = perm[i]
+            d = dsrc[r]
             s = start[d]
-            at[perm[i]] = s
+            at[r] = s
             wout[s] = wp[i]
             start[d] = s + 1
         for w in range(workers):
@@ -783,7 +787,6 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
     cdef int kcols[8]
     cdef int vcols[8]
     cdef int widths[64]
-    cdef int32_t* dest = NULL
     cdef uint8_t* block = NULL
     cdef int64_t* counts = NULL
     cdef int64_t* start = NULL
@@ -827,13 +830,12 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
             if pp[i] < 0 or pp[i] >= N:
                 raise ValueError(f"deal_sorted: the sort gave row {pp[i]} of {N}")
         # (every output has a spare slot at m: the stores of the rows the sort dropped)
-        dest = <int32_t*>malloc(max(m, 1) * sizeof(int32_t))
         dsrc = <int32_t*>malloc(N * sizeof(int32_t))
         at = <int64_t*>malloc(N * sizeof(int64_t))
         counts = <int64_t*>calloc(workers, sizeof(int64_t))
         start = <int64_t*>calloc(workers, sizeof(int64_t))
         block = blk_struct(k, widths, m + 1)
-        if dest == NULL or dsrc == NULL or at == NULL or counts == NULL or start == NULL \
+        if dsrc == NULL or at == NULL or counts == NULL or start == NULL \
                 or block == NULL:
             raise MemoryError()
         blk_set_length(block, m)
@@ -847,10 +849,10 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         kop, vop = <uint64_t*>cnp.PyArray_DATA(kout), <uint64_t*>cnp.PyArray_DATA(vout)
         if m >= NOGIL_MIN:
             with nogil:
-                _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, dest, counts,
+                _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, counts,
                              start, &src, widths, block, wop, kop, vop)
         else:
-            _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, dest, counts, start,
+            _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, counts, start,
                          &src, widths, block, wop, kop, vop)
         src.release(&src)
         b = <uintptr_t>block
@@ -859,7 +861,6 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
     finally:
         _release(&src, &ssrc)
         free(block)
-        free(dest)
         free(dsrc)
         free(at)
         free(counts)

@@ -146,23 +146,27 @@ def test_deal_sorted_places_rows_as_deal(case):
                 assert set(where[kc == code]) == {w}
 
 
+@pytest.mark.parametrize("distinct", [False, True])
 @pytest.mark.parametrize("workers", [2, 3, 300])
-def test_deal_sorted_long_inputs(workers):
+def test_deal_sorted_long_inputs(workers, distinct):
     """Past NOGIL_MIN rows (the GIL released), two workers (the branch-free placement) and
-    more, every column width: native as the reference."""
+    more, every column width: native as the reference. ``distinct``: every row kept (no
+    duplicate, no zero weight: the pass that skips the recount), else many dropped."""
     rng = np.random.default_rng(workers)
     n = 40_003
     schema = pa.schema([pa.field(c, pa.from_numpy_dtype(t), nullable=False)
                         for c, t in zip("abcd", (np.int8, np.int16, np.int32, np.int64))])
-    batch = pa.record_batch([rng.integers(-9, 9, n + 1).astype(t)
-                             for t in (np.int8, np.int16, np.int32, np.int64)],
-                            schema=schema).slice(1)
-    weights = rng.integers(-5, 5, n)
+    cols = [rng.integers(-9, 9, n + 1).astype(t) for t in (np.int8, np.int16, np.int32, np.int64)]
+    if distinct:
+        cols[3] = rng.permutation(n + 1).astype(np.int64)
+    batch = pa.record_batch(cols, schema=schema).slice(1)
+    weights = rng.integers(1, 5, n) if distinct else rng.integers(-5, 5, n)
     owners = rng.integers(0, workers, 1 << 10).astype(np.int32)
     plan = sorted_plan(batch.schema, ["d"])
     args = (batch, weights, plan[0], plan[1], plan[2], plan[3], owners, 10, workers,
             K.sort_consolidate)
     got, want = native.deal_sorted(*args), ref.deal_sorted(*args)
+    assert (sum(len(r[1]) for r in want if r is not None) == n) == distinct
     for g, r in zip(got, want):
         assert (g is None) == (r is None)
         if g is not None:
