@@ -12,7 +12,15 @@ The steps are ``_efficiency.steps_of`` (3 warm-up steps, then ``--steps`` measur
 callgrind dump for them all, ``circuit.close()`` included), run as ``cpu_of_run`` runs them.
 
 Measured (branch agg11, 40 steps, seed 1000, two runs each): main 238.8M / 242.4M at 10K events
-and 158.0M / 155.7M at 5K (floor 1.30); agg11 241.6M / 241.5M and 154.2M / 153.8M (1.28)."""
+and 158.0M / 155.7M at 5K (floor 1.30); agg11 241.6M / 241.5M and 154.2M / 153.8M (1.28).
+
+``--workers 2`` counts W = 2 on the same steps (small steps: every worker a greenlet of the
+driver's thread), for the instructions behind the efficiency ratio itself. Measured (b386474,
+10K events, 40 steps): W = 1 233.2M, W = 2 313.7M (1.345; CPU seconds read 1.2-1.3 over the
+same work, the merger thread's cache misses and page zeroing weighing more in W = 1's share);
+the second worker's 2.0M a step: the driver's sorted split (~0.77M beside ~0.48M of gathers
+its index no longer makes), the interpreter and allocator (~0.8M: each worker's operators'
+Python), merges (+0.16M), the join's rank probes (+0.18M)."""
 from __future__ import annotations
 
 import argparse
@@ -33,10 +41,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--workload", default="join_avg")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="W (2: the count of W = 2 on the same steps, against W = 1's)")
     a = ap.parse_args()
     data = steps_of(a.workload, a.events, 3 + a.steps, seed=a.seed)
     cg = _helper()
-    circuit, job, one = open_run("threads", a.workload, 1)
+    circuit, job, one = open_run("threads", a.workload, a.workers)
     for st in data[:3]:
         one(st)
     cg.cg_on()
