@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from ..algebra.schema import InputError, as_schema, columns_to_table, from_polars, is_columns, \
     is_polars
+from ..storage.osthreads import name_os_thread
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ class ReplaySource(Source):
 
     # -- background reader (adaptive batching over an iterator) -------------------------------
     def _reader(self) -> None:
+        name_os_thread()
         assert self._q is not None
         try:
             for b in self._it:

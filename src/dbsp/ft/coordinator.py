@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from ..runtime.process import WorkerDied
 from ..runtime.slices import SourceStep
+from ..storage.osthreads import name_os_thread
 
 __all__ = ["Coordinator", "State", "CancelToken"]
 
@@ -96,6 +97,7 @@ class Coordinator:
 
     # -- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
+        name_os_thread()
         try:
             while True:
                 with self._cv:

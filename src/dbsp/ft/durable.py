@@ -78,6 +78,7 @@ from typing import Any, Callable, Optional, Protocol
 from ..algebra.schema import conform
 from ..runtime.process import WorkerDied
 from ..runtime.slices import SliceError
+from ..storage.osthreads import name_os_thread
 from .logs import InputLog, OutputLog, Rereadable, Slices, Span, rows_crc
 
 log = logging.getLogger("dbsp.ft")
@@ -564,6 +565,7 @@ class DurableCircuit:
         return self._publish(self._begin())
 
     def _write_bg(self, pc: Any) -> None:
+        name_os_thread()
         try:
             self._publish(pc)
         except BaseException as e:  # raised by the next step / checkpoint

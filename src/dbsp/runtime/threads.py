@@ -34,6 +34,7 @@ from greenlet import getcurrent, greenlet
 
 from ..circuit.exchange import TransportAborted
 from ..circuit.scheduler import Scheduler
+from ..storage.osthreads import name_os_thread
 
 __all__ = ["ThreadPool", "InProcTransport", "Gate", "SERIAL_ROWS"]
 
@@ -198,6 +199,7 @@ class ThreadPool:
             t.start()
 
     def _run(self, i: int) -> None:
+        name_os_thread()
         go, done = self._go[i], self._done[i]
         while True:
             go.acquire()

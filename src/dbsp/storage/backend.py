@@ -60,6 +60,7 @@ import numpy as np
 
 from . import format as F
 from .format import HEADER_SIZE, CorruptBlockError
+from .osthreads import name_os_thread
 from .._native import block as _nb
 from .._native.slab_pool import SlabPool
 
@@ -473,6 +474,7 @@ class _PooledBackend(Backend):
             pass     # prefetch is advisory
 
     def _prefetch_loop(self):
+        name_os_thread()
         q = self._prefetch_q
         while True:
             item = q.get()

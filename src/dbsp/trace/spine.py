@@ -118,6 +118,7 @@ from ..algebra import kernels as K
 from ..algebra.checked import WeightOverflowError
 from ..algebra.codes import CodeArray, Codes
 from ..storage.memory import release_free_memory
+from ..storage.osthreads import name_os_thread
 from .batch import OrdIndexedZSet, OrdZSet, merge_batches
 from .key_filter import attach_filter
 from .journal import current_journal
@@ -389,6 +390,7 @@ class Merger:
                 return best[1], job
 
     def _run(self) -> None:
+        name_os_thread()
         while True:
             with self._cv:
                 while True:

@@ -1,0 +1,53 @@
+"""Engine threads carry their names into the kernel (``/proc/.../comm``: what perf, top -H and
+py-spy show)."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dbsp.storage.osthreads import name_os_thread
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl names: Linux")
+
+
+def _comm(tid: int) -> str:
+    with open(f"/proc/self/task/{tid}/comm") as f:
+        return f.read().strip()
+
+
+@linux
+def test_a_thread_takes_its_python_name_cut_to_15_bytes():
+    got = {}
+
+    def run():
+        got["ok"] = name_os_thread()
+        got["comm"] = _comm(threading.get_native_id())
+
+    t = threading.Thread(target=run, name="dbsp-a-long-thread-name")
+    t.start()
+    t.join()
+    assert got == {"ok": True, "comm": "dbsp-a-long-thr"}
+
+
+@linux
+def test_the_spines_merger_and_the_threads_runtime_name_their_threads():
+    import dbsp
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                        pa.field("v", pa.int64(), nullable=False)])
+    with dbsp.Circuit(workers=2, runtime="threads") as c:
+        ev = c.add_input("ev", schema)
+        out = ev.index_by(["k"]).aggregate({"n": ("count", None)}).output()
+        rng = np.random.default_rng(1)
+        for _ in range(40):  # enough rows for merges on the merger and steps on both threads
+            ev.push(pa.record_batch([rng.integers(0, 1 << 40, 40_000), np.ones(40_000, np.int64)],
+                                    schema=schema))
+            c.step()
+            out.delta()
+        names = {_comm(int(t)) for t in os.listdir("/proc/self/task")}
+    assert any(n.startswith("dbsp-worker-") for n in names), names
+    assert any(n.startswith("dbsp-merger") for n in names), names
