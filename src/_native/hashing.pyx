@@ -691,8 +691,8 @@ cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64
     """The passes of :func:`deal_sorted` once the rows are sorted: each input row's worker
     (``dsrc``, hashed in input order, with the rows a worker counted), then in sorted order
     each row's place in the output (its worker's run), written at its input row (``at``;
-    ``m``, a spare slot, for the rows the consolidation dropped) with its weight; then each
-    column and both codes read in input order and stored at their places. With no row dropped
+    ``m``, a spare slot, for the rows the consolidation dropped), its weight and both its
+    codes stored there; then each column read in input order and stored at its place. With no row dropped
     (``m == N``, the common case) the hashing pass's counts are the runs': no recount."""
     cdef int64_t i, w, col, d, p0, p1, s, r, total, k = src.n_children
     cdef codes_t c
@@ -721,6 +721,8 @@ cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64
             s = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
             at[r] = s
             wout[s] = wp[i]
+            kout[s] = kc[r]
+            vout[s] = vc[r]
             p1 += d
             p0 += 1 - d
     else:
@@ -730,15 +732,17 @@ cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64
             s = start[d]
             at[r] = s
             wout[s] = wp[i]
+            kout[s] = kc[r]
+            vout[s] = vc[r]
             start[d] = s + 1
         for w in range(workers):
             start[w] -= counts[w]
+    kout[m] = 0   # (the spare slot, outside every run)
+    vout[m] = 0
     for col in range(k):
         ch = src.children[col]
         place_col(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col],
                   widths[col], at, N, <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1])
-    place(kc, at, N, kout)
-    place(vc, at, N, vout)
 
 
 cdef bint _code_cols(list cols, list plan, int* out, const int* widths, int64_t k,
