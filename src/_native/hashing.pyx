@@ -682,13 +682,15 @@ cdef void place_col(const uint8_t* src, int width, const int64_t* at, int64_t n,
         place(src, at, n, out)
 
 
-cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64_t* perm,
+cdef int64_t _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64_t* perm,
                        int64_t m, int64_t N, const uint64_t* kc, const uint64_t* vc,
                        const int64_t* wp, int32_t* dsrc, int64_t* at,
                        int64_t* counts, int64_t* start, const ArrowArray* src,
                        const int* widths, uint8_t* block, int64_t* wout, uint64_t* kout,
                        uint64_t* vout) noexcept nogil:
-    """The passes of :func:`deal_sorted` once the rows are sorted: each input row's worker
+    """The passes of :func:`deal_sorted` once the rows are sorted (``perm``: distinct rows in
+    ``0..N-1``, checked in range by the caller; a row given twice stops the passes before any
+    store of it, and is returned, else -1): each input row's worker
     (``dsrc``, hashed in input order, with the rows a worker counted), then in sorted order
     each row's place in the output (its worker's run), written at its input row (``at``;
     ``m``, a spare slot, for the rows the consolidation dropped), its weight and both its
@@ -717,6 +719,8 @@ cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64
         p0, p1 = start[0], start[1]
         for i in range(m):
             r = perm[i]
+            if at[r] != m:   # (a row twice: the runs would overflow their counts)
+                return r
             d = dsrc[r]
             s = p0 ^ ((p0 ^ p1) & -d)   # p1 if d else p0, without a branch
             at[r] = s
@@ -728,6 +732,8 @@ cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64
     else:
         for i in range(m):
             r = perm[i]
+            if at[r] != m:
+                return r
             d = dsrc[r]
             s = start[d]
             at[r] = s
@@ -743,6 +749,7 @@ cdef void _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64
         ch = src.children[col]
         place_col(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * widths[col],
                   widths[col], at, N, <uint8_t*>(<ArrowArray*>block + 1 + col).buffers[1])
+    return -1
 
 
 cdef bint _code_cols(list cols, list plan, int* out, const int* widths, int64_t k,
@@ -786,6 +793,8 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
     cdef cnp.ndarray own = _owner_map(owners, bits, workers, "deal_sorted")
     cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
     cdef int64_t N = batch.num_rows, m, i, w, k, col
+    cdef uint64_t bad
+    cdef int64_t twice
     if wa.ndim != 1 or wa.shape[0] != N:
         raise ValueError(f"deal_sorted: {N} rows, {len(wa)} weights")
     cdef int kcols[8]
@@ -830,9 +839,13 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         if w2.shape[0] != m or m > N:
             raise ValueError(f"deal_sorted: the sort gave {m} rows, {w2.shape[0]} weights")
         pp = <const int64_t*>cnp.PyArray_DATA(pa_)
-        for i in range(m):
-            if pp[i] < 0 or pp[i] >= N:
-                raise ValueError(f"deal_sorted: the sort gave row {pp[i]} of {N}")
+        bad = 0
+        for i in range(m):   # (no branch: one unsigned compare a row, vectorised)
+            bad |= <uint64_t>pp[i] >= <uint64_t>N
+        if bad:
+            for i in range(m):
+                if pp[i] < 0 or pp[i] >= N:
+                    raise ValueError(f"deal_sorted: the sort gave row {pp[i]} of {N}")
         # (every output has a spare slot at m: the stores of the rows the sort dropped)
         dsrc = <int32_t*>malloc(N * sizeof(int32_t))
         at = <int64_t*>malloc(N * sizeof(int64_t))
@@ -853,11 +866,13 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         kop, vop = <uint64_t*>cnp.PyArray_DATA(kout), <uint64_t*>cnp.PyArray_DATA(vout)
         if m >= NOGIL_MIN:
             with nogil:
-                _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, counts,
-                             start, &src, widths, block, wop, kop, vop)
+                twice = _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, counts,
+                                     start, &src, widths, block, wop, kop, vop)
         else:
-            _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, counts, start,
-                         &src, widths, block, wop, kop, vop)
+            twice = _deal_sorted(op, bits, workers, pp, m, N, kp, vp, wp, dsrc, at, counts,
+                                 start, &src, widths, block, wop, kop, vop)
+        if twice >= 0:
+            raise ValueError(f"deal_sorted: the sort gave row {twice} twice")
         src.release(&src)
         b = <uintptr_t>block
         block = NULL   # the import owns it (and releases it if the import fails)

@@ -189,3 +189,47 @@ def test_deal_sorted_refuses_bad_input():
         with pytest.raises(ValueError):  # no column 7
             kern(b, np.ones(3, np.int64), [7], plan[1], plan[2], plan[3],
                  np.zeros(2, np.int32), 1, 1, K.sort_consolidate)
+
+
+@pytest.mark.parametrize("bad_row", [-1, 3, 1 << 40])
+def test_deal_sorted_refuses_a_sort_that_gives_a_row_out_of_range(bad_row):
+    """The sort is a callback: a permutation entry outside the batch is named, not stored."""
+    b = pa.record_batch([pa.array([1, 2, 3]), pa.array([4, 5, 6])],
+                        schema=pa.schema([pa.field("a", pa.int64(), nullable=False),
+                                          pa.field("b", pa.int64(), nullable=False)]))
+    plan = sorted_plan(b.schema, ["a"])
+
+    def bad_sort(kc, vc, w):
+        return np.array([0, bad_row, 2], np.int64), np.ones(3, np.int64)
+
+    with pytest.raises(ValueError, match=f"row {bad_row} of 3"):
+        native.deal_sorted(b, np.ones(3, np.int64), *plan[:4], np.array([0, 1], np.int32), 1, 2,
+                           bad_sort)
+
+
+def test_deal_sorted_refuses_a_sort_that_repeats_a_row():
+    """A permutation that repeats a row (a broken callback) is refused before the row is stored
+    twice: with no row dropped the runs are sized by the hashing pass's counts, which a
+    repeated row would overflow."""
+    n = 5_000
+    b = pa.record_batch([pa.array(np.arange(n)), pa.array(np.arange(n))],
+                        schema=pa.schema([pa.field("a", pa.int64(), nullable=False),
+                                          pa.field("b", pa.int64(), nullable=False)]))
+    plan = sorted_plan(b.schema, ["a"])
+    for m, row in ((n, 7), (n - 1, 7), (n, n - 1)):
+        def repeating_sort(kc, vc, w, m=m, row=row):
+            perm = np.arange(m, dtype=np.int64)
+            perm[-1] = row  # (row m - 1 gone, row `row` twice; or m - 1 == row: none twice)
+            return perm, np.ones(m, np.int64)
+
+        if row == m - 1:
+            got = native.deal_sorted(b, np.ones(n, np.int64), *plan[:4],
+                                     np.array([0, 1], np.int32), 1, 2, repeating_sort)
+            assert sum(len(p[1]) for p in got if p is not None) == m
+            continue
+        with pytest.raises(ValueError, match=f"row {row} twice"):
+            native.deal_sorted(b, np.ones(n, np.int64), *plan[:4], np.array([0, 1], np.int32), 1,
+                               2, repeating_sort)
+        with pytest.raises(ValueError, match=f"row {row} twice"):  # three workers: the other loop
+            native.deal_sorted(b, np.ones(n, np.int64), *plan[:4],
+                               np.array([0, 1, 2, 2], np.int32), 2, 3, repeating_sort)
