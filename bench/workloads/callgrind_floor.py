@@ -15,11 +15,12 @@ Measured (branch agg11, 40 steps, seed 1000, two runs each): main 238.8M / 242.4
 and 158.0M / 155.7M at 5K (floor 1.30); agg11 241.6M / 241.5M and 154.2M / 153.8M (1.28).
 
 ``--workers 2`` counts W = 2 on the same steps (small steps: every worker a greenlet of the
-driver's thread), for the instructions behind the efficiency ratio itself. Measured (b386474,
-10K events, 40 steps): W = 1 233.2M, W = 2 313.7M (1.345; CPU seconds read 1.2-1.3 over the
-same work, the merger thread's cache misses and page zeroing weighing more in W = 1's share);
-the second worker's 2.0M a step: the driver's sorted split (~0.77M beside ~0.48M of gathers
-its index no longer makes), the interpreter and allocator (~0.8M: each worker's operators'
+driver's thread), for the instructions behind the efficiency ratio itself. Measured (10K
+events, 40 steps): W = 1 233.2M; W = 2 on b386474 313.7M and 301.8M in two runs (the
+background merges move a run's count by a few percent), on dac4038 297.8M and 297.9M (the
+split's recount and code passes); W2/W1 1.29 -> 1.28. The second worker's ~2.0M a step
+(b386474, the 313.7M run): the driver's sorted split (~0.77M beside ~0.48M of gathers its
+index no longer makes), the interpreter and allocator (~0.8M: each worker's operators'
 Python), merges (+0.16M), the join's rank probes (+0.18M)."""
 from __future__ import annotations
 
