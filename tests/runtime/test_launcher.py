@@ -219,3 +219,25 @@ def _max_socket_fd() -> int:
         except OSError:
             pass
     return max(fds)
+
+
+def test_the_launchers_driver_leaves_the_sort_to_its_workers(monkeypatch):
+    """Small steps of an input read by ``index_by`` are sorted by the threads runtime's driver
+    for its workers (``deal_sorted``), never by the launcher's (nor the processes runtime's):
+    there every worker sorts its own part side by side, where a sort in the driver would keep
+    them all waiting, all of a step's rows in one serial sort however many workers there are.
+    The output is the embedded runtime's either way."""
+    import dbsp.operators.input as I
+    calls = []
+    real = I.deal_sorted
+    monkeypatch.setattr(I, "deal_sorted", lambda *a, **k: calls.append(1) or real(*a, **k))
+    steps = P.sample_steps(3)
+    want = _embedded(steps)
+    with dbsp.Circuit(workers=2, runtime="threads") as c:  # (the split it does sort)
+        outs = build_outputs(c, P.join_agg_closure)
+        assert _views_per_step(c, outs, steps) == want
+    assert calls, "the threads runtime's driver no longer deals sorted: this test checks nothing"
+    calls.clear()
+    with launch(P.join_agg_closure, workers=2) as job:
+        assert _views_per_step(job, job.outputs, steps) == want
+    assert not calls, f"the launcher's driver sorted {len(calls)} parts for its workers"

@@ -274,6 +274,15 @@ class Circuit(Graph):
         return self.runtime == "processes" and self.workers > 1
 
     @property
+    def _separate_workers(self) -> bool:
+        """Whether the workers run apart from this driver (processes of their own, the
+        launcher's or Spark's replicas): the driver's split then does not sort small steps for
+        them (``InputStream._split``): each sorts its own part, side by side, where a sort here
+        would keep them all waiting, and a sorted part's codes would be encoded again on
+        arrival anyway."""
+        return self._worker_processes or self.remote
+
+    @property
     def remote(self) -> bool:
         """Whether the replicas run elsewhere, behind an ``executor`` (launcher, Spark)."""
         return self._executor_factory is not None
@@ -381,7 +390,7 @@ class Circuit(Graph):
             if not (inp._pending or inp._keyed or inp._pending_mass):
                 continue  # nothing pushed (what _split would take is nothing): no part
             for w, part in enumerate(inp._split(self.layout, keys.get(inp.node),
-                                                sort=not self._worker_processes)):
+                                                sort=not self._separate_workers)):
                 if part is not None:
                     per_worker[w][inp.node] = part
                     taken.setdefault(inp.name, []).append(part)
