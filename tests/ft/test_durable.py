@@ -345,6 +345,43 @@ def test_checkpoint_cadence_counts_from_the_last_checkpoint_across_recoveries(tm
     ctx.close()
 
 
+def test_checkpointing_is_said_before_the_step_count_reaches_a_checkpoint(tmp_path,
+                                                                           monkeypatch):
+    """``DurableCircuit.checkpointing`` is True from before the step count reaches a step that is
+    checkpointed until that checkpoint is published or has failed: whoever sees a step count
+    past ``last_checkpoint`` while it is False knows a crash now replays steps (the crash
+    tests kill replicas only then)."""
+    from dbsp.ft.durable import DurableCircuit
+    seen = []
+
+    class StepNo:  # records (step count, checkpointing) at every change of the count
+        def __get__(self, d, owner=None):
+            return d.__dict__["step_no"]
+
+        def __set__(self, d, v):
+            d.__dict__["step_no"] = v
+            seen.append((v, d.__dict__.get("checkpointing")))
+
+    monkeypatch.setattr(DurableCircuit, "step_no", StepNo(), raising=False)
+    ctx, s, _, _ = make(str(tmp_path), checkpoint_every=3)
+    for i in range(7):
+        s.push([(i % 2, i)])
+        ctx.step()
+        ctx.durable.wait_checkpoint()
+        assert not ctx.durable.checkpointing
+    assert [n for n, busy in seen if busy] == [3, 6], seen
+    assert ctx.durable.last_checkpoint.step == 6
+
+    def fail(*a, **k):
+        raise OSError(5, "injected")
+    monkeypatch.setattr(ctx.durable.output_log, "sync", fail)
+    with pytest.raises(OSError):
+        ctx.checkpoint()
+    assert not ctx.durable.checkpointing  # a failed checkpoint is not being written any more
+    monkeypatch.undo()
+    ctx.close()
+
+
 def test_a_long_replay_commits_a_checkpoint_before_new_input(tmp_path):
     """A recovery that replays ``checkpoint_every`` steps or more commits a checkpoint at its
     end, before any new input: a crash right after it replays nothing."""

@@ -149,6 +149,10 @@ class DurableCircuit:
         self.replayed = 0
         self.recovery_seconds = 0.0
         self.last_checkpoint: Any = None
+        #: a checkpoint is due, being captured or being written (True from before the step
+        #: count reaches its step until it is published or has failed): until then the step
+        #: count may already be past :attr:`last_checkpoint` while the state on disk is not
+        self.checkpointing = False
         self.pauses: list[float] = []
         self._since = 0
         self._t_last = clock()
@@ -506,9 +510,12 @@ class DurableCircuit:
         """After step ``s`` ran and its input is durable: release its output, count it, and
         take the checkpoint that is due."""
         self._write_outputs(s)
-        self.step_no = s + 1
         self._since += 1
-        if self._due():
+        due = self._due()
+        if due:
+            self.checkpointing = True  # before the step count says a step past the last one
+        self.step_no = s + 1
+        if due:
             self.checkpoint(wait=not self.background)
         return s
 
@@ -540,14 +547,19 @@ class DurableCircuit:
         """Checkpoint at this step boundary. ``wait=False``: return once the state is captured
         (the pause), write it on a background thread (a previous one is waited for first).
         Returns the published checkpoint (``wait``) or None."""
-        self.open()
-        self.wait_checkpoint()
-        if wait:
-            return self._checkpoint_now()
-        pc = self._begin()
-        self._writer = threading.Thread(target=self._write_bg, args=(pc,),
-                                        name="dbsp-checkpoint", daemon=True)
-        self._writer.start()
+        self.checkpointing = True
+        try:
+            self.open()
+            self.wait_checkpoint()
+            if wait:
+                return self._checkpoint_now()
+            pc = self._begin()
+            self._writer = threading.Thread(target=self._write_bg, args=(pc,),
+                                            name="dbsp-checkpoint", daemon=True)
+            self._writer.start()
+        except BaseException:
+            self.checkpointing = False
+            raise
         return None
 
     def _begin(self) -> Any:
@@ -573,12 +585,15 @@ class DurableCircuit:
 
     def _publish(self, pc: Any) -> Any:
         try:
-            self.output_log.sync(pc.step)  # replay starts at the checkpoint: output before it
-        except BaseException as e:         # must be durable before it is published
-            pc.abort()
-            raise e
-        info = pc.finish()
-        self.last_checkpoint = info
+            try:
+                self.output_log.sync(pc.step)  # replay starts at the checkpoint: output
+            except BaseException as e:         # before it must be durable before it is published
+                pc.abort()
+                raise e
+            info = pc.finish()
+            self.last_checkpoint = info
+        finally:
+            self.checkpointing = False
         oldest = self.store.checkpoints[0].step if self.store.checkpoints else 0
         self.input_log.trim(oldest)
         return info

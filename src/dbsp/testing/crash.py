@@ -210,9 +210,13 @@ def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKI
         time.sleep(rng.uniform(0.1, 0.8))
         d = job.ft.durable if job.ft is not None else None
         pids = job.pids()
-        if not pids or d is None or d is not job.durable or not d.opened \
-                or d.step_no >= steps - 2 or d.last_checkpoint is None \
-                or d.step_no <= d.last_checkpoint.step:
+        if not pids or d is None or d is not job.durable or not d.opened:
+            continue
+        # read before and after the step count: a checkpoint of the step just reached, still
+        # being written when the replica dies, may yet be published and leave nothing to replay
+        busy = d.checkpointing
+        step, cp = d.step_no, d.last_checkpoint
+        if busy or d.checkpointing or step >= steps - 2 or cp is None or step <= cp.step:
             continue  # a checkpoint to reload, and logged steps after it to replay
         w = rng.choice(sorted(pids))
         victim = pick(pids[w]) if pick is not None else pids[w]
@@ -221,8 +225,7 @@ def kill_replicas(job, rng, kills, stop, log, steps, pick=None, sig=signal.SIGKI
         except ProcessLookupError:
             continue
         g = job.generation
-        cp = d.last_checkpoint
-        log.append((g, w, d.step_no, victim, None if cp is None else cp.step))
+        log.append((g, w, step, victim, cp.step))
         done += 1
         while not stop.is_set():
             d = job.ft.durable
