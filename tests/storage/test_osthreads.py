@@ -51,3 +51,25 @@ def test_the_spines_merger_and_the_threads_runtime_name_their_threads():
         names = {_comm(int(t)) for t in os.listdir("/proc/self/task")}
     assert any(n.startswith("dbsp-worker-") for n in names), names
     assert any(n.startswith("dbsp-merger") for n in names), names
+
+
+@linux
+def test_naming_a_thread_starts_no_process(monkeypatch):
+    """libc's prctl is found among the process's own symbols: no ``ldconfig`` child (what
+    ``ctypes.util.find_library`` runs) the first time an engine thread names itself."""
+    import subprocess
+
+    from dbsp.storage import osthreads
+
+    def no_child(*a, **k):
+        raise AssertionError(f"a child process was started: {a}")
+
+    tid = threading.get_native_id()
+    before = _comm(tid)
+    monkeypatch.setattr(osthreads, "_prctl", None)
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+    try:
+        assert name_os_thread("dbsp-test")
+        assert _comm(tid) == "dbsp-test"
+    finally:
+        name_os_thread(before)

@@ -10,7 +10,6 @@ its Python name (Linux ``prctl(PR_SET_NAME)``, cut to the kernel's 15 bytes).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 import threading
 from typing import Optional
@@ -26,8 +25,11 @@ def name_os_thread(name: Optional[str] = None) -> bool:
     if _prctl is None:
         _prctl = False
         if sys.platform.startswith("linux"):
+            # the process's own symbols, libc's among them: ``ctypes.util.find_library``
+            # would run ``ldconfig -p`` in a child process (a fork of a large process, and
+            # 4.8M instructions of regex over its output) the first time a thread is named
             try:
-                _prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+                _prctl = ctypes.CDLL(None).prctl
             except (OSError, AttributeError):
                 pass
     if not _prctl:
