@@ -30,6 +30,8 @@ _HELPER = """#include <valgrind/callgrind.h>
 void cg_on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_TOGGLE_COLLECT; }
 void cg_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS; }
 void cg_mark(const char *s) { CALLGRIND_DUMP_STATS_AT(s); }
+void cg_zero(void) { CALLGRIND_ZERO_STATS; }
+void cg_dump(void) { CALLGRIND_DUMP_STATS; }
 """
 
 

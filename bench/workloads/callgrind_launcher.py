@@ -8,8 +8,9 @@ through ``--warm`` steps, then switches collection on in every worker (an ``appl
 steps), runs ``--steps`` steps and switches it off. Each worker dumps at the start and end of
 every operator's ``eval``, of each exchange, and of each read and write of its control socket,
 so its instructions split into those phases (a phase's own part: nested phases apart); what
-lies outside all of them is the step loop (``other``), and background threads (a spine's
-merges) are counted whole. Printed: instructions a step, W = 1 against the sum over the W
+lies outside all of them is the step loop (``other``). Only each worker's main thread is
+counted: callgrind keeps the collection switch per thread, so a spine's merger (which starts
+with collection off) is not, nor are its merges (``callgrind_floor.py`` counts every thread). Printed: instructions a step, W = 1 against the sum over the W
 workers.
 
 Measured (10K events a step, 2 warm + 3 steps; W = 1 / W = 2, instructions a step): total 5.72M
@@ -93,7 +94,7 @@ def summarize(prefix: str, steps: int) -> dict:
             continue
         if m.group(3) == "01":  # the worker's main thread: its phases
             dumps[m.group(1)].append((int(m.group(2)), f))
-        else:  # another thread (a spine's background merges): counted whole
+        else:  # another thread: its collection was never switched on (see the module doc)
             txt = open(f).read()
             n = int(re.search(r"^totals: (\d+)", txt, re.M).group(1))
             acc["total"] += n
