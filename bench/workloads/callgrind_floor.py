@@ -14,12 +14,12 @@ shared machine (single rounds of the CPU ratio scatter over 1.1-1.8 on the 2-vCP
 The steps are ``_efficiency.steps_of`` (3 warm-up steps, then ``--steps`` measured), run as
 ``cpu_of_run`` runs them: the window is settled at both edges (every merge its steps owe is in
 it), and it is counted between ``CALLGRIND_ZERO_STATS`` and ``CALLGRIND_DUMP_STATS``, which
-cover every thread. (Before stop 29 the window was toggled with ``CALLGRIND_TOGGLE_COLLECT``,
+cover every thread. (Until late in stop 28 the window was toggled with ``CALLGRIND_TOGGLE_COLLECT``,
 which callgrind keeps per thread: the merger never counted, only the merges run inline in the
 stepping thread, and the window was not settled. Every figure this docstring gave before,
 W = 1 233.2M and W = 2 297.8M among them, was the stepping thread's alone.)
 
-Measured (stop 29, 10K events, 40 steps, seed 1000):
+Measured (stop 28, 10K events, 40 steps, seed 1000):
 
 * every thread, background merges: W = 1 404.1M (its merger's first thread naming ran
   ``ldconfig`` through ``ctypes.util.find_library``: 4.8M of regex; fixed), then 399.8M and
