@@ -276,7 +276,7 @@ class DurableCircuit:
         self.layout_change = getattr(self.store, "layout_change", None)
         if self.layout_change is not None:  # the new layout's first commit, before any input
             self.step_no = start
-            info = self._publish(self.store.begin(c, start, at=self.clock()))
+            info = self._publish(self._begin())
         log = self.input_log
         if log.end == log.first:  # empty: continue at the checkpoint
             log.start_at(max(start, log.end))
@@ -547,26 +547,31 @@ class DurableCircuit:
         """Checkpoint at this step boundary. ``wait=False``: return once the state is captured
         (the pause), write it on a background thread (a previous one is waited for first).
         Returns the published checkpoint (``wait``) or None."""
-        self.checkpointing = True
         try:
             self.open()
             self.wait_checkpoint()
-            if wait:
-                return self._checkpoint_now()
-            pc = self._begin()
-            self._writer = threading.Thread(target=self._write_bg, args=(pc,),
-                                            name="dbsp-checkpoint", daemon=True)
-            self._writer.start()
         except BaseException:
-            self.checkpointing = False
+            self.checkpointing = False  # (set by _finish_step when this checkpoint came due)
             raise
+        if wait:
+            return self._checkpoint_now()
+        pc = self._begin()
+        self._writer = threading.Thread(target=self._write_bg, args=(pc,),
+                                        name="dbsp-checkpoint", daemon=True)
+        self._writer.start()
         return None
 
     def _begin(self) -> Any:
-        """Capture the state at this step boundary (the pause); the cadence restarts here."""
+        """Capture the state at this step boundary (the pause); the cadence restarts here.
+        :attr:`checkpointing` from here until :meth:`_publish` ends (or this fails)."""
+        self.checkpointing = True
         t0 = time.perf_counter()
         now = self.clock()
-        pc = self.store.begin(self.circuit, self.step_no, at=now)
+        try:
+            pc = self.store.begin(self.circuit, self.step_no, at=now)
+        except BaseException:
+            self.checkpointing = False
+            raise
         self.pauses.append(time.perf_counter() - t0)
         self._since = 0
         self._t_last = now
@@ -587,9 +592,9 @@ class DurableCircuit:
         try:
             try:
                 self.output_log.sync(pc.step)  # replay starts at the checkpoint: output
-            except BaseException as e:         # before it must be durable before it is published
+            except BaseException:              # before it must be durable before it is published
                 pc.abort()
-                raise e
+                raise
             info = pc.finish()
             self.last_checkpoint = info
         finally:
