@@ -10,8 +10,8 @@ every operator's ``eval``, of each exchange, and of each read and write of its c
 so its instructions split into those phases (a phase's own part: nested phases apart); what
 lies outside all of them is the step loop (``other``). Only each worker's main thread is
 counted: callgrind keeps the collection switch per thread, so a spine's merger (which starts
-with collection off) is not, nor are its merges (``callgrind_floor.py`` counts every thread). Printed: instructions a step, W = 1 against the sum over the W
-workers.
+with collection off) is not, nor are its merges (``callgrind_floor.py`` counts every
+thread). Printed: instructions a step, W = 1 against the sum over the W workers.
 
 Measured (10K events a step, 2 warm + 3 steps; W = 1 / W = 2, instructions a step): total 5.72M
 / 8.10M; aggregate 1.56M / 2.38M, index_by 1.93M / 2.28M, join 1.80M / 2.28M, the mesh
@@ -92,13 +92,9 @@ def summarize(prefix: str, steps: int) -> dict:
         m = re.search(r"w(\d+)\.(\d+)-(\d+)$", f)
         if not m:
             continue
-        if m.group(3) == "01":  # the worker's main thread: its phases
+        # the worker's main thread: its phases (another thread never collects: module doc)
+        if m.group(3) == "01":
             dumps[m.group(1)].append((int(m.group(2)), f))
-        else:  # another thread: its collection was never switched on (see the module doc)
-            txt = open(f).read()
-            n = int(re.search(r"^totals: (\d+)", txt, re.M).group(1))
-            acc["total"] += n
-            acc["background threads"] += n
     for files in dumps.values():
         stack: list = []
         for _, f in sorted(files):
