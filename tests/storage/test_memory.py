@@ -34,3 +34,29 @@ def test_policy(order, env, expected):
     out = subprocess.run([sys.executable, "-c", CODE.format(order=order)], capture_output=True,
                          text=True, env={**os.environ, **env}, check=True, timeout=120)
     assert out.stdout.strip() == expected
+
+
+NO_CHILD = """
+import subprocess
+
+def no_child(*a, **k):
+    raise AssertionError(f"a child process was started: {a}")
+
+subprocess.Popen = no_child
+import pyarrow as pa, dbsp
+from dbsp.storage import memory
+c = dbsp.Circuit()
+c.add_input("t", [("x", pa.int64())]).output()
+c.step()
+memory.release_free_memory()
+print(memory.policy())
+"""
+
+
+def test_the_allocator_policy_finds_libc_without_a_child_process():
+    """mallopt and malloc_trim come from the process's own symbols: starting a circuit (the
+    throughput policy) and trimming start no ``ldconfig`` child, as
+    ``ctypes.util.find_library`` would, in a fork of a possibly large process."""
+    out = subprocess.run([sys.executable, "-c", NO_CHILD], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "throughput", out.stderr

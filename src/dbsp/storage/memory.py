@@ -17,9 +17,9 @@ must return memory to the kernel promptly).
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
+
+from .libc import libc_function
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -29,12 +29,8 @@ _policy: str | None = None  # None, "throughput" or "bounded"
 
 def _mallopt(settings: dict[int, int]) -> bool:
     """Apply glibc ``mallopt`` settings; False where there is no glibc or one is refused."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):  # not glibc
+    mallopt = libc_function("mallopt")
+    if mallopt is None:  # not glibc
         return False
     return all(mallopt(k, v) == 1 for k, v in settings.items())
 
@@ -82,11 +78,7 @@ def release_free_memory() -> None:
     :mod:`dbsp.trace.spine`), not per step."""
     global _trim
     if _trim is None:
-        name = ctypes.util.find_library("c")
-        try:
-            _trim = ctypes.CDLL(name).malloc_trim if name else False
-        except (OSError, AttributeError):  # not glibc
-            _trim = False
+        _trim = libc_function("malloc_trim") or False
     if _trim:
         _trim(0)
     try:

@@ -14,6 +14,8 @@ import sys
 import threading
 from typing import Optional
 
+from .libc import libc_function
+
 _PR_SET_NAME = 15
 _prctl = None  # libc's prctl, looked up once (False: none here)
 
@@ -23,15 +25,7 @@ def name_os_thread(name: Optional[str] = None) -> bool:
     bytes of it). False where that is not possible (not Linux, no libc); never raises."""
     global _prctl
     if _prctl is None:
-        _prctl = False
-        if sys.platform.startswith("linux"):
-            # the process's own symbols, libc's among them: ``ctypes.util.find_library``
-            # would run ``ldconfig -p`` in a child process (a fork of a large process, and
-            # 4.8M instructions of regex over its output) the first time a thread is named
-            try:
-                _prctl = ctypes.CDLL(None).prctl
-            except (OSError, AttributeError):
-                pass
+        _prctl = (libc_function("prctl") if sys.platform.startswith("linux") else None) or False
     if not _prctl:
         return False
     raw = (name if name is not None else threading.current_thread().name).encode(
