@@ -51,6 +51,24 @@ def test_file_slices_cut_files_into_units(tmp_path, fmt):
     assert src3.pieces(2) is None
 
 
+def test_file_slices_name_a_missing_or_unreadable_input(tmp_path):
+    """A path that does not exist, a directory without a file of the format, and a file that
+    is not what its name says: each an error naming the input and what is wrong."""
+    with pytest.raises(FileNotFoundError, match="not found.*/no/such/dir"):
+        FileSlices(str(tmp_path / "no" / "such" / "dir"))
+    good = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"k": [1, 2]}), good)
+    with pytest.raises(FileNotFoundError, match=r"1 of 2 inputs.*b\.parquet"):
+        FileSlices([str(good), str(tmp_path / "b.parquet")])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no arrow files in"):
+        FileSlices(str(tmp_path / "empty"), format="arrow")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"this is not parquet")
+    with pytest.raises(ValueError, match="bad.parquet cannot be read as parquet"):
+        FileSlices(str(bad))
+
+
 def test_file_reader_refuses_a_changed_file(tmp_path):
     p = tmp_path / "a.parquet"
     pq.write_table(pa.table({"k": [1, 2, 3]}), p)

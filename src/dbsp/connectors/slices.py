@@ -139,7 +139,12 @@ class FileSlices:
         else:
             files = [os.fspath(p) for p in paths]
         if not files:
-            raise ValueError(f"no files in {paths!r}")
+            raise ValueError(f"no {format or 'Parquet or Arrow'} files in {paths!r}")
+        missing = [f for f in files if not os.path.isfile(f)]
+        if missing:
+            raise FileNotFoundError(
+                f"FileSlices: {len(missing)} of {len(files)} inputs not found or not files: "
+                f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
         fmt = format or _format_of(files[0])
         self.reader_ = FileReader(fmt, columns)
         self.format = fmt
@@ -148,7 +153,11 @@ class FileSlices:
         self._file_units: list[list[int]] = []
         for f in self.files:
             mine = []
-            for g, (lo, hi) in enumerate(self._row_ranges(f)):
+            try:
+                ranges = self._row_ranges(f)
+            except (pa.ArrowException, OSError) as e:
+                raise ValueError(f"FileSlices: {f} cannot be read as {fmt}: {e}") from e
+            for g, (lo, hi) in enumerate(ranges):
                 mine.append(len(self.units))
                 self.units.append({"file": f, "group": g, "start": lo, "end": hi})
             self._file_units.append(mine)
