@@ -87,3 +87,69 @@ def test_collect_folds_past_the_row_bound(monkeypatch):
     ctx.step()
     assert out.handle._view_pending == []
     assert len(out.view()) == 1_500
+
+
+@pytest.mark.parametrize("runtime,workers", [("threads", 1), ("threads", 2), ("processes", 2)])
+def test_a_view_folds_on_a_thread_of_its_own_and_loses_nothing(monkeypatch, runtime, workers):
+    """Past the bound the unread deltas are folded beside the next steps (the step that reached
+    it does not wait for the sort); the view, read now and then, is the reference's at every
+    read, and a checkpoint of the handle waits for the fold."""
+    monkeypatch.setattr(OutputHandle, "MAX_PENDING_STEPS", 3)
+    ctx = StreamContext(workers=workers, runtime=runtime)
+    s = ctx.stream(KV)
+    out = s.group_by("k").agg(n=count(), t=sum_("v")).collect()
+    h = out.handle
+    rng = np.random.default_rng(11)
+    ref: dict = {}
+    folds = 0
+    for step in range(20):
+        k = rng.integers(0, 500, 300)
+        v = rng.integers(-9, 9, 300)
+        s.insert(pa.table({"k": k, "v": v}))
+        for kk, vv in zip(k.tolist(), v.tolist()):
+            n, t = ref.get(kk, (0, 0))
+            ref[kk] = (n + 1, t + vv)
+        ctx.step()
+        if h._folding is not None:
+            folds += 1
+            assert h._folding.thread.name.startswith("dbsp-fold-")
+            assert h._view_pending == [] or len(h._view_pending) < 3 * workers
+        if step % 7 == 6:
+            assert out.view_dict() == {(kk, n, t): 1 for kk, (n, t) in ref.items()}
+            assert h._folding is None
+    assert folds >= 4
+    state = h.checkpoint_state()  # folds (and waits for) everything unread
+    assert h._folding is None and h._view_pending == []
+    assert sum(len(b) for b in state["_view"].batches) >= len(ref)
+    assert out.view_dict() == {(kk, n, t): 1 for kk, (n, t) in ref.items()}
+    ctx.close()
+
+
+def test_a_failed_background_fold_hands_its_deltas_back(monkeypatch):
+    """A fold that fails on its thread loses nothing: its deltas go back to the unread ones
+    and the next reader folds them in its own thread (where an error would be raised)."""
+    from dbsp.operators import output as O
+    monkeypatch.setattr(OutputHandle, "MAX_PENDING_STEPS", 2)
+    real = O._consolidate_parts
+    calls = {"n": 0}
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 1 and O.threading.current_thread().name.startswith("dbsp-fold-"):
+            raise MemoryError("the fold's thread ran out of memory")
+        return real(*a, **k)
+
+    monkeypatch.setattr(O, "_consolidate_parts", flaky)
+    ctx = StreamContext()
+    s = ctx.stream(KV)
+    out = s.filter(col("v") >= 0).collect()
+    for i in range(2):
+        s.insert([(i, i)])
+        ctx.step()
+    h = out.handle
+    assert h._folding is not None
+    h._folding.thread.join()
+    assert isinstance(h._folding.error, MemoryError)
+    assert out.view_dict() == {(0, 0): 1, (1, 1): 1}
+    assert h._folding is None and h._view_pending == []
+    ctx.close()

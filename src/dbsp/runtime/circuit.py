@@ -477,6 +477,8 @@ class Circuit(Graph):
         is dropped. The layer above then restores a checkpoint into the new workers and replays
         its input log (:mod:`dbsp.ft`)."""
         self.check_open("restart")
+        for out in self.outputs:  # (no thread of ours inside Arrow while new workers fork)
+            out._join_fold()
         ex, self._executor, self._replicas = self._executor, None, None
         if ex is not None:
             try:
@@ -628,6 +630,8 @@ class Circuit(Graph):
         if self.closed:
             return
         self.closed = True
+        for out in self.outputs:
+            out._join_fold()  # (a view's fold in flight may write the storage directory)
         if self._executor is not None:
             self._executor.close()
         if self.storage is not None:
