@@ -282,16 +282,10 @@ class OutputHandle(Stateful):
         first)."""
         self._join_fold()
         if self._view is not None and self._view_pending:
-            # the deltas of several steps share keys: no merge by key codes (it would give up
-            # only after sorting them all)
-            b = _consolidate_parts(self.schema, self._codec, self._view_pending, self._kcodecs,
-                                   disjoint=self._pending_steps <= 1)
-            if type(b) is SortedPart:   # the spine keeps plain batches (codes built now)
-                b = OrdZSet(b.data, b.weights, b.codes, b.codec)
+            _fold_into(self._view, self.schema, self._codec, self._kcodecs, self._view_pending,
+                       self._pending_steps)
             self._view_pending = []
             self._pending_steps = self._pending_rows = 0
-            if len(b):
-                self._view.insert(b)
 
     def memory(self) -> dict:
         """The view's :meth:`~dbsp.trace.spine.Spine.memory`, its unread deltas counted as
@@ -318,13 +312,26 @@ class OutputHandle(Stateful):
         return self.view().to_dict()
 
 
+def _fold_into(view: Spine, schema: pa.Schema, codec: KeyCodec, kcodecs: dict, parts: list,
+               steps: int) -> None:
+    """Insert the sum of ``steps`` steps' unread ``parts`` into ``view`` (an output's view
+    spine), consolidated: what a fold does, in the reader's thread or a :class:`_Fold`'s."""
+    # the deltas of several steps share keys: no merge by key codes (it would give up only
+    # after sorting them all)
+    b = _consolidate_parts(schema, codec, parts, kcodecs, disjoint=steps <= 1)
+    if type(b) is SortedPart:   # the spine keeps plain batches (codes built now)
+        b = OrdZSet(b.data, b.weights, b.codes, b.codec)
+    if len(b):
+        view.insert(b)
+
+
 class _Fold:
     """Unread deltas of an output being folded into its view's spine on a thread of its own.
 
     A fold consolidates up to :attr:`OutputHandle.MAX_PENDING_ROWS` rows of many steps from
     scratch (concatenated, encoded, sorted): on a keyed count over 1M keys at 10K events a
-    step, 240 ms every ~50 steps, a step time's p99 of 150-260 ms against a median of 4-5 ms
-    when the step that reached the bound paid it. Its sort, encoding and concatenation run
+    step, 240 ms every ~50 steps, a step time's p99 of 140-260 ms against a median of 3-5 ms
+    when the step that reached the bound paid it (``bench/workloads/view_latency.py``). Its sort, encoding and concatenation run
     without the GIL, beside the next steps. The view's spine takes the result like any insert
     (Z-set addition commutes, and no step reads the view); readers of the view, checkpoints and
     restores wait for the fold first (:meth:`OutputHandle._join_fold`)."""
@@ -335,21 +342,16 @@ class _Fold:
         self.parts = parts
         self.steps = steps
         self.error: Optional[BaseException] = None
-        view, schema, codec, kcodecs = handle._view, handle.schema, handle._codec, dict(
-            handle._kcodecs)
-        self.thread = threading.Thread(target=self._run, args=(view, schema, codec, kcodecs),
+        # (a copy of the key codecs' cache: the handle's own is filled by its reads meanwhile)
+        args = (handle._view, handle.schema, handle._codec, dict(handle._kcodecs), parts, steps)
+        self.thread = threading.Thread(target=self._run, args=args,
                                        name=f"dbsp-fold-{handle.name}"[:40], daemon=True)
         self.thread.start()
 
-    def _run(self, view: Spine, schema: pa.Schema, codec: KeyCodec, kcodecs: dict) -> None:
+    def _run(self, *args) -> None:
         name_os_thread()
         try:
-            b = _consolidate_parts(schema, codec, self.parts, kcodecs,
-                                   disjoint=self.steps <= 1)
-            if type(b) is SortedPart:
-                b = OrdZSet(b.data, b.weights, b.codes, b.codec)
-            if len(b):
-                view.insert(b)
+            _fold_into(*args)
         except BaseException as e:  # noqa: BLE001 - handed to the reader (_join_fold)
             self.error = e
 
