@@ -35,6 +35,17 @@ BAD = [
     ([(1, "a", 1)], 2.5, r"input 'orders', column '__weight'.*integer"),
     (pa.table({"id": [1], "name": ["a"], "price": pa.array([10**12], pa.int64())}), None,
      r"input 'orders', column 'price', row 0: value 1000000000000.*decimal128\(9, 2\)"),
+    # record batches of exactly the input's schema (taken as they are, see conform): Arrow
+    # does not enforce a field's nullability, so a null in 'id' is still found and named
+    (pa.record_batch([pa.array([1, None, 3]), pa.array(["a", "b", "c"]),
+                      pa.array([1, 2, 3], pa.decimal128(9, 2))], schema=T), None,
+     r"input 'orders', column 'id', row 1: null"),
+    (pa.record_batch([pa.array([1, 2]), pa.array(["a", "b"]),
+                      pa.array([1, 2], pa.decimal128(9, 2))], schema=T), np.array([1]),
+     r"column '__weight'.*1 weights for 2 rows"),
+    (pa.record_batch([pa.array([1, 2]), pa.array(["a", "b"]),
+                      pa.array([1, 2], pa.decimal128(9, 2))], schema=T), np.array([1.5, 1.0]),
+     r"column '__weight'.*integers"),
 ]
 
 
@@ -54,6 +65,25 @@ def test_bad_push_is_refused_and_applies_nothing(workers, data, weights, pattern
         t.insert([(8, None, None)])
         c.step()
         assert out.view_dict() == {(7, 1): 1, (8, 1): 1}
+
+
+def test_a_batch_of_the_input_schema_is_taken_as_it_is(workers):
+    """A record batch of exactly the input's schema (metadata included) is queued without a
+    copy or a per-column check beyond the nulls of its not-null columns; one whose schema
+    differs only in metadata, or a table, takes the general path: the rows are the same."""
+    rows = pa.record_batch([pa.array([1, 2, 2]), pa.array(["a", None, "b"]),
+                            pa.array([1, 2, 3], pa.decimal128(9, 2))], schema=T)
+    tagged = rows.replace_schema_metadata({"origin": "test"})
+    with dbsp.Circuit(workers=workers) as c:
+        t = c.add_input("orders", T)
+        out = t.index_by(["id"]).aggregate({"n": ("count", None)}).output()
+        assert t.push(rows, np.array([1, 1, -1])) == 3
+        assert t._pending[-1][0] is rows
+        assert t.push(tagged) == 3
+        assert t._pending[-1][0] is not tagged and t._pending[-1][0].schema.metadata is None
+        assert t.push(pa.Table.from_batches([rows])) == 3
+        c.step()
+        assert out.view_dict() == {(1, 3): 1, (2, 4): 1}
 
 
 def test_input_error_fields():

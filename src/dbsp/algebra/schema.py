@@ -140,6 +140,13 @@ def conform(name: str, schema: pa.Schema, data: Any,
     ``data`` may be a ``pa.Table`` / ``pa.RecordBatch`` (a ``__weight`` column in it gives the
     weights), a pandas ``DataFrame``, or an iterable of tuples / dicts. Raises :class:`InputError`.
     """
+    if type(data) is pa.RecordBatch and data.schema.equals(schema, check_metadata=True):
+        # the common push: a batch of exactly this schema, taken as it is once its columns
+        # declared not null hold no null (Arrow does not enforce a field's nullability)
+        for i, f in enumerate(schema):
+            if not f.nullable and data.column(i).null_count:
+                raise _null_error(name, f.name, data.column(i))
+        return data, _weights(name, data.num_rows, data, weights)
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         table = data
     elif _is_pandas(data):
