@@ -3,7 +3,7 @@
 """What a second worker costs per step, by component (issues 13 and 14).
 
     python bench/workloads/efficiency_components.py [--runtime launcher] [--workload keyed_count]
-        [--events 10000] [--steps 40] [--rounds 3]
+        [--events 10000] [--steps 40] [--rounds 3] [--calls]
 
 For one runtime and workload, W = 1 and W = 2 run interleaved ``rounds`` times on the same
 steps (each step's change read with ``delta()``, as :mod:`_efficiency` does). CPU microseconds
@@ -25,6 +25,10 @@ a step are split into:
   thread's own CPU clock: the driver (worker 0 steps in it), the other workers' threads, the
   spine's background mergers, the rest; says whether a second worker's CPU is in the workers,
   in the mergers, or in the driver waiting for them;
+* ``calls`` (``--calls``): the functions a second worker calls again, or only with W > 1
+  (:func:`_wrap_calls`), each its thread's CPU with its callees and its calls a step: says
+  which of a worker's fixed costs a second worker pays again in the threads runtime, where
+  the ``operators`` clocks of a small step's greenlets also count the other workers' time;
 * ``ops``: per operator kind, the CPU seconds the workers spent in it, summed over workers
   (the scheduler's per-operator clock is switched to the thread's CPU clock for the
   measurement; worker processes forked by the ``processes`` runtime inherit the switch, the
@@ -63,10 +67,12 @@ PHASES = ("split", "step", "gather", "read")
 
 
 class _Clock:
-    """Process CPU seconds spent inside some methods (patched for the measurement only)."""
+    """Thread CPU seconds spent inside some methods, and their calls (patched for the
+    measurement only)."""
 
     def __init__(self):
         self.acc: dict = defaultdict(float)
+        self.calls: dict = defaultdict(int)
         self.on = False
 
     def wrap(self, owner, attr: str, phase: str):
@@ -81,8 +87,37 @@ class _Clock:
                 return orig(*a, **kw)
             finally:
                 clock.acc[phase] += time.thread_time() - t0
+                clock.calls[phase] += 1
         setattr(owner, attr, timed)
         return orig
+
+
+def _wrap_calls(clock: _Clock) -> list:
+    """``--calls``: the functions a second worker calls again, or only with W > 1, each timed
+    (its thread's CPU, callees included) under the label it is printed with. None of them
+    waits in an exchange: in the threads runtime's small steps every worker is a greenlet of
+    the driver's thread, so a function that waits there would be charged the other workers'
+    operators too (as the ``operators`` section is). Functions called in worker processes are
+    not seen (the launcher's workers are spawned; the processes runtime's forked ones keep
+    their own counts): there only the driver's are."""
+    from dbsp.operators import aggregate as agg, index as ix, input as inp, join, output as out
+    from dbsp.trace import batch, spine
+    labels = []
+    for owner, attr, label in [
+            (inp.InputStream, "push", "push (driver)"),
+            (inp, "deal_sorted", "split: deal_sorted"),
+            (ix.IndexOperator, "eval", "index_by"),
+            (batch.OrdIndexedZSet, "from_keyed", "index_by: from_keyed"),
+            (join, "match_trace", "join: match_trace"),
+            (spine.Spine, "insert", "spine.insert"),
+            (agg.LinearAggregateOperator, "_group", "aggregate: _group"),
+            (agg.LinearAggregateOperator, "_pack", "aggregate: _pack (W>1)"),
+            (agg.LinearAggregateOperator, "_sum_packed", "aggregate: _sum_packed (W>1)"),
+            (agg.LinearAggregateOperator, "_step_numeric", "aggregate: _step_numeric"),
+            (out, "_merge_disjoint", "read: _merge_disjoint (W>1)")]:
+        clock.wrap(owner, attr, label)
+        labels.append(label)
+    return labels
 
 
 def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, clock: _Clock):
@@ -109,6 +144,7 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
         c0 = E._cpu(circuit, runtime)
         d0 = time.process_time()
         clock.acc.clear()
+        clock.calls.clear()
         clock.on = True
         for st in data[warm:]:
             one(st)
@@ -123,6 +159,8 @@ def one_run(runtime: str, workload: str, workers: int, data: list, warm: int, cl
             ops[name] += s - prof0.get(name, 0.0)
         n = len(data) - warm
         out = {k: clock.acc[k] / n * 1e6 for k in ("split", "gather", "read")}
+        out["calls"] = {k: (clock.acc[k] / n * 1e6, clock.calls[k] / n) for k in clock.calls
+                        if k not in PHASES}
         out["step"] = t_in[0] / n * 1e6
         out["driver"] = driver / n * 1e6
         out["workers"] = (total - driver) / n * 1e6 if runtime != "threads" else 0.0
@@ -174,12 +212,15 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warm", type=int, default=3)
+    ap.add_argument("--calls", action="store_true",
+                    help="also time the functions a second worker calls again (see _wrap_calls)")
     a = ap.parse_args(argv)
     steps = a.steps or max(10, min(40, 400_000 // a.events))
     clock = _Clock()
     clock.wrap(InputStream, "_split", "split")
     clock.wrap(OutputHandle, "_gather", "gather")
     clock.wrap(OutputHandle, "delta", "read")
+    labels = _wrap_calls(clock) if a.calls else []
     data = E.steps_of(a.workload, a.events, a.warm + steps)
     runs: dict = {1: [], 2: []}
     for _ in range(a.rounds):
@@ -205,6 +246,12 @@ def main(argv=None) -> None:
         m1 = med(r["threads"].get(k, 0.0) for r in runs[1])
         m2 = med(r["threads"].get(k, 0.0) for r in runs[2])
         print(f"  {k:18s} {m1:9.0f} {m2:9.0f} {m2 - m1:9.0f}")
+    if labels:
+        print("calls (us a step of the thread's CPU, callees included; calls a step):")
+    for k in labels:
+        t1, n1 = (med(r["calls"].get(k, (0.0, 0.0))[i] for r in runs[1]) for i in (0, 1))
+        t2, n2 = (med(r["calls"].get(k, (0.0, 0.0))[i] for r in runs[2]) for i in (0, 1))
+        print(f"  {k:30s} {t1:7.0f} {t2:7.0f} {t2 - t1:7.0f}   {n1:4.1f} {n2:4.1f}")
     names = sorted(set().union(*(r["ops"] for rs in runs.values() for r in rs)))
     print("operators (CPU us a step, summed over workers; wall in the launcher):")
     for k in names:
