@@ -541,6 +541,50 @@ cdef list _import_runs(uintptr_t block, schema, tuple arrays, const int64_t* sta
             if counts[w] else None for w in range(workers)]
 
 
+cdef list _key_layer(const uint8_t* block, const int* kcols, const int* widths, int64_t nk,
+                     const uint64_t* kout, const int64_t* start, const int64_t* counts,
+                     int64_t workers, int64_t m, key_schema):
+    """Per worker ``(key batch, distinct key codes, offsets)`` of its run of the dealt rows in
+    ``block`` (a struct block of ``m`` rows whose key codes are ``kout``), as
+    :func:`deal_sorted` documents; ``()`` for a worker without rows."""
+    cdef int64_t g, w, c
+    cdef int kw[8]
+    cdef cnp.ndarray kdist = np.empty(max(m, 1), dtype=np.uint64)
+    cdef cnp.ndarray kfirst = np.empty(max(m, 1), dtype=np.int64)
+    cdef cnp.ndarray offs = np.empty(m + workers, dtype=np.int64)
+    cdef int64_t* kstart = <int64_t*>malloc(2 * workers * sizeof(int64_t))
+    cdef int64_t* kcount
+    cdef uint8_t* kblock = NULL
+    cdef const ArrowArray* ch
+    if kstart == NULL:
+        raise MemoryError()
+    kcount = kstart + workers
+    try:
+        g = _key_groups(kout, start, counts, workers, <uint64_t*>cnp.PyArray_DATA(kdist),
+                        <int64_t*>cnp.PyArray_DATA(kfirst), <int64_t*>cnp.PyArray_DATA(offs),
+                        kstart, kcount)
+        for c in range(nk):
+            kw[c] = widths[kcols[c]]
+        kblock = blk_struct(nk, kw, max(g, 1))
+        if kblock == NULL:
+            raise MemoryError()
+        blk_set_length(kblock, g)
+        for c in range(nk):
+            ch = (<const ArrowArray*>block + 1 + kcols[c])
+            gather_col(<const uint8_t*>ch.buffers[1], kw[c],
+                       <const int64_t*>cnp.PyArray_DATA(kfirst), g,
+                       <uint8_t*>(<ArrowArray*>kblock + 1 + c).buffers[1])
+        b = <uintptr_t>kblock
+        kblock = NULL   # the import owns it
+        keys = _import_batch(b, key_schema)
+        return [(keys.slice(kstart[w], kcount[w]), kdist[kstart[w]:kstart[w] + kcount[w]],
+                 offs[kstart[w] + w:kstart[w] + w + kcount[w] + 1]) if counts[w] else ()
+                for w in range(workers)]
+    finally:
+        free(kblock)
+        free(kstart)
+
+
 def deal_batch(batch, codes, weights, owners, int bits, int64_t workers, list key_cols=None,
                list plan=None):
     """The rows of the record batch ``batch`` and their ``weights`` (int64) dealt to the
@@ -682,6 +726,50 @@ cdef void place_col(const uint8_t* src, int width, const int64_t* at, int64_t n,
         place(src, at, n, out)
 
 
+cdef void gather_col(const uint8_t* src, int width, const int64_t* idx, int64_t n,
+                     uint8_t* out) noexcept nogil:
+    """``out[i] = src[idx[i]]`` for a column of ``width`` bytes a value."""
+    cdef int64_t i
+    if width == 8:
+        for i in range(n):
+            (<uint64_t*>out)[i] = (<const uint64_t*>src)[idx[i]]
+    elif width == 4:
+        for i in range(n):
+            (<uint32_t*>out)[i] = (<const uint32_t*>src)[idx[i]]
+    elif width == 2:
+        for i in range(n):
+            (<uint16_t*>out)[i] = (<const uint16_t*>src)[idx[i]]
+    else:
+        for i in range(n):
+            out[i] = src[idx[i]]
+
+
+cdef int64_t _key_groups(const uint64_t* kout, const int64_t* start, const int64_t* counts,
+                         int64_t workers, uint64_t* kdist, int64_t* kfirst, int64_t* offs,
+                         int64_t* kstart, int64_t* kcount) noexcept nogil:
+    """The key layer of each worker's run of dealt rows (``kout``: their key codes, runs
+    sorted): its distinct codes (``kdist``), the row of each one's first (``kfirst``, a row of
+    the dealt block) and the offsets of its rows in the run (``offs``: worker ``w``'s from
+    ``kstart[w] + w``, ``kcount[w] + 1`` of them, from 0 to its rows). Returns the groups."""
+    cdef int64_t w, s, e, g = 0, o
+    for w in range(workers):
+        kstart[w] = g
+        s = start[w]
+        e = s + counts[w]
+        o = g + w   # (each worker's offsets end with one more entry)
+        while s < e:
+            if s == start[w] or kout[s] != kout[s - 1]:
+                kdist[g] = kout[s]
+                kfirst[g] = s
+                offs[o] = s - start[w]
+                g += 1
+                o += 1
+            s += 1
+        offs[o] = counts[w]
+        kcount[w] = g - kstart[w]
+    return g
+
+
 cdef int64_t _deal_sorted(const int32_t* op, int bits, int64_t workers, const int64_t* perm,
                        int64_t m, int64_t N, const uint64_t* kc, const uint64_t* vc,
                        const int64_t* wp, int32_t* dsrc, int64_t* at,
@@ -773,7 +861,7 @@ cdef bint _code_cols(list cols, list plan, int* out, const int* widths, int64_t 
 
 
 def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, list val_plan,
-                owners, int bits, int64_t workers, sort):
+                owners, int bits, int64_t workers, sort, key_schema=None):
     """The driver's split of an input that ``index_by(key)`` reads: the rows of ``batch``
     sorted and consolidated by (key code, value code) once, then dealt to the workers of a
     shard map as :func:`deal_batch` deals them (by the hash of the key code): per worker
@@ -789,7 +877,14 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
     one pass a column (and one each for the weights and both codes) copies each value to its
     place in one Arrow C struct block that one import owns; each worker's batch is a slice of
     it: the rows are gathered once, in their final order. The GIL is released only for
-    :data:`NOGIL_MIN` rows or more."""
+    :data:`NOGIL_MIN` rows or more.
+
+    With ``key_schema`` (the schema of the key columns, in ``key_cols`` order) each worker's
+    item has three more: the key layer of its rows as ``index_by`` keeps it, ``(key batch,
+    distinct key codes, offsets)``: each distinct key's columns once (taken at its first row),
+    its code, and its rows at ``offsets[g]:offsets[g + 1]``; one more pass over the dealt codes
+    and one gather of the key columns into one block, so that ``index_by`` neither finds the
+    groups nor takes the keys again."""
     cdef cnp.ndarray own = _owner_map(owners, bits, workers, "deal_sorted")
     cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
     cdef int64_t N = batch.num_rows, m, i, w, k, col
@@ -874,9 +969,15 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         if twice >= 0:
             raise ValueError(f"deal_sorted: the sort gave row {twice} twice")
         src.release(&src)
+        if key_schema is not None:
+            layer = _key_layer(block, kcols, widths, len(key_cols), kop, start, counts,
+                               workers, m, key_schema)
         b = <uintptr_t>block
         block = NULL   # the import owns it (and releases it if the import fails)
-        return _import_runs(b, schema, (wout, kout, vout), start, counts, workers)
+        runs = _import_runs(b, schema, (wout, kout, vout), start, counts, workers)
+        if key_schema is None:
+            return runs
+        return [None if r is None else r + l for r, l in zip(runs, layer)]
     finally:
         _release(&src, &ssrc)
         free(block)

@@ -124,6 +124,40 @@ def test_deal_sorted(case):
                 np.testing.assert_array_equal(a, b)
 
 
+@settings(max_examples=200, deadline=None)
+@given(inputs())
+@example((pa.record_batch([pa.array([1, 1, 2, 2, 2]), pa.array([5, 6, 6, 7, 7])],
+                          schema=pa.schema([pa.field("c0", pa.int64(), nullable=False),
+                                            pa.field("c1", pa.int64(), nullable=False)])),
+           np.array([1, 1, 2, 1, -1], np.int64), ["c0"], np.array([0, 1], np.int32), 1, 2))
+def test_deal_sorted_key_layer(case):
+    """With the key schema, each worker's item ends with the key layer of its rows, native
+    and reference alike: its distinct key codes, the offsets of each key's rows, and each
+    key's columns taken at its first row (what ``index_by`` would otherwise find and take)."""
+    batch, weights, names, owners, bits, workers = case
+    plan = sorted_plan(batch.schema, names)
+    if plan is None or not _dealable(batch, names):
+        return
+    kschema = pa.schema([batch.schema.field(n) for n in names])
+    assert plan[4] == kschema
+    for kern in (native.deal_sorted, ref.deal_sorted):
+        plain = kern(batch, weights, *plan[:4], owners, bits, workers, K.sort_consolidate)
+        got = kern(batch, weights, *plan[:4], owners, bits, workers, K.sort_consolidate,
+                   kschema)
+        for g, p in zip(got, plain):
+            assert (g is None) == (p is None)
+            if g is None:
+                continue
+            assert len(g) == 7 and g[0].equals(p[0])
+            keys, kd, offs = g[4:]
+            bounds = ref.group_bounds(p[2])
+            np.testing.assert_array_equal(offs, bounds)
+            np.testing.assert_array_equal(kd, p[2][bounds[:-1]])
+            assert kd.dtype == np.uint64 and offs.dtype == np.int64
+            assert keys.schema == kschema
+            assert keys.equals(p[0].select(names).take(pa.array(bounds[:-1], pa.int64())))
+
+
 @given(inputs())
 @settings(max_examples=100, deadline=None)
 def test_deal_sorted_places_rows_as_deal(case):
@@ -182,9 +216,10 @@ def test_deal_sorted_refuses_bad_input():
     plan = sorted_plan(b.schema, ["a"])
     for kern in (native.deal_sorted, ref.deal_sorted):
         with pytest.raises(ValueError):  # 2 weights, 3 rows
-            kern(b, np.ones(2, np.int64), *plan, np.zeros(2, np.int32), 1, 1, K.sort_consolidate)
+            kern(b, np.ones(2, np.int64), *plan[:4], np.zeros(2, np.int32), 1, 1,
+                 K.sort_consolidate)
         with pytest.raises(ValueError):  # owner 5
-            kern(b, np.ones(3, np.int64), *plan, np.array([0, 5], np.int32), 1, 2,
+            kern(b, np.ones(3, np.int64), *plan[:4], np.array([0, 5], np.int32), 1, 2,
                  K.sort_consolidate)
         with pytest.raises(ValueError):  # no column 7
             kern(b, np.ones(3, np.int64), [7], plan[1], plan[2], plan[3],

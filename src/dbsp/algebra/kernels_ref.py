@@ -455,12 +455,14 @@ def deal_batch(batch: pa.RecordBatch, codes: Optional[CodeArray], weights: np.nd
 
 def deal_sorted(batch: pa.RecordBatch, weights: np.ndarray, key_cols: list, key_plan: list,
                 val_cols: list, val_plan: list, owners: np.ndarray, bits: int, workers: int,
-                sort: Any = None) -> Optional[list]:
+                sort: Any = None, key_schema: Optional[pa.Schema] = None) -> Optional[list]:
     """The rows of ``batch`` sorted and consolidated by the u64 codes of the columns
     ``key_cols`` / ``val_cols`` (by their plans, as ``KeyCodec._native_plan``), then dealt as
     :func:`owner_rows` deals their key codes: per worker ``(record batch, weights, key codes,
     value codes)`` of its rows in that order, or None for a worker without rows; None when a
     column is not fixed-width without nulls (see :func:`_dealt_type`) or off its plan.
+    With ``key_schema``, each worker's item ends with its rows' key layer ``(key batch of
+    that schema, distinct key codes, offsets)``: each key's columns at its first row.
     (``sort``: ignored, :func:`sort_consolidate` is used.)"""
     weights = np.asarray(weights, np.int64)
     n = batch.num_rows
@@ -485,8 +487,17 @@ def deal_sorted(batch: pa.RecordBatch, weights: np.ndarray, key_cols: list, key_
     out: list = []
     for i in range(workers):
         idx = order[bounds[i]:bounds[i + 1]]
-        out.append((batch.take(pa.array(perm[idx], pa.int64())), w[idx], ks[idx], vs[idx])
-                   if len(idx) else None)
+        if not len(idx):
+            out.append(None)
+            continue
+        part = (batch.take(pa.array(perm[idx], pa.int64())), w[idx], ks[idx], vs[idx])
+        if key_schema is not None:
+            offsets = group_bounds(part[2])
+            first = pa.array(offsets[:-1], pa.int64())
+            keys = pa.RecordBatch.from_arrays(
+                [part[0].column(c).take(first) for c in key_cols], schema=key_schema)
+            part += (keys, part[2][offsets[:-1]], offsets)
+        out.append(part)
     return out
 
 

@@ -140,9 +140,10 @@ SORTED_DEAL_ROWS = 1 << 14
 def sorted_plan(schema: pa.Schema, names: Sequence[str]) -> Optional[tuple]:
     """What :func:`deal_sorted` needs to deal rows of ``schema`` by the key columns ``names``,
     worked out once per input: ``(key column indices, key plan, value column indices, value
-    plan)`` (the values: the other columns in schema order, as ``index_by(names)`` takes
-    them; the plans: ``KeyCodec._native_plan``); None when either codes are not u64 packed
-    from the columns."""
+    plan, key schema)`` (the values: the other columns in schema order, as ``index_by(names)``
+    takes them; the plans: ``KeyCodec._native_plan``; the key schema: the key columns' fields,
+    as ``index_by`` keeps its keys); None when either codes are not u64 packed from the
+    columns."""
     names = list(names)
     vnames = [n for n in schema.names if n not in names]
     if not names or not vnames or len(vnames) + len(names) != len(schema.names):
@@ -151,7 +152,8 @@ def sorted_plan(schema: pa.Schema, names: Sequence[str]) -> Optional[tuple]:
     if kc._native_plan is None or vc._native_plan is None:
         return None
     return ([schema.get_field_index(n) for n in names], kc._native_plan,
-            [schema.get_field_index(n) for n in vnames], vc._native_plan)
+            [schema.get_field_index(n) for n in vnames], vc._native_plan,
+            pa.schema([schema.field(n) for n in names]))
 
 
 def deal_sorted(data: pa.RecordBatch, weights: np.ndarray, plan: tuple, shards: "ShardMap | int"
@@ -160,18 +162,21 @@ def deal_sorted(data: pa.RecordBatch, weights: np.ndarray, plan: tuple, shards: 
     """The rows of ``data`` for each worker as :func:`deal_batch` deals them, but consolidated
     and in the order ``index_by(key)`` keeps them: by ``(key code, value code)`` (``plan``:
     :func:`sorted_plan` of ``data``'s schema and the key); per worker ``(its rows, their
-    weights, key codes, value codes)``, or None for a worker without rows. None when a column
-    is not fixed-width without nulls (the caller then deals the rows with :func:`deal_batch`).
+    weights, key codes, value codes, key batch, distinct key codes, offsets)`` (the last three:
+    the key layer of an indexed batch of those rows), or None for a worker without rows. None
+    when a column is not fixed-width without nulls (the caller then deals the rows with
+    :func:`deal_batch`).
 
     All the rows are sorted once (one sort of the whole step, where each worker's
     ``index_by`` sorted its part: the per-call costs are paid once) and copied once to their
-    worker in that order (:func:`dbsp.algebra.kernels.deal_sorted`): each worker's
-    ``index_by`` then neither sorts nor gathers them again. A row's worker is the one
+    worker in that order (:func:`dbsp.algebra.kernels.deal_sorted`), and each worker's keys
+    grouped in the same call: each worker's ``index_by`` then neither sorts, groups nor
+    gathers them again. A row's worker is the one
     :func:`deal` gives it (the same hash of the same key code)."""
     shards = as_shard_map(shards)
-    kidx, kplan, vidx, vplan = plan
+    kidx, kplan, vidx, vplan, kschema = plan
     return K.deal_sorted(data, weights, kidx, kplan, vidx, vplan, shards.owners, shards.bits,
-                         shards.workers, K.sort_consolidate)
+                         shards.workers, K.sort_consolidate, kschema)
 
 
 def _next_pow2(x: float) -> int:

@@ -238,7 +238,8 @@ class InputStream(Stream):
             plan = self._sorted[1]
             got = None if plan is None else deal_sorted(data, w, plan, shards)
             if got is not None:
-                return [None if p is None else KeyedZSet(p[0], p[1], names, p[2], p[3])
+                return [None if p is None else KeyedZSet(p[0], p[1], names, p[2], p[3],
+                                                         p[4:7])
                         for p in got]
         if key is not None:   # each worker's rows copied to its own batch in one pass
             return [None if p is None else ZSet(p[0], p[1])

@@ -170,14 +170,18 @@ class KeyedZSet(ZSet):
     ``index_by(key)`` reads hands each worker its rows so
     (:func:`dbsp.circuit.exchange.deal_sorted`), and that operator makes them an
     :class:`OrdIndexedZSet` without sorting or gathering them again
-    (:meth:`OrdIndexedZSet.from_keyed`). To any other reader it is a Z-set like any other."""
+    (:meth:`OrdIndexedZSet.from_keyed`). To any other reader it is a Z-set like any other.
 
-    __slots__ = ("key", "kcodes", "vcodes")
+    ``layer``: the key layer of those rows when the split made it, ``(key batch, distinct key
+    codes, offsets)``, else None (it is made from the codes then)."""
+
+    __slots__ = ("key", "kcodes", "vcodes", "layer")
 
     def __init__(self, data: pa.RecordBatch, weights: np.ndarray, key: tuple,
-                 kcodes: np.ndarray, vcodes: np.ndarray):
+                 kcodes: np.ndarray, vcodes: np.ndarray, layer: Optional[tuple] = None):
         super().__init__(data, weights)
         self.key, self.kcodes, self.vcodes = key, kcodes, vcodes
+        self.layer = layer or None
 
 
 class OrdZSet(ZSet):
@@ -434,7 +438,12 @@ class OrdIndexedZSet:
                    vcodec: KeyCodec) -> "OrdIndexedZSet":
         """``z``'s rows (non-empty, sorted and consolidated already) indexed by ``z.key``, the
         value columns ``vnames`` (the others): no sort, no gather of the values (a zero-copy
-        selection of ``z``'s columns); the key columns gathered at each key's first row."""
+        selection of ``z``'s columns); the key layer as the split made it (``z.layer``), else
+        the key columns gathered at each key's first row."""
+        if z.layer is not None:
+            keys, kcodes, offsets = z.layer
+            return cls(keys, kcodes, offsets, z.data.select(list(vnames)), z.vcodes, z.weights,
+                       kcodec, vcodec)
         bounds = K.group_bounds(z.kcodes)
         keys = z.data.select(list(z.key))
         if len(bounds) - 1 == len(z):  # every key once: its rows are the key layer
