@@ -6,7 +6,7 @@
 # ``merge_pairs`` builds its merged record batches with these; ``arrow_c.pyx`` cimports the
 # release callbacks, ``blk_width``, ``blk_head`` and ``blk_up64`` (its ``_struct_block`` takes
 # a size its callers lay out themselves, validity buffers included, so it stays there).
-from libc.stdint cimport int64_t, uint8_t, uintptr_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 
@@ -111,6 +111,43 @@ cdef inline void blk_set_length(uint8_t* block, int64_t n) noexcept nogil:
     out.length = n
     for c in range(out.n_children):
         out.children[c].length = n
+
+
+cdef inline void blk_gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
+                            int64_t m) noexcept nogil:
+    """``dst[i] = src[idx[i]]`` for ``m`` values of ``w`` bytes each."""
+    cdef int64_t i
+    if w == 8:
+        for i in range(m):
+            (<uint64_t*>dst)[i] = (<const uint64_t*>src)[idx[i]]
+    elif w == 4:
+        for i in range(m):
+            (<uint32_t*>dst)[i] = (<const uint32_t*>src)[idx[i]]
+    elif w == 2:
+        for i in range(m):
+            (<uint16_t*>dst)[i] = (<const uint16_t*>src)[idx[i]]
+    else:
+        for i in range(m):
+            dst[i] = src[idx[i]]
+
+
+cdef inline uint8_t* blk_gathered(const ArrowArray* src, const int* cols, const int* ws,
+                                  Py_ssize_t nc, const int64_t* idx, int64_t m) noexcept nogil:
+    """A struct block (:func:`blk_struct`) of ``m`` rows whose child ``c`` is column ``cols[c]``
+    of the struct array ``src`` (an exported batch, or a block of this file; fixed-width,
+    ``ws[c]`` bytes a value, no nulls) gathered at the rows ``idx`` (checked by the caller).
+    NULL when out of memory."""
+    cdef uint8_t* block = blk_struct(nc, ws, m)
+    cdef const ArrowArray* ch
+    cdef Py_ssize_t c
+    if block == NULL:
+        return NULL
+    blk_set_length(block, m)
+    for c in range(nc):
+        ch = src.children[cols[c]]
+        blk_gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * ws[c],
+                   <uint8_t*>(<ArrowArray*>block + 1 + c).buffers[1], ws[c], idx, m)
+    return block
 
 
 cdef inline bytes blk_schema_widths(dict cache, schema):

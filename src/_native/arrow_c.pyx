@@ -35,7 +35,8 @@ cimport numpy as cnp
 from _native.arrays cimport contig, contig_any, empty1, zeros1
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
 from _native.pack_codes cimport pack_codes as _pack_codes
-from _native.arrow_blocks cimport (blk_release_child as _release_child, blk_schema_widths,
+from _native.arrow_blocks cimport (blk_gather as _gather, blk_gathered,
+                                   blk_release_child as _release_child, blk_schema_widths,
                                    blk_head as _struct_head, blk_release_parent as _release_parent,
                                    blk_up64 as _up64, blk_width as _width)
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
@@ -58,23 +59,6 @@ cdef extern from "numpy/arrayobject.h":
 
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
-
-
-cdef void _gather(const uint8_t* src, uint8_t* dst, int w, const int64_t* idx,
-                  int64_t m) noexcept nogil:
-    cdef int64_t i
-    if w == 8:
-        for i in range(m):
-            (<uint64_t*>dst)[i] = (<const uint64_t*>src)[idx[i]]
-    elif w == 4:
-        for i in range(m):
-            (<uint32_t*>dst)[i] = (<const uint32_t*>src)[idx[i]]
-    elif w == 2:
-        for i in range(m):
-            (<uint16_t*>dst)[i] = (<const uint16_t*>src)[idx[i]]
-    else:
-        for i in range(m):
-            dst[i] = src[idx[i]]
 
 
 _import_batch = pa.RecordBatch._import_from_c
@@ -112,24 +96,13 @@ cdef uint8_t* _struct_block(Py_ssize_t kt, int64_t m, size_t size) except NULL:
 
 cdef uint8_t* _gathered_block(const ArrowArray* src, const int* cols, const int* ws,
                               Py_ssize_t nc, const int64_t* idx, int64_t m) except NULL:
-    """A struct block (:func:`_struct_block`) of ``m`` rows whose child ``c`` is column
-    ``cols[c]`` of the exported batch ``src`` (fixed-width, ``ws[c]`` bytes, no nulls: see
-    :func:`_check_gathered`) gathered at the rows ``idx`` (checked by the caller)."""
-    cdef size_t head = _struct_head(nc), size = head
-    cdef Py_ssize_t c
-    for c in range(nc):
-        size += _up64(<size_t>ws[c] * <size_t>m)
-    cdef uint8_t* block = _struct_block(nc, m, size)
-    cdef ArrowArray* kids = (<ArrowArray*>block) + 1
-    cdef uint8_t* data = block + head
-    cdef const ArrowArray* ch
+    """:func:`~arrow_blocks.blk_gathered` (column ``cols[c]`` of the exported batch ``src``,
+    see :func:`_check_gathered`, gathered at the rows ``idx``), MemoryError for NULL."""
+    cdef uint8_t* block
     with nogil:
-        for c in range(nc):
-            ch = src.children[cols[c]]
-            kids[c].buffers[1] = data
-            _gather(<const uint8_t*>ch.buffers[1] + (ch.offset + src.offset) * ws[c], data,
-                    ws[c], idx, m)
-            data += _up64(<size_t>ws[c] * <size_t>m)
+        block = blk_gathered(src, cols, ws, nc, idx, m)
+    if block == NULL:
+        raise MemoryError()
     return block
 
 

@@ -40,8 +40,8 @@ from libc.string cimport memset
 
 from _native.arrow_abi cimport ArrowArray, ArrowSchema
 from _native.pack_codes cimport pack_codes
-from _native.arrow_blocks cimport (blk_plain, blk_schema_widths, blk_set_length, blk_struct,
-                                   blk_width)
+from _native.arrow_blocks cimport (blk_gathered, blk_plain, blk_schema_widths, blk_set_length,
+                                   blk_struct, blk_width)
 
 from _native.types cimport codes_t
 from _native.views cimport as_codes, codes_view
@@ -555,7 +555,6 @@ cdef list _key_layer(const uint8_t* block, const int* kcols, const int* widths, 
     cdef int64_t* kstart = <int64_t*>malloc(2 * workers * sizeof(int64_t))
     cdef int64_t* kcount
     cdef uint8_t* kblock = NULL
-    cdef const ArrowArray* ch
     if kstart == NULL:
         raise MemoryError()
     kcount = kstart + workers
@@ -565,15 +564,10 @@ cdef list _key_layer(const uint8_t* block, const int* kcols, const int* widths, 
                         kstart, kcount)
         for c in range(nk):
             kw[c] = widths[kcols[c]]
-        kblock = blk_struct(nk, kw, max(g, 1))
+        kblock = blk_gathered(<const ArrowArray*>block, kcols, kw, nk,
+                              <const int64_t*>cnp.PyArray_DATA(kfirst), g)
         if kblock == NULL:
             raise MemoryError()
-        blk_set_length(kblock, g)
-        for c in range(nk):
-            ch = (<const ArrowArray*>block + 1 + kcols[c])
-            gather_col(<const uint8_t*>ch.buffers[1], kw[c],
-                       <const int64_t*>cnp.PyArray_DATA(kfirst), g,
-                       <uint8_t*>(<ArrowArray*>kblock + 1 + c).buffers[1])
         b = <uintptr_t>kblock
         kblock = NULL   # the import owns it
         keys = _import_batch(b, key_schema)
@@ -724,24 +718,6 @@ cdef void place_col(const uint8_t* src, int width, const int64_t* at, int64_t n,
         place(<const uint16_t*>src, at, n, <uint16_t*>out)
     else:
         place(src, at, n, out)
-
-
-cdef void gather_col(const uint8_t* src, int width, const int64_t* idx, int64_t n,
-                     uint8_t* out) noexcept nogil:
-    """``out[i] = src[idx[i]]`` for a column of ``width`` bytes a value."""
-    cdef int64_t i
-    if width == 8:
-        for i in range(n):
-            (<uint64_t*>out)[i] = (<const uint64_t*>src)[idx[i]]
-    elif width == 4:
-        for i in range(n):
-            (<uint32_t*>out)[i] = (<const uint32_t*>src)[idx[i]]
-    elif width == 2:
-        for i in range(n):
-            (<uint16_t*>out)[i] = (<const uint16_t*>src)[idx[i]]
-    else:
-        for i in range(n):
-            out[i] = src[idx[i]]
 
 
 cdef int64_t _key_groups(const uint64_t* kout, const int64_t* start, const int64_t* counts,
