@@ -3,7 +3,7 @@
 """What a second worker costs per step, by component (issues 13 and 14).
 
     python bench/workloads/efficiency_components.py [--runtime launcher] [--workload keyed_count]
-        [--events 10000] [--steps 40] [--rounds 3] [--calls]
+        [--events 10000] [--steps 40] [--rounds 3] [--calls] [--floor]
 
 For one runtime and workload, W = 1 and W = 2 run interleaved ``rounds`` times on the same
 steps (each step's change read with ``delta()``, as :mod:`_efficiency` does). CPU microseconds
@@ -29,6 +29,10 @@ a step are split into:
   (:func:`_wrap_calls`), each its thread's CPU with its callees and its calls a step: says
   which of a worker's fixed costs a second worker pays again in the threads runtime, where
   the ``operators`` clocks of a small step's greenlets also count the other workers' time;
+* ``floor`` (``--floor``): W = 1 on steps of half the events as each worker's share, and W = 2
+  against it: the ratio two workers would have if only their own per-step fixed cost were
+  paid twice, and the rest (the parallel overhead) split into driver and workers
+  (:func:`_floor`);
 * ``ops``: per operator kind, the CPU seconds the workers spent in it, summed over workers
   (the scheduler's per-operator clock is switched to the thread's CPU clock for the
   measurement; worker processes forked by the ``processes`` runtime inherit the switch, the
@@ -204,6 +208,45 @@ def _profile(circuit) -> dict:
     return acc
 
 
+def _floor(runtime: str, runs: dict) -> None:
+    """``--floor``: W = 2 against what it would cost if the second worker paid only for its
+    own share of the work. Each worker of W = 2 runs every operator on half the rows, so its
+    reference is one worker on steps of half the events (``half``, same circuit and runtime);
+    the driver's reference is W = 1's driver on the whole step. Per round:
+
+    * ``floor`` = (driver(W = 1) + 2 x workers(half)) / total(W = 1): the ratio two workers
+      would have with a free split, free exchanges and a free merge of their outputs (what is
+      above 1 is each worker's per-step fixed cost, paid twice);
+    * ``parallel overhead``: total(W = 2) minus that, in the driver (its split of each input,
+      a message to and from each worker, the merge of the outputs' parts) and in the workers
+      (exchanges, partial aggregates, and running from caches another process used last).
+
+    Where the driver runs worker 0 (``threads``; ``processes`` at W = 1) it has no share of
+    its own: the floor is then 2 x total(half) / total(W = 1), as ``_efficiency.py`` reports
+    it, and the overhead is not split."""
+    med = statistics.median
+    own = runtime == "launcher"
+    fl, od, ow, ot = [], [], [], []
+    for r1, r2, rh in zip(runs[1], runs[2], runs["half"]):
+        if own:
+            ideal = r1["driver"] + 2 * rh["workers"]
+            od.append(r2["driver"] - r1["driver"])
+            ow.append(r2["workers"] - 2 * rh["workers"])
+        else:
+            ideal = 2 * rh["total"]
+        fl.append(ideal / r1["total"])
+        ot.append(r2["total"] - ideal)
+    print(f"floor (W = 1 on half the events as each worker's share; medians over rounds):")
+    h = runs["half"]
+    print(f"  W = 1 on half the events: total {med(r['total'] for r in h):.0f} us a step"
+          + (f" (driver {med(r['driver'] for r in h):.0f}, worker "
+             f"{med(r['workers'] for r in h):.0f})" if own else ""))
+    print(f"  floor {med(fl):.2f} (rounds {', '.join(f'{x:.2f}' for x in fl)}); CPU W2/W1 "
+          f"{med(r2['total'] / r1['total'] for r1, r2 in zip(runs[1], runs[2])):.2f}")
+    print(f"  parallel overhead {med(ot):.0f} us a step"
+          + (f": driver {med(od):.0f}, workers {med(ow):.0f}" if own else ""))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runtime", default="launcher")
@@ -214,6 +257,9 @@ def main(argv=None) -> None:
     ap.add_argument("--warm", type=int, default=3)
     ap.add_argument("--calls", action="store_true",
                     help="also time the functions a second worker calls again (see _wrap_calls)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run W = 1 on steps of half the events: what W = 2 would cost "
+                         "if a second worker paid only its own share (see _floor)")
     a = ap.parse_args(argv)
     steps = a.steps or max(10, min(40, 400_000 // a.events))
     clock = _Clock()
@@ -222,10 +268,13 @@ def main(argv=None) -> None:
     clock.wrap(OutputHandle, "delta", "read")
     labels = _wrap_calls(clock) if a.calls else []
     data = E.steps_of(a.workload, a.events, a.warm + steps)
-    runs: dict = {1: [], 2: []}
+    half = E.steps_of(a.workload, a.events // 2, a.warm + steps, seed=1000) if a.floor else None
+    runs: dict = {1: [], 2: [], "half": []}
     for _ in range(a.rounds):
         for w in (1, 2):
             runs[w].append(one_run(a.runtime, a.workload, w, data, a.warm, clock))
+        if half is not None:
+            runs["half"].append(one_run(a.runtime, a.workload, 1, half, a.warm, clock))
     med = statistics.median
     print(f"{a.runtime} {a.workload} {a.events} ev/step x{steps}, {a.rounds} rounds, load "
           f"{os.getloadavg()[0]:.1f}: CPU us a step (median)")
@@ -252,6 +301,8 @@ def main(argv=None) -> None:
         t1, n1 = (med(r["calls"].get(k, (0.0, 0.0))[i] for r in runs[1]) for i in (0, 1))
         t2, n2 = (med(r["calls"].get(k, (0.0, 0.0))[i] for r in runs[2]) for i in (0, 1))
         print(f"  {k:30s} {t1:7.0f} {t2:7.0f} {t2 - t1:7.0f}   {n1:4.1f} {n2:4.1f}")
+    if half is not None:
+        _floor(a.runtime, runs)
     names = sorted(set().union(*(r["ops"] for rs in runs.values() for r in rs)))
     print("operators (CPU us a step, summed over workers; wall in the launcher):")
     for k in names:
