@@ -18,6 +18,16 @@ is read before and after the measured steps:
 The window is settled at both edges (:func:`settle`): it includes the background merges its
 steps made owed.
 
+Each run is measured in a process of its own, forked from the one that made the steps
+(:func:`fresh`). Run one after another in one process, the in-process runtimes' runs shared its
+heap: the first runs grew it (page faults, system CPU) and the later ones found it grown, so
+the order of W = 1 and W = 2 within a round moved the ratio. Measured (threads, join + average,
+10K events a step, W = 1 run first in each of 9 rounds in one process): the heap grew ~24 MB a
+round up to round 5, and W = 1 read 1.64-1.95 ms of CPU a step until then and 1.34-1.38 after,
+while W = 2 (which reused the heap W = 1 had just grown) read 1.99-2.44 throughout; the ratio
+read 1.16-1.25 in the first five rounds and 1.47-1.55 in the last four. In a fresh process
+every run pays for the memory its own state takes, as a pipeline whose state grows does.
+
 Sliced mode (``--modes sliced``, launcher only; reported as ``launcher/sliced``): the workload's
 big input (``join_avg``'s bids, ``keyed_count``'s events) is written beforehand as one Arrow IPC
 file a step of 8 record batches, and each worker reads its own batches
@@ -36,9 +46,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import statistics
 import tempfile
 import time
+import traceback
 
 import pyarrow as pa
 
@@ -182,6 +194,35 @@ def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
     return cpu, wall
 
 
+def fresh(fn, *args, **kw):
+    """``fn(*args, **kw)`` in a child process forked for it (its result pickled back; an error
+    in it raised here with the child's traceback): a measurement that starts from this
+    process's heap, not from whatever the runs before it left (see the module doc)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: one measurement, then out without running the parent's exits
+        try:
+            os.close(r)
+            try:
+                res = ("ok", fn(*args, **kw))
+            except BaseException as e:  # noqa: BLE001 - handed to the parent
+                res = ("err", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+            with os.fdopen(w, "wb") as f:
+                f.write(pickle.dumps(res))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    if not data:
+        raise RuntimeError(f"the measurement's child process {pid} died without a result")
+    kind, value = pickle.loads(data)
+    if kind == "err":
+        raise RuntimeError(f"the measurement failed in its child process: {value}")
+    return value
+
+
 def settle(circuit) -> None:
     """Wait until no worker's spine owes or runs a merge. A run's window is settled at both
     edges, so that it is charged the background merges its own steps made owed: unsettled, a
@@ -229,12 +270,12 @@ def _efficiency(runtime, workload, events, steps, rounds, warm, mode, data, half
                 source) -> dict:
     c1, c2, w1, w2, ch, wh = [], [], [], [], [], []
     for _ in range(rounds):
-        c, w = cpu_of_run(runtime, workload, 1, data, warm, source)
+        c, w = fresh(cpu_of_run, runtime, workload, 1, data, warm, source)
         c1.append(c), w1.append(w)
-        c, w = cpu_of_run(runtime, workload, 2, data, warm, source)
+        c, w = fresh(cpu_of_run, runtime, workload, 2, data, warm, source)
         c2.append(c), w2.append(w)
         if mode == "driver":
-            c, w = cpu_of_run("threads", workload, 1, half, warm)
+            c, w = fresh(cpu_of_run, "threads", workload, 1, half, warm)
             ch.append(c), wh.append(w)
     ratios = [b / a for a, b in zip(c1, c2)]
     floors = [2 * h / a for a, h in zip(c1, ch)]

@@ -6,7 +6,8 @@
         [--events 10000] [--steps 40] [--rounds 3] [--calls] [--floor]
 
 For one runtime and workload, W = 1 and W = 2 run interleaved ``rounds`` times on the same
-steps (each step's change read with ``delta()``, as :mod:`_efficiency` does). CPU microseconds
+steps (each step's change read with ``delta()``, as :mod:`_efficiency` does), each run in a
+process forked for it (:func:`_efficiency.fresh`). CPU microseconds
 a step are split into:
 
 * ``split``: the driver dealing each input's rows to the workers (``InputStream._split``);
@@ -270,11 +271,12 @@ def main(argv=None) -> None:
     data = E.steps_of(a.workload, a.events, a.warm + steps)
     half = E.steps_of(a.workload, a.events // 2, a.warm + steps, seed=1000) if a.floor else None
     runs: dict = {1: [], 2: [], "half": []}
-    for _ in range(a.rounds):
+    for _ in range(a.rounds):   # each run in a process of its own (see _efficiency.fresh)
         for w in (1, 2):
-            runs[w].append(one_run(a.runtime, a.workload, w, data, a.warm, clock))
+            runs[w].append(E.fresh(one_run, a.runtime, a.workload, w, data, a.warm, clock))
         if half is not None:
-            runs["half"].append(one_run(a.runtime, a.workload, 1, half, a.warm, clock))
+            runs["half"].append(E.fresh(one_run, a.runtime, a.workload, 1, half, a.warm,
+                                        clock))
     med = statistics.median
     print(f"{a.runtime} {a.workload} {a.events} ev/step x{steps}, {a.rounds} rounds, load "
           f"{os.getloadavg()[0]:.1f}: CPU us a step (median)")
