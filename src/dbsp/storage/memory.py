@@ -13,9 +13,10 @@
 
 Both policies also stop numpy from advising its large arrays onto transparent huge pages
 (:func:`numpy_huge_pages`). numpy asks for them (``madvise(MADV_HUGEPAGE)``) on every array of
-4 MiB or more; where the kernel defragments on demand for advised memory (``defrag`` set to
-``madvise``, the common default), a fault on such an array first compacts memory to find 2 MiB
-pages, and each merge's output arrays are new memory. In a long join + average run (10K events a
+4 MiB or more. Where the kernel gives huge pages to advised memory (``enabled`` and
+``defrag`` set to ``madvise``, the common default), each fault on such an array allocates,
+defragmenting on demand, and zeroes a whole 2 MiB page; each merge's output arrays are new
+memory. In a long join + average run (10K events a
 step, 3,000 steps, one worker, threads runtime) the spines' merges then spent a quarter of all
 CPU in the kernel (``perf``: huge page faults, ``clear_page_erms`` under
 ``do_huge_pmd_anonymous_page``); without the advice, three interleaved pairs of runs: system CPU
