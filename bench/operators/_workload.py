@@ -82,9 +82,11 @@ def wait_for_merges() -> None:
         sp.wait_merges()
 
 
-def in_forked_child(fn, *args) -> dict:
-    """``fn(*args)`` in a forked child (fresh allocator state, the peak RSS its own), its dict
-    result sent back; an exception in the child is raised here with the child's traceback."""
+def in_forked_child(fn, *args):
+    """``fn(*args)`` in a forked child (fresh allocator state, the peak RSS its own: a
+    measurement that starts from this process's heap, not from what the runs before it left),
+    its result sent back; an exception in the child is raised here with the child's traceback,
+    and a child that dies without a result raises too."""
     import multiprocessing as mp
     import os
     import sys
@@ -94,9 +96,9 @@ def in_forked_child(fn, *args) -> dict:
 
     def target(conn):
         try:
-            conn.send(fn(*args))
+            conn.send(("ok", fn(*args)))
         except BaseException as e:  # reported to the parent
-            conn.send({"error": repr(e), "traceback": traceback.format_exc()})
+            conn.send(("error", repr(e) + "\n" + traceback.format_exc()))
         conn.close()
         os._exit(0)
 
@@ -104,8 +106,13 @@ def in_forked_child(fn, *args) -> dict:
     proc = ctx.Process(target=target, args=(child,))
     proc.start()
     child.close()
-    res = parent.recv()
+    try:
+        kind, res = parent.recv()
+    except EOFError:
+        proc.join()
+        raise RuntimeError(f"the forked child died without a result (exit code "
+                           f"{proc.exitcode})") from None
     proc.join()
-    if "error" in res:
-        raise RuntimeError(res["error"] + "\n" + res["traceback"])
+    if kind == "error":
+        raise RuntimeError(res)
     return res

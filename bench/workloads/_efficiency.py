@@ -19,9 +19,10 @@ The window is settled at both edges (:func:`settle`): it includes the background
 steps made owed.
 
 Each run is measured in a process of its own, forked from the one that made the steps
-(:func:`fresh`). Run one after another in one process, the in-process runtimes' runs shared its
-heap: the first runs grew it (page faults, system CPU) and the later ones found it grown, so
-the order of W = 1 and W = 2 within a round moved the ratio. Measured (threads, join + average,
+(``fresh``: ``bench/operators/_workload.in_forked_child``). Run one after another in one
+process, the in-process runtimes' runs shared its heap: the first runs grew it (page faults,
+system CPU) and the later ones found it grown, so the order of W = 1 and W = 2 within a round
+moved the ratio. Measured (threads, join + average,
 10K events a step, W = 1 run first in each of 9 rounds in one process): the heap grew ~24 MB a
 round up to round 5, and W = 1 read 1.64-1.95 ms of CPU a step until then and 1.34-1.38 after,
 while W = 2 (which reused the heap W = 1 had just grown) read 1.99-2.44 throughout; the ratio
@@ -46,11 +47,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import statistics
+import sys
 import tempfile
 import time
-import traceback
 
 import pyarrow as pa
 
@@ -58,6 +58,9 @@ import dbsp
 from dbsp.connectors.slices import FileSlices
 from dbsp.runtime.launcher import launch
 from dbsp.testing import pipelines as P
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "operators"))
+from _workload import in_forked_child as fresh  # noqa: E402  (one home: bench/operators)
 
 WORKLOADS = ("keyed_count", "join_avg")
 RUNTIMES = ("threads", "processes", "launcher")
@@ -192,35 +195,6 @@ def cpu_of_run(runtime: str, workload: str, workers: int, data: list[dict],
     finally:
         (job or circuit).close()
     return cpu, wall
-
-
-def fresh(fn, *args, **kw):
-    """``fn(*args, **kw)`` in a child process forked for it (its result pickled back; an error
-    in it raised here with the child's traceback): a measurement that starts from this
-    process's heap, not from whatever the runs before it left (see the module doc)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # the child: one measurement, then out without running the parent's exits
-        try:
-            os.close(r)
-            try:
-                res = ("ok", fn(*args, **kw))
-            except BaseException as e:  # noqa: BLE001 - handed to the parent
-                res = ("err", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-            with os.fdopen(w, "wb") as f:
-                f.write(pickle.dumps(res))
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    if not data:
-        raise RuntimeError(f"the measurement's child process {pid} died without a result")
-    kind, value = pickle.loads(data)
-    if kind == "err":
-        raise RuntimeError(f"the measurement failed in its child process: {value}")
-    return value
 
 
 def settle(circuit) -> None:

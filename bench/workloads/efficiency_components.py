@@ -7,7 +7,7 @@
 
 For one runtime and workload, W = 1 and W = 2 run interleaved ``rounds`` times on the same
 steps (each step's change read with ``delta()``, as :mod:`_efficiency` does), each run in a
-process forked for it (:func:`_efficiency.fresh`). CPU microseconds
+process forked for it (``_efficiency.fresh``). CPU microseconds
 a step are split into:
 
 * ``split``: the driver dealing each input's rows to the workers (``InputStream._split``);
@@ -271,7 +271,7 @@ def main(argv=None) -> None:
     data = E.steps_of(a.workload, a.events, a.warm + steps)
     half = E.steps_of(a.workload, a.events // 2, a.warm + steps, seed=1000) if a.floor else None
     runs: dict = {1: [], 2: [], "half": []}
-    for _ in range(a.rounds):   # each run in a process of its own (see _efficiency.fresh)
+    for _ in range(a.rounds):   # each run in a process of its own (_efficiency.fresh)
         for w in (1, 2):
             runs[w].append(E.fresh(one_run, a.runtime, a.workload, w, data, a.warm, clock))
         if half is not None:
