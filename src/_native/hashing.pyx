@@ -837,12 +837,12 @@ cdef bint _code_cols(list cols, list plan, int* out, const int* widths, int64_t 
 
 
 def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, list val_plan,
-                owners, int bits, int64_t workers, sort, key_schema=None):
+                owners, int bits, int64_t workers, sort, key_schema):
     """The driver's split of an input that ``index_by(key)`` reads: the rows of ``batch``
     sorted and consolidated by (key code, value code) once, then dealt to the workers of a
     shard map as :func:`deal_batch` deals them (by the hash of the key code): per worker
-    ``(record batch, weights, key codes, value codes)`` of its rows, still sorted and
-    consolidated, or None for a worker without rows. The codes are the u64 codes of the
+    ``(record batch, weights, key codes, value codes, key batch, distinct key codes, offsets)``
+    of its rows, still sorted and consolidated, or None for a worker without rows. The codes are the u64 codes of the
     columns ``key_cols`` / ``val_cols`` by their plans (``(byte width, signed, nullable)`` per
     column, as ``KeyCodec._native_plan``), packed from one export of the batch; ``sort`` is
     :func:`dbsp.algebra.kernels.sort_consolidate`. None (nothing done) when a column is not
@@ -855,12 +855,11 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
     it: the rows are gathered once, in their final order. The GIL is released only for
     :data:`NOGIL_MIN` rows or more.
 
-    With ``key_schema`` (the schema of the key columns, in ``key_cols`` order) each worker's
-    item has three more: the key layer of its rows as ``index_by`` keeps it, ``(key batch,
-    distinct key codes, offsets)``: each distinct key's columns once (taken at its first row),
-    its code, and its rows at ``offsets[g]:offsets[g + 1]``; one more pass over the dealt codes
-    and one gather of the key columns into one block, so that ``index_by`` neither finds the
-    groups nor takes the keys again."""
+    The last three items are the key layer of a worker's rows as ``index_by`` keeps it: each
+    distinct key's columns once (taken at its first row; a batch of ``key_schema``, the key
+    columns' fields in ``key_cols`` order), its code, and its rows at ``offsets[g]:offsets[g +
+    1]``; one more pass over the dealt codes and one gather of the key columns into one block,
+    so that ``index_by`` neither finds the groups nor takes the keys again."""
     cdef cnp.ndarray own = _owner_map(owners, bits, workers, "deal_sorted")
     cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
     cdef int64_t N = batch.num_rows, m, i, w, k, col
@@ -945,14 +944,11 @@ def deal_sorted(batch, weights, list key_cols, list key_plan, list val_cols, lis
         if twice >= 0:
             raise ValueError(f"deal_sorted: the sort gave row {twice} twice")
         src.release(&src)
-        if key_schema is not None:
-            layer = _key_layer(block, kcols, widths, len(key_cols), kop, start, counts,
-                               workers, m, key_schema)
+        layer = _key_layer(block, kcols, widths, len(key_cols), kop, start, counts, workers,
+                           m, key_schema)
         b = <uintptr_t>block
         block = NULL   # the import owns it (and releases it if the import fails)
         runs = _import_runs(b, schema, (wout, kout, vout), start, counts, workers)
-        if key_schema is None:
-            return runs
         return [None if r is None else r + l for r, l in zip(runs, layer)]
     finally:
         _release(&src, &ssrc)

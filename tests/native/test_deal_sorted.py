@@ -108,7 +108,7 @@ def test_deal_sorted(case):
         if plan is None:  # (a string value: no u64 codes)
             continue
         got = kern(batch, weights, plan[0], plan[1], plan[2], plan[3], owners, bits, workers,
-                   K.sort_consolidate)
+                   K.sort_consolidate, plan[4])
         if not ok:
             assert got is None
             continue
@@ -131,9 +131,10 @@ def test_deal_sorted(case):
                                             pa.field("c1", pa.int64(), nullable=False)])),
            np.array([1, 1, 2, 1, -1], np.int64), ["c0"], np.array([0, 1], np.int32), 1, 2))
 def test_deal_sorted_key_layer(case):
-    """With the key schema, each worker's item ends with the key layer of its rows, native
-    and reference alike: its distinct key codes, the offsets of each key's rows, and each
-    key's columns taken at its first row (what ``index_by`` would otherwise find and take)."""
+    """Each worker's item ends with the key layer of its rows, native and reference alike:
+    its distinct key codes, the offsets of each key's rows, and each key's columns taken at
+    its first row (what ``index_by`` would otherwise find and take), against the groups of
+    the item's own key codes."""
     batch, weights, names, owners, bits, workers = case
     plan = sorted_plan(batch.schema, names)
     if plan is None or not _dealable(batch, names):
@@ -141,21 +142,18 @@ def test_deal_sorted_key_layer(case):
     kschema = pa.schema([batch.schema.field(n) for n in names])
     assert plan[4] == kschema
     for kern in (native.deal_sorted, ref.deal_sorted):
-        plain = kern(batch, weights, *plan[:4], owners, bits, workers, K.sort_consolidate)
-        got = kern(batch, weights, *plan[:4], owners, bits, workers, K.sort_consolidate,
-                   kschema)
-        for g, p in zip(got, plain):
-            assert (g is None) == (p is None)
+        for g in kern(batch, weights, *plan[:4], owners, bits, workers, K.sort_consolidate,
+                      plan[4]):
             if g is None:
                 continue
-            assert len(g) == 7 and g[0].equals(p[0])
-            keys, kd, offs = g[4:]
-            bounds = ref.group_bounds(p[2])
+            assert len(g) == 7
+            rows, kc, keys, kd, offs = g[0], g[2], g[4], g[5], g[6]
+            bounds = ref.group_bounds(kc)
             np.testing.assert_array_equal(offs, bounds)
-            np.testing.assert_array_equal(kd, p[2][bounds[:-1]])
+            np.testing.assert_array_equal(kd, kc[bounds[:-1]])
             assert kd.dtype == np.uint64 and offs.dtype == np.int64
             assert keys.schema == kschema
-            assert keys.equals(p[0].select(names).take(pa.array(bounds[:-1], pa.int64())))
+            assert keys.equals(rows.select(names).take(pa.array(bounds[:-1], pa.int64())))
 
 
 @given(inputs())
@@ -198,14 +196,14 @@ def test_deal_sorted_long_inputs(workers, distinct):
     owners = rng.integers(0, workers, 1 << 10).astype(np.int32)
     plan = sorted_plan(batch.schema, ["d"])
     args = (batch, weights, plan[0], plan[1], plan[2], plan[3], owners, 10, workers,
-            K.sort_consolidate)
+            K.sort_consolidate, plan[4])
     got, want = native.deal_sorted(*args), ref.deal_sorted(*args)
     assert (sum(len(r[1]) for r in want if r is not None) == n) == distinct
     for g, r in zip(got, want):
         assert (g is None) == (r is None)
         if g is not None:
-            assert g[0].equals(r[0])
-            for a, b in zip(g[1:], r[1:]):
+            assert g[0].equals(r[0]) and g[4].equals(r[4])   # the rows, the key layer's keys
+            for a, b in zip(g[1:4] + g[5:], r[1:4] + r[5:]):
                 np.testing.assert_array_equal(a, b)
 
 
@@ -217,13 +215,13 @@ def test_deal_sorted_refuses_bad_input():
     for kern in (native.deal_sorted, ref.deal_sorted):
         with pytest.raises(ValueError):  # 2 weights, 3 rows
             kern(b, np.ones(2, np.int64), *plan[:4], np.zeros(2, np.int32), 1, 1,
-                 K.sort_consolidate)
+                 K.sort_consolidate, plan[4])
         with pytest.raises(ValueError):  # owner 5
             kern(b, np.ones(3, np.int64), *plan[:4], np.array([0, 5], np.int32), 1, 2,
-                 K.sort_consolidate)
+                 K.sort_consolidate, plan[4])
         with pytest.raises(ValueError):  # no column 7
             kern(b, np.ones(3, np.int64), [7], plan[1], plan[2], plan[3],
-                 np.zeros(2, np.int32), 1, 1, K.sort_consolidate)
+                 np.zeros(2, np.int32), 1, 1, K.sort_consolidate, plan[4])
 
 
 @pytest.mark.parametrize("bad_row", [-1, 3, 1 << 40])
@@ -239,7 +237,7 @@ def test_deal_sorted_refuses_a_sort_that_gives_a_row_out_of_range(bad_row):
 
     with pytest.raises(ValueError, match=f"row {bad_row} of 3"):
         native.deal_sorted(b, np.ones(3, np.int64), *plan[:4], np.array([0, 1], np.int32), 1, 2,
-                           bad_sort)
+                           bad_sort, plan[4])
 
 
 def test_deal_sorted_refuses_a_sort_that_repeats_a_row():
@@ -259,12 +257,12 @@ def test_deal_sorted_refuses_a_sort_that_repeats_a_row():
 
         if row == m - 1:
             got = native.deal_sorted(b, np.ones(n, np.int64), *plan[:4],
-                                     np.array([0, 1], np.int32), 1, 2, repeating_sort)
+                                     np.array([0, 1], np.int32), 1, 2, repeating_sort, plan[4])
             assert sum(len(p[1]) for p in got if p is not None) == m
             continue
         with pytest.raises(ValueError, match=f"row {row} twice"):
             native.deal_sorted(b, np.ones(n, np.int64), *plan[:4], np.array([0, 1], np.int32), 1,
-                               2, repeating_sort)
+                               2, repeating_sort, plan[4])
         with pytest.raises(ValueError, match=f"row {row} twice"):  # three workers: the other loop
             native.deal_sorted(b, np.ones(n, np.int64), *plan[:4],
-                               np.array([0, 1, 2, 2], np.int32), 2, 3, repeating_sort)
+                               np.array([0, 1, 2, 2], np.int32), 2, 3, repeating_sort, plan[4])

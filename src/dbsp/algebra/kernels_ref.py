@@ -455,15 +455,15 @@ def deal_batch(batch: pa.RecordBatch, codes: Optional[CodeArray], weights: np.nd
 
 def deal_sorted(batch: pa.RecordBatch, weights: np.ndarray, key_cols: list, key_plan: list,
                 val_cols: list, val_plan: list, owners: np.ndarray, bits: int, workers: int,
-                sort: Any = None, key_schema: Optional[pa.Schema] = None) -> Optional[list]:
+                sort: Any, key_schema: pa.Schema) -> Optional[list]:
     """The rows of ``batch`` sorted and consolidated by the u64 codes of the columns
     ``key_cols`` / ``val_cols`` (by their plans, as ``KeyCodec._native_plan``), then dealt as
     :func:`owner_rows` deals their key codes: per worker ``(record batch, weights, key codes,
-    value codes)`` of its rows in that order, or None for a worker without rows; None when a
-    column is not fixed-width without nulls (see :func:`_dealt_type`) or off its plan.
-    With ``key_schema``, each worker's item ends with its rows' key layer ``(key batch of
-    that schema, distinct key codes, offsets)``: each key's columns at its first row.
-    (``sort``: ignored, :func:`sort_consolidate` is used.)"""
+    value codes, key batch, distinct key codes, offsets)`` of its rows in that order (the last
+    three: their key layer, each key's columns at its first row as a batch of ``key_schema``),
+    or None for a worker without rows; None when a column is not fixed-width without nulls
+    (see :func:`_dealt_type`) or off its plan. (``sort``: ignored, :func:`sort_consolidate`
+    is used.)"""
     weights = np.asarray(weights, np.int64)
     n = batch.num_rows
     if weights.shape != (n,):
@@ -490,14 +490,12 @@ def deal_sorted(batch: pa.RecordBatch, weights: np.ndarray, key_cols: list, key_
         if not len(idx):
             out.append(None)
             continue
-        part = (batch.take(pa.array(perm[idx], pa.int64())), w[idx], ks[idx], vs[idx])
-        if key_schema is not None:
-            offsets = group_bounds(part[2])
-            first = pa.array(offsets[:-1], pa.int64())
-            keys = pa.RecordBatch.from_arrays(
-                [part[0].column(c).take(first) for c in key_cols], schema=key_schema)
-            part += (keys, part[2][offsets[:-1]], offsets)
-        out.append(part)
+        rows, kd = batch.take(pa.array(perm[idx], pa.int64())), ks[idx]
+        offsets = group_bounds(kd)
+        first = pa.array(offsets[:-1], pa.int64())
+        keys = pa.RecordBatch.from_arrays([rows.column(c).take(first) for c in key_cols],
+                                          schema=key_schema)
+        out.append((rows, w[idx], kd, vs[idx], keys, kd[offsets[:-1]], offsets))
     return out
 
 

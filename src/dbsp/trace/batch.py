@@ -181,7 +181,7 @@ class KeyedZSet(ZSet):
                  kcodes: np.ndarray, vcodes: np.ndarray, layer: Optional[tuple] = None):
         super().__init__(data, weights)
         self.key, self.kcodes, self.vcodes = key, kcodes, vcodes
-        self.layer = layer or None
+        self.layer = layer
 
 
 class OrdZSet(ZSet):
