@@ -223,8 +223,10 @@ def _floor(runtime: str, runs: dict) -> None:
       (exchanges, partial aggregates, and running from caches another process used last).
 
     Where the driver runs worker 0 (``threads``; ``processes`` at W = 1) it has no share of
-    its own: the floor is then 2 x total(half) / total(W = 1), as ``_efficiency.py`` reports
-    it, and the overhead is not split."""
+    its own: the floor is then 2 x total(half) / total(W = 1) and the overhead is not split.
+    ``_efficiency.py``'s ``floor`` is that formula with the half-size run always on the
+    threads runtime: for the launcher it leaves the messages between processes out of the
+    reference too, where this one keeps the runtime's own costs of one worker in it."""
     med = statistics.median
     own = runtime == "launcher"
     fl, od, ow, ot = [], [], [], []
@@ -237,7 +239,7 @@ def _floor(runtime: str, runs: dict) -> None:
             ideal = 2 * rh["total"]
         fl.append(ideal / r1["total"])
         ot.append(r2["total"] - ideal)
-    print(f"floor (W = 1 on half the events as each worker's share; medians over rounds):")
+    print("floor (W = 1 on half the events as each worker's share; medians over rounds):")
     h = runs["half"]
     print(f"  W = 1 on half the events: total {med(r['total'] for r in h):.0f} us a step"
           + (f" (driver {med(r['driver'] for r in h):.0f}, worker "
