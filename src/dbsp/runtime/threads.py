@@ -186,6 +186,11 @@ class ThreadPool:
             serial_rows = int(os.environ.get("DBSP_THREADS_SERIAL_ROWS", SERIAL_ROWS))
         self.serial_rows = serial_rows if isinstance(transport, InProcTransport) else 0
         self._serial = False
+        # the workers' greenlets of small steps, kept from step to step (see _step_serial), and
+        # the thread they belong to
+        self._gls: Optional[list] = None
+        self._gl_thread: Optional[int] = None
+        self._serial_done: list = []
         # worker i >= 1 steps once each time the driver releases _go[i] and releases _done[i]
         # when it has; between steps the driver holds both
         self._go = [threading.Lock() for _ in range(n)]
@@ -221,9 +226,24 @@ class ThreadPool:
 
     def _step_serial(self) -> None:
         """Every worker's step in this thread, one greenlet each, run in turns: each runs until
-        it waits at a gate (it switches back here) or its step is over."""
+        it waits at a gate (it switches back here) or its step is over.
+
+        The greenlets live from step to step (:meth:`_serial_worker`), made again only for
+        another thread (a greenlet runs in the thread that made it) or after one ended: a new
+        greenlet costs CPython a frame stack of its own, a 16 KiB ``mmap`` that the first
+        frames fault in and that ``munmap`` returns when the greenlet is gone (two system
+        calls and four page faults a worker and step, 10-20 us on the 2-core VM, of which
+        join_avg's 10K-event steps paid two a step)."""
         reps = self.replicas
-        gls = [greenlet(self._step_one) for _ in reps]
+        gls = self._gls
+        if gls is None or self._gl_thread != threading.get_ident() or \
+                any(g.dead for g in gls):
+            gls = self._gls = [greenlet(self._serial_worker) for _ in reps]
+            self._gl_thread = threading.get_ident()
+        me = getcurrent()
+        for g in gls:
+            g.parent = me  # (where a worker switches back to: whoever runs this step)
+        done = self._serial_done = [False] * len(gls)
         # a worker's operator clock must not count the others' turns while it waited at a gate
         discount = [getattr(r, "discount", None) for r in reps]
         clock = Scheduler.clock
@@ -235,7 +255,15 @@ class ThreadPool:
                     discount[i](clock() - left[i])
                 gls[i].switch(i)
                 left[i] = clock()
-            live = [i for i in live if not gls[i].dead]
+            live = [i for i in live if not done[i]]
+
+    def _serial_worker(self, i: int) -> None:
+        """The body of worker ``i``'s greenlet (:meth:`_step_serial`): one step each time the
+        driver's loop switches to it after the last one ended."""
+        while True:
+            self._step_one(i)
+            self._serial_done[i] = True
+            getcurrent().parent.switch()
 
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
@@ -301,6 +329,7 @@ class ThreadPool:
     def close(self) -> None:
         for r in self.replicas:  # merges in flight finish before the circuit is closed
             r.close()
+        self._gls = None  # (each idle greenlet is ended where it waits)
         if not self._threads:
             return
         self._stop = True
