@@ -322,27 +322,36 @@ def test_each_worker_records_into_its_own_journal_across_exchanges(workers, rows
     assert current_journal() is None
 
 
+def _small_pool(workers: int = 2):
+    """A pool whose steps of :func:`_small_step` run as greenlets, its exchanging workers and
+    what they saw."""
+    t = InProcTransport(workers)
+    seen = {"lock": threading.Lock(), "now": 0, "most": 0}
+    reps = [_Exchanging(w, t, seen) for w in range(workers)]
+    return ThreadPool(reps, t, serial_rows=1000), reps, seen
+
+
+def _small_step(pool, n: int = 1) -> None:
+    for _ in range(n):
+        pool.step([{"in": _Rows(10)}] * len(pool.replicas))
+
+
 def test_small_steps_reuse_the_workers_greenlets_and_make_new_ones_for_another_thread():
     """A small step's workers are greenlets kept from step to step (a new greenlet costs
     CPython a frame stack: an mmap and page faults a worker and step); stepping the pool from
     another thread gives that thread greenlets of its own (a greenlet runs only in the thread
     that made it), and every step still exchanges right."""
-    t = InProcTransport(2)
-    seen = {"lock": threading.Lock(), "now": 0, "most": 0}
-    reps = [_Exchanging(w, t, seen) for w in range(2)]
-    pool = ThreadPool(reps, t, serial_rows=1000)
+    pool, reps, seen = _small_pool()
     try:
-        pool.step([{"in": _Rows(10)}] * 2)
+        _small_step(pool)
         first = list(pool._gls)
-        for _ in range(3):
-            pool.step([{"in": _Rows(10)}] * 2)
+        _small_step(pool, 3)
         assert all(a is b for a, b in zip(first, pool._gls))
         errs: list = []
 
         def other():
             try:
-                for _ in range(2):
-                    pool.step([{"in": _Rows(10)}] * 2)
+                _small_step(pool, 2)
             except BaseException as e:  # checked below
                 errs.append(e)
 
@@ -351,7 +360,7 @@ def test_small_steps_reuse_the_workers_greenlets_and_make_new_ones_for_another_t
         th.join(timeout=30)
         assert not errs, errs
         assert not any(a is b for a, b in zip(first, pool._gls))
-        pool.step([{"in": _Rows(10)}] * 2)  # back in this thread
+        _small_step(pool)  # back in this thread
     finally:
         pool.close()
     assert seen["most"] == 1
@@ -360,19 +369,16 @@ def test_small_steps_reuse_the_workers_greenlets_and_make_new_ones_for_another_t
 def test_a_small_step_after_a_failed_one_reuses_the_greenlets_and_rolls_back_cleanly():
     """A worker whose step raised is reported, the step rolled back, and the next small steps
     run on the same greenlets (the failed worker's greenlet did not end)."""
-    t = InProcTransport(2)
-    seen = {"lock": threading.Lock(), "now": 0, "most": 0}
-    reps = [_Exchanging(w, t, seen) for w in range(2)]
-    pool = ThreadPool(reps, t, serial_rows=1000)
+    pool, reps, seen = _small_pool()
     try:
-        pool.step([{"in": _Rows(10)}] * 2)
+        _small_step(pool)
         first = list(pool._gls)
         reps[0].step = lambda: (_ for _ in ()).throw(ValueError("worker 0 failed"))
         with pytest.raises(ValueError, match="worker 0 failed"):
-            pool.step([{"in": _Rows(10)}] * 2)
+            _small_step(pool)
         del reps[0].step
-        for _ in range(2):
-            pool.step([{"in": _Rows(10)}] * 2)
+        _small_step(pool, 2)
         assert all(a is b for a, b in zip(first, pool._gls))
     finally:
         pool.close()
+    assert seen["most"] == 1
