@@ -164,6 +164,11 @@ class InProcTransport:
         self._turns = [0] * self.workers
 
 
+#: what a worker's greenlet hands the loop of :meth:`ThreadPool._step_serial` when its step is
+#: over (a worker waiting at a gate switches back with nothing)
+_STEP_DONE = object()
+
+
 class ThreadPool:
     """W replicas in one process: worker 0 inline in the caller's thread, the others one
     persistent thread each, stepping in lockstep with it; a step of fewer than ``serial_rows``
@@ -190,7 +195,6 @@ class ThreadPool:
         # the thread they belong to
         self._gls: Optional[list] = None
         self._gl_thread: Optional[int] = None
-        self._serial_done: list = []
         # worker i >= 1 steps once each time the driver releases _go[i] and releases _done[i]
         # when it has; between steps the driver holds both
         self._go = [threading.Lock() for _ in range(n)]
@@ -230,10 +234,11 @@ class ThreadPool:
 
         The greenlets live from step to step (:meth:`_serial_worker`), made again only for
         another thread (a greenlet runs in the thread that made it) or after one ended: a new
-        greenlet costs CPython a frame stack of its own, a 16 KiB ``mmap`` that the first
-        frames fault in and that ``munmap`` returns when the greenlet is gone (two system
-        calls and four page faults a worker and step, 10-20 us on the 2-core VM, of which
-        join_avg's 10K-event steps paid two a step)."""
+        greenlet costs CPython a frame stack of its own, a 16 KiB ``mmap`` whose pages fault in
+        and a ``munmap`` when the greenlet is gone (strace of 200 two-worker steps of join_avg:
+        400 of each; a bare loop of two workers' turns cost 23.6 us a step with new greenlets
+        and 3.1 us with kept ones on the 2-core VM). A worker's greenlet switches back here with
+        :data:`_STEP_DONE` when its step is over, with nothing when it waits at a gate."""
         reps = self.replicas
         gls = self._gls
         if gls is None or self._gl_thread != threading.get_ident() or \
@@ -243,27 +248,27 @@ class ThreadPool:
         me = getcurrent()
         for g in gls:
             g.parent = me  # (where a worker switches back to: whoever runs this step)
-        done = self._serial_done = [False] * len(gls)
         # a worker's operator clock must not count the others' turns while it waited at a gate
         discount = [getattr(r, "discount", None) for r in reps]
         clock = Scheduler.clock
         left: list = [None] * len(gls)  # when each worker switched out
-        live = range(len(gls))
+        live: Sequence[int] = range(len(gls))
         while live:
+            waiting = []
             for i in live:
                 if left[i] is not None and discount[i] is not None:
                     discount[i](clock() - left[i])
-                gls[i].switch(i)
+                if gls[i].switch(i) is not _STEP_DONE:
+                    waiting.append(i)
                 left[i] = clock()
-            live = [i for i in live if not done[i]]
+            live = waiting
 
     def _serial_worker(self, i: int) -> None:
         """The body of worker ``i``'s greenlet (:meth:`_step_serial`): one step each time the
         driver's loop switches to it after the last one ended."""
         while True:
             self._step_one(i)
-            self._serial_done[i] = True
-            getcurrent().parent.switch()
+            getcurrent().parent.switch(_STEP_DONE)
 
     def step(self, inputs: list[dict], check=None) -> list[dict]:
         """Run one step on every replica; ``check(outputs)`` may refuse it before it commits
