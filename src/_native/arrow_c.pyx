@@ -870,7 +870,7 @@ INDEX_ROWS_MAX = 512
 
 
 def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan, weights,
-               key_schema, val_schema, list views=None):
+               key_schema, val_schema, list views=None, sort=None):
     """The rows of ``batch`` as a consolidated indexed Z-set, from one export of the batch:
     ``(keys, kcodes, offsets, vals, vcodes, weights)``, the rows sorted by (key code, value
     code) of the columns ``key_cols`` / ``val_cols`` (``key_plan`` / ``val_plan``: per column
@@ -880,8 +880,15 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
     the batch's fields of those columns). The value rows are each distinct row's first row in
     input order. None when a column is not fixed-width without nulls or does not match its
     plan, either codes would not fit in 64 bits, there are no key or no value columns, the batch
-    has no row or more than :data:`INDEX_ROWS_MAX`, or some partial weight sum (equal rows added
-    in input order) leaves int64 (the caller's general path, which checks it exactly)."""
+    has no row, or some partial weight sum (equal rows added in input order) leaves int64 (the
+    caller's general path, which checks it exactly).
+
+    Up to :data:`INDEX_ROWS_MAX` rows the codes are sorted here (a merge sort); a larger batch
+    is sorted by ``sort`` (:func:`dbsp.algebra.kernels.sort_consolidate`, the radix sort: one
+    call, given the codes packed here), and without ``sort`` it is refused (None). Either way
+    the rows are exported once, their columns gathered once into one import per layer, and no
+    Python object is made per column: the general path's encode, sort and takes are four
+    native calls with their own exports and imports, about 30 us a call beyond its rows'."""
     cdef ArrowArray src
     cdef ArrowSchema ssrc
     src.release = NULL
@@ -907,13 +914,15 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
     cdef uint64_t* okc
     cdef uint64_t* ovc
     cdef int64_t* firsts
-    cdef cnp.ndarray kc_a, vc_a, perm_a, t1_a, t2_a, tp_a
-    if nk == 0 or nk > 64 or nv == 0 or nv > 64 or batch.num_rows > INDEX_ROWS_MAX:
-        return None  # (a large step: no export)
+    cdef cnp.ndarray kc_a, vc_a, perm_a, t1_a, t2_a, tp_a, ow_a
+    cdef bint merge_here = batch.num_rows <= INDEX_ROWS_MAX
+    if nk == 0 or nk > 64 or nv == 0 or nv > 64 or not (merge_here or sort is not None):
+        return None  # (a large step and no sort given: no export)
     batch._export_to_c(<uintptr_t>&src, <uintptr_t>&ssrc)
     try:
         n = src.length
-        if n == 0 or n > INDEX_ROWS_MAX or src.dictionary != NULL or wa.shape[0] != n:
+        if n == 0 or src.dictionary != NULL or wa.shape[0] != n \
+                or (n > INDEX_ROWS_MAX) == merge_here:
             return None
         kc_a = empty1(n, cnp.NPY_UINT64)
         vc_a = empty1(n, cnp.NPY_UINT64)
@@ -926,60 +935,104 @@ def index_rows(batch, list key_cols, list key_plan, list val_cols, list val_plan
             kw[c] = key_plan[c][0]
         for c in range(nv):
             vw[c] = val_plan[c][0]
-        perm_a = empty1(n, cnp.NPY_INT64)
-        t1_a = empty1(n, cnp.NPY_UINT64)
-        t2_a = empty1(n, cnp.NPY_UINT64)
-        tp_a = empty1(n, cnp.NPY_INT64)
-        perm = <int64_t*>cnp.PyArray_DATA(perm_a)
-        pw = <const int64_t*>cnp.PyArray_DATA(wa)
-        with nogil:
-            for i in range(n):
-                perm[i] = i
-            _merge_sort[uint64_t](kc, vc, perm, <uint64_t*>cnp.PyArray_DATA(t1_a),
-                                  <uint64_t*>cnp.PyArray_DATA(t2_a),
-                                  <int64_t*>cnp.PyArray_DATA(tp_a), n)
-            # consolidate in place: row m of the output is (kc, vc, perm of its first row,
-            # summed weight); zero sums dropped
-            ws = <int64_t*>cnp.PyArray_DATA(tp_a)  # (scratch, free again)
-            m = 0
-            i = 0
-            while i < n:
-                s = pw[perm[i]]
-                j = i + 1
-                while j < n and kc[j] == kc[i] and vc[j] == vc[i]:
-                    ovf |= dbsp_add_ovf(s, pw[perm[j]], &s)
-                    j += 1
-                if s != 0:
-                    kc[m] = kc[i]
-                    vc[m] = vc[i]
-                    perm[m] = perm[i]
-                    ws[m] = s
-                    m += 1
-                i = j
-            G = 0
-            for i in range(m):
-                G += i == 0 or kc[i] != kc[i - 1]
-        if ovf:
-            return None  # some weight sum wrapped: the general path checks it exactly
-        offs_a = empty1(G + 1, cnp.NPY_INT64)
-        okc_a = empty1(G, cnp.NPY_UINT64)
-        ovc_a = empty1(m, cnp.NPY_UINT64)
-        ow_a = empty1(m, cnp.NPY_INT64)
-        offs = <int64_t*>cnp.PyArray_DATA(offs_a)
-        okc = <uint64_t*>cnp.PyArray_DATA(okc_a)
-        ovc = <uint64_t*>cnp.PyArray_DATA(ovc_a)
-        firsts = <int64_t*>cnp.PyArray_DATA(t1_a)  # (scratch of n >= G int64, free again)
-        with nogil:
-            g = 0
-            for i in range(m):
-                if i == 0 or kc[i] != kc[i - 1]:
-                    offs[g] = i
-                    okc[g] = kc[i]
-                    firsts[g] = perm[i]
-                    g += 1
-                ovc[i] = vc[i]
-            offs[G] = m
-            memcpy(cnp.PyArray_DATA(ow_a), ws, m * sizeof(int64_t))
+        if merge_here:
+            perm_a = empty1(n, cnp.NPY_INT64)
+            t1_a = empty1(n, cnp.NPY_UINT64)
+            t2_a = empty1(n, cnp.NPY_UINT64)
+            tp_a = empty1(n, cnp.NPY_INT64)
+            perm = <int64_t*>cnp.PyArray_DATA(perm_a)
+            pw = <const int64_t*>cnp.PyArray_DATA(wa)
+            with nogil:
+                for i in range(n):
+                    perm[i] = i
+                _merge_sort[uint64_t](kc, vc, perm, <uint64_t*>cnp.PyArray_DATA(t1_a),
+                                      <uint64_t*>cnp.PyArray_DATA(t2_a),
+                                      <int64_t*>cnp.PyArray_DATA(tp_a), n)
+                # consolidate in place: row m of the output is (kc, vc, perm of its first
+                # row, summed weight); zero sums dropped
+                ws = <int64_t*>cnp.PyArray_DATA(tp_a)  # (scratch, free again)
+                m = 0
+                i = 0
+                while i < n:
+                    s = pw[perm[i]]
+                    j = i + 1
+                    while j < n and kc[j] == kc[i] and vc[j] == vc[i]:
+                        ovf |= dbsp_add_ovf(s, pw[perm[j]], &s)
+                        j += 1
+                    if s != 0:
+                        kc[m] = kc[i]
+                        vc[m] = vc[i]
+                        perm[m] = perm[i]
+                        ws[m] = s
+                        m += 1
+                    i = j
+                G = 0
+                for i in range(m):
+                    G += i == 0 or kc[i] != kc[i - 1]
+            if ovf:
+                return None  # some weight sum wrapped: the general path checks it exactly
+            offs_a = empty1(G + 1, cnp.NPY_INT64)
+            okc_a = empty1(G, cnp.NPY_UINT64)
+            ovc_a = empty1(m, cnp.NPY_UINT64)
+            ow_a = empty1(m, cnp.NPY_INT64)
+            offs = <int64_t*>cnp.PyArray_DATA(offs_a)
+            okc = <uint64_t*>cnp.PyArray_DATA(okc_a)
+            ovc = <uint64_t*>cnp.PyArray_DATA(ovc_a)
+            firsts = <int64_t*>cnp.PyArray_DATA(t1_a)  # (scratch of n >= G int64, free again)
+            with nogil:
+                g = 0
+                for i in range(m):
+                    if i == 0 or kc[i] != kc[i - 1]:
+                        offs[g] = i
+                        okc[g] = kc[i]
+                        firsts[g] = perm[i]
+                        g += 1
+                    ovc[i] = vc[i]
+                offs[G] = m
+                memcpy(cnp.PyArray_DATA(ow_a), ws, m * sizeof(int64_t))
+        else:
+            # the radix sort, consolidating: the first input row of each distinct row in
+            # order, and its summed weight (OverflowError: a partial sum wrapped); the codes
+            # are then read through that order, with no sorted copy of them made
+            try:
+                perm_a, ow_a = sort(kc_a, vc_a, wa)
+            except OverflowError:
+                return None  # the general path checks it exactly
+            perm_a = contig(perm_a, cnp.NPY_INT64)
+            ow_a = contig(ow_a, cnp.NPY_INT64)
+            m = perm_a.shape[0]
+            if ow_a.shape[0] != m or m > n:
+                raise ValueError(f"index_rows: sort gave {m} rows and {ow_a.shape[0]} weights "
+                                 f"for {n} rows")
+            perm = <int64_t*>cnp.PyArray_DATA(perm_a)
+            ovc_a = empty1(m, cnp.NPY_UINT64)
+            ovc = <uint64_t*>cnp.PyArray_DATA(ovc_a)
+            with nogil:
+                G = 0
+                for i in range(m):
+                    j = perm[i]
+                    if j < 0 or j >= n:
+                        ovf = 1
+                        break
+                    ovc[i] = vc[j]
+                    G += i == 0 or kc[j] != kc[perm[i - 1]]
+            if ovf:
+                raise ValueError("index_rows: sort gave a row out of range")
+            offs_a = empty1(G + 1, cnp.NPY_INT64)
+            okc_a = empty1(G, cnp.NPY_UINT64)
+            offs = <int64_t*>cnp.PyArray_DATA(offs_a)
+            okc = <uint64_t*>cnp.PyArray_DATA(okc_a)
+            firsts = <int64_t*>vc  # (the value codes are in ovc now: n >= G slots of scratch)
+            with nogil:
+                g = 0
+                for i in range(m):
+                    j = perm[i]
+                    if i == 0 or kc[j] != kc[perm[i - 1]]:
+                        offs[g] = i
+                        okc[g] = kc[j]
+                        firsts[g] = j
+                        g += 1
+                offs[G] = m
         head = _struct_head(nk)
         size = head
         for c in range(nk):

@@ -436,6 +436,57 @@ def test_index_rows_matches_reference_and_from_parts(case):
         np.testing.assert_array_equal(a, b)
 
 
+@given(indexed_batch(), st.integers(2, 40))
+def test_index_rows_sorts_a_large_batch_with_the_sort_given(case, copies):
+    """Past :data:`INDEX_ROWS_MAX` rows ``index_rows`` sorts with the ``sort`` it is given
+    (the radix sort): the same answer as its reference and as ``OrdIndexedZSet.from_parts``,
+    or the same None (a null, a wrapping weight sum)."""
+    from dbsp.algebra.codes import KeyCodec
+    from dbsp.trace.batch import OrdIndexedZSet
+    batch, kcols, vcols, w = case
+    reps = max(copies, arrow_c.INDEX_ROWS_MAX // batch.num_rows + 1)
+    batch = pa.concat_batches([batch] * reps)  # (equal rows meet across the copies)
+    w = np.tile(w, reps)
+    assert batch.num_rows > arrow_c.INDEX_ROWS_MAX
+    ks, vs = _key_val_schemas(batch, kcols, vcols)
+    kc, vc = KeyCodec(list(ks)), KeyCodec(list(vs))
+    if kc._native_plan is None or vc._native_plan is None:
+        return
+    args = (batch, kcols, kc._native_plan, vcols, vc._native_plan, w, ks, vs)
+    assert arrow_c.index_rows(*args) is None  # no sort given: the caller's general path
+    got = arrow_c.index_rows(*args, sort=K.sort_consolidate)
+    want = R.index_rows(*args, sort=K.sort_consolidate)
+    if not _same_groups(got, want) or not len(got[5]):
+        return
+    o = OrdIndexedZSet.from_parts(batch.select(kcols), batch.select(vcols), w, kc, vc)
+    assert got[0].equals(o.keys) and got[3].equals(o.vals)
+    for a, b in ((got[1], o.kcodes), (got[2], o.offsets), (got[4], o.vcodes),
+                 (got[5], o.weights)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_index_rows_checks_what_its_sort_gives():
+    """A large batch whose weight sums wrap is left to the general path (None); a ``sort``
+    that hands back rows out of range or weights of another length is an error."""
+    n = arrow_c.INDEX_ROWS_MAX + 100
+    k = pa.array(np.arange(n) % 7)
+    b = pa.RecordBatch.from_arrays([k, k], schema=pa.schema([pa.field("k", pa.int64(), False),
+                                                             pa.field("v", pa.int64(), False)]))
+    ks, vs = pa.schema([b.schema.field(0)]), pa.schema([b.schema.field(1)])
+    p = [(8, True, False)]
+    top = np.full(n, np.iinfo(np.int64).max, np.int64)
+    assert arrow_c.index_rows(b, [0], p, [1], p, top, ks, vs, sort=K.sort_consolidate) is None
+    one = np.ones(n, np.int64)
+    got = arrow_c.index_rows(b, [0], p, [1], p, one, ks, vs, sort=K.sort_consolidate)
+    assert len(got[1]) == 7 and int(got[5].sum()) == n
+    with pytest.raises(ValueError, match="out of range"):
+        arrow_c.index_rows(b, [0], p, [1], p, one, ks, vs,
+                           sort=lambda kc, vc, w: (np.array([0, n]), np.ones(2, np.int64)))
+    with pytest.raises(ValueError, match="weights"):
+        arrow_c.index_rows(b, [0], p, [1], p, one, ks, vs,
+                           sort=lambda kc, vc, w: (np.array([0, 1]), np.ones(3, np.int64)))
+
+
 def test_index_rows_refuses_what_it_does_not_index():
     """None for a large batch, wide codes, a null, or a wrapping weight sum; IndexError for a
     column that is not there."""

@@ -1106,7 +1106,8 @@ def group_rows(batch, key_cols, plan: list, val_cols, weights, key_schema, val_s
     return out + (nps,)
 
 
-#: most rows ``index_rows`` indexes (larger batches: the caller's general path)
+#: most rows ``index_rows`` sorts itself (larger batches: by its ``sort``, or, without one, the
+#: caller's general path)
 INDEX_ROWS_MAX = 512
 
 
@@ -1132,13 +1133,15 @@ def _plan_codes(cols: list, plan: list) -> Optional[np.ndarray]:
 
 
 def index_rows(batch, key_cols: list, key_plan: list, val_cols: list, val_plan: list, weights,
-               key_schema, val_schema, views: Optional[list] = None):
+               key_schema, val_schema, views: Optional[list] = None, sort=None):
     """The rows of ``batch`` as a consolidated indexed Z-set ``(keys, kcodes, offsets, vals,
     vcodes, weights)`` by the u64 codes of ``key_cols`` and ``val_cols``, or None (see
     ``dbsp._native.arrow_c.index_rows``): :func:`sort_consolidate` of the codes, then the key
-    columns at each key's first row and the value columns at each distinct row's first row."""
+    columns at each key's first row and the value columns at each distinct row's first row.
+    A batch of more than :data:`INDEX_ROWS_MAX` rows is indexed only when a ``sort`` is given
+    (the native twin sorts it with that; the answer is the same)."""
     n = batch.num_rows
-    if not key_cols or not val_cols or not 0 < n <= INDEX_ROWS_MAX \
+    if not key_cols or not val_cols or n == 0 or (n > INDEX_ROWS_MAX and sort is None) \
             or len(key_plan) != len(key_cols) or len(val_plan) != len(val_cols):
         return None
     for c in list(key_cols) + list(val_cols):

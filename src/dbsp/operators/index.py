@@ -59,12 +59,12 @@ class IndexOperator(Operator):
             # the driver's split sorted and consolidated the rows by this key already
             return OrdIndexedZSet.from_keyed(z, vnames, kc, vc)
         if native is not None:
-            # a small batch of integer / temporal columns: encoded, sorted, consolidated and
-            # gathered in one native pass from one export of the batch (None: a null, a large
-            # step, a weight sum to check: the general path below)
+            # integer / temporal columns: encoded, sorted (a large batch by the radix sort),
+            # consolidated and gathered in one native call from one export of the batch (None:
+            # a null, a weight sum to check: the general path below)
             views: list = []  # (the exports of the batches built, kept for the trace's reads)
             got = K.index_rows(z.data, native[0], native[1], native[2], native[3], z.weights,
-                               native[4], native[5], views=views)
+                               native[4], native[5], views=views, sort=K.sort_consolidate)
             if got is not None:
                 keys, kcodes, offsets, vals, vcodes, w = got
                 if not len(w):
