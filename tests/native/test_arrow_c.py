@@ -487,6 +487,33 @@ def test_index_rows_checks_what_its_sort_gives():
                            sort=lambda kc, vc, w: (np.array([0, 1]), np.ones(3, np.int64)))
 
 
+@pytest.mark.parametrize("n", [1, 100, 160, 161, 300, 512, 513])
+def test_index_rows_hands_batches_past_its_merge_bound_to_the_sort(n):
+    """Given a ``sort``, a batch of more than :data:`INDEX_MERGE_ROWS` rows is sorted by it,
+    a smaller one by the merge sort inside; without one, up to :data:`INDEX_ROWS_MAX` rows are
+    merge-sorted. Every way gives the same answer."""
+    rng = np.random.default_rng(n)
+    k, v = pa.array(rng.integers(0, 40, n)), pa.array(rng.integers(0, 3, n))
+    b = pa.RecordBatch.from_arrays([k, v], schema=pa.schema([pa.field("k", pa.int64(), False),
+                                                             pa.field("v", pa.int64(), False)]))
+    ks, vs = pa.schema([b.schema.field(0)]), pa.schema([b.schema.field(1)])
+    p = [(8, True, False)]
+    w = rng.integers(-2, 3, n).astype(np.int64)
+    calls = []
+
+    def counted(*a):
+        calls.append(len(a[0]))
+        return K.sort_consolidate(*a)
+    got = arrow_c.index_rows(b, [0], p, [1], p, w, ks, vs, sort=counted)
+    assert calls == ([n] if n > arrow_c.INDEX_MERGE_ROWS else [])
+    plain = arrow_c.index_rows(b, [0], p, [1], p, w, ks, vs)
+    assert (plain is None) == (n > arrow_c.INDEX_ROWS_MAX)
+    want = R.index_rows(b, [0], p, [1], p, w, ks, vs, sort=K.sort_consolidate)
+    assert _same_groups(got, want)
+    if plain is not None:
+        assert _same_groups(plain, want)
+
+
 def test_index_rows_refuses_what_it_does_not_index():
     """None for a large batch, wide codes, a null, or a wrapping weight sum; IndexError for a
     column that is not there."""
