@@ -396,6 +396,93 @@ cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t wor
         scatter_rows(<const int32_t*>dest, n, workers, pos, o)
 
 
+def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=None,
+                   weights=None):
+    """:func:`owner_rows` of an indexed batch's keys, with the value rows that go with them:
+    ``(korder, kbounds, rorder, rbounds, offs, vout, wout)``. Worker ``w`` gets keys
+    ``korder[kbounds[w]:kbounds[w + 1]]`` (ascending, as :func:`owner_rows` deals ``kcodes``),
+    their value rows ``rorder[rbounds[w]:rbounds[w + 1]]`` (key ``g``'s rows
+    ``offsets[g]:offsets[g + 1]``, key after key) and their offsets within those rows
+    ``offs[kbounds[w] + w:kbounds[w + 1] + w + 1]`` (from 0). ``vcodes`` (u64) and
+    ``weights`` (int64), one per value row, are gathered in ``rorder``'s order into ``vout``
+    and ``wout`` (each None when not given, or ``vcodes`` when they are not u64 codes).
+    ``offsets``: non-decreasing, one more than the keys, from 0 (ValueError otherwise).
+
+    One pass over the keys and one over their rows (a key's rows copied as a range), where
+    selecting each worker's keys from the batch costs a dozen numpy passes (offsets of the keys,
+    their counts, a cumulative sum, the row ranges, a gather of each per-row array)."""
+    cdef tuple ko = owner_rows(kcodes, owners, bits, workers)
+    cdef cnp.ndarray korder = ko[0], kbounds = ko[1]
+    cdef cnp.ndarray off = np.ascontiguousarray(offsets, dtype=np.int64)
+    cdef int64_t nk = korder.shape[0], w, j, g, r, r0, r1, q = 0, at
+    if off.ndim != 1 or off.shape[0] != nk + 1:
+        raise ValueError(f"owner_key_rows: {off.shape[0]} offsets for {nk} keys")
+    cdef const int64_t* po = <const int64_t*>cnp.PyArray_DATA(off)
+    for g in range(nk):
+        if po[g + 1] < po[g]:
+            raise ValueError(f"owner_key_rows: offsets fall at key {g}")
+    if po[0] != 0:
+        raise ValueError("owner_key_rows: offsets do not start at 0")
+    cdef int64_t n = po[nk]
+    cdef cnp.ndarray va = None, wa = None, vout = None, wout = None
+    cdef const uint64_t* pv = NULL
+    cdef const int64_t* pw = NULL
+    cdef uint64_t* qv = NULL
+    cdef int64_t* qw = NULL
+    if type(vcodes) is np.ndarray and vcodes.dtype == np.uint64 and vcodes.ndim == 1:
+        if vcodes.shape[0] != n:
+            raise ValueError(f"owner_key_rows: {vcodes.shape[0]} value codes for {n} rows")
+        va = np.ascontiguousarray(vcodes)
+        pv = <const uint64_t*>cnp.PyArray_DATA(va)
+        vout = np.empty(n, dtype=np.uint64)
+        qv = <uint64_t*>cnp.PyArray_DATA(vout)
+    if weights is not None:
+        wa = np.ascontiguousarray(weights, dtype=np.int64)
+        if wa.ndim != 1 or wa.shape[0] != n:
+            raise ValueError(f"owner_key_rows: {wa.shape[0]} weights for {n} rows")
+        pw = <const int64_t*>cnp.PyArray_DATA(wa)
+        wout = np.empty(n, dtype=np.int64)
+        qw = <int64_t*>cnp.PyArray_DATA(wout)
+    cdef cnp.ndarray rorder = np.empty(n, dtype=np.int64)
+    cdef cnp.ndarray rbounds = np.zeros(workers + 1, dtype=np.int64)
+    cdef cnp.ndarray offs = np.empty(nk + workers, dtype=np.int64)
+    cdef const int64_t* pk = <const int64_t*>cnp.PyArray_DATA(korder)
+    cdef const int64_t* kb = <const int64_t*>cnp.PyArray_DATA(kbounds)
+    cdef int64_t* pr = <int64_t*>cnp.PyArray_DATA(rorder)
+    cdef int64_t* rb = <int64_t*>cnp.PyArray_DATA(rbounds)
+    cdef int64_t* pf = <int64_t*>cnp.PyArray_DATA(offs)
+    cdef bint both = qv != NULL and qw != NULL
+    with nogil:
+        for w in range(workers):
+            at = kb[w] + w
+            pf[at] = 0
+            r0 = q
+            for j in range(kb[w], kb[w + 1]):
+                g = pk[j]
+                r = po[g]
+                r1 = po[g + 1]
+                if both:  # (a key holds a row or two: a loop, not a memcpy a key)
+                    while r < r1:
+                        pr[q] = r
+                        qv[q] = pv[r]
+                        qw[q] = pw[r]
+                        q += 1
+                        r += 1
+                else:
+                    while r < r1:
+                        pr[q] = r
+                        if qv != NULL:
+                            qv[q] = pv[r]
+                        if qw != NULL:
+                            qw[q] = pw[r]
+                        q += 1
+                        r += 1
+                at += 1
+                pf[at] = q - r0
+            rb[w + 1] = q
+    return korder, kbounds, rorder, rbounds, offs, vout, wout
+
+
 ctypedef fused val_t:
     uint8_t
     uint16_t

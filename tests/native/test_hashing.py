@@ -94,6 +94,70 @@ def test_owner_rows_long_inputs(workers):
     same(bounds, np.concatenate([[0], np.cumsum(np.bincount(dest, minlength=workers))]))
 
 
+@given(u64_codes() | var_codes(), OWNER_MAPS, st.data())
+def test_owner_key_rows(codes, owner_map, data):
+    """Each worker's keys, the value rows that go with them and their offsets: as the
+    reference twin gives them, and as selecting each worker's keys from the offsets does."""
+    nk = len(codes)
+    counts = data.draw(st.lists(st.integers(0, 4), min_size=nk, max_size=nk))
+    _check_owner_key_rows(codes, owner_map, np.array(counts, np.int64))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_owner_key_rows_long_inputs(workers):
+    rng = np.random.default_rng(workers)
+    k = np.unique(rng.integers(0, 2 ** 64 - 1, 5_000, dtype=np.uint64, endpoint=True))
+    _check_owner_key_rows(k, (4, workers, [w % workers for w in range(16)]),
+                          rng.integers(0, 3, len(k)).astype(np.int64))
+
+
+def _check_owner_key_rows(codes, owner_map, counts):
+    bits, workers, owners = owner_map
+    owners = np.array(owners, np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    n = int(offsets[-1])
+    vcodes = np.arange(n, dtype=np.uint64) * np.uint64(7919)
+    weights = np.arange(n, dtype=np.int64) - 3
+    got = native.owner_key_rows(codes, offsets, owners, bits, workers, vcodes, weights)
+    want = ref.owner_key_rows(codes, offsets, owners, bits, workers, vcodes, weights)
+    for a, b in zip(got, want):
+        same(a, b)
+    korder, kb, rorder, rb, offs, vout, wout = got
+    same(vout, vcodes[rorder])
+    same(wout, weights[rorder])
+    plain = native.owner_key_rows(codes, offsets, owners, bits, workers)
+    assert plain[5] is None and plain[6] is None
+    for a, b in zip(plain[:5], got[:5]):
+        same(a, b)
+    var = VarCodes.from_list([b"x"] * n)  # (not u64: no value codes gathered)
+    assert native.owner_key_rows(codes, offsets, owners, bits, workers, var)[5] is None
+    k_only, kb_only = native.owner_rows(codes, owners, bits, workers)
+    same(korder, k_only)
+    same(kb, kb_only)
+    for w in range(workers):
+        keys = korder[kb[w]:kb[w + 1]]
+        rows = [r for g in keys for r in range(offsets[g], offsets[g + 1])]
+        same(rorder[rb[w]:rb[w + 1]], np.array(rows, np.int64))
+        same(offs[kb[w] + w:kb[w + 1] + w + 1],
+             np.concatenate([[0], np.cumsum(counts[keys])]).astype(np.int64))
+
+
+def test_owner_key_rows_refuses_bad_offsets():
+    k = np.arange(3, dtype=np.uint64)
+    own = np.array([0, 1], np.int32)
+    for kern in (native.owner_key_rows, ref.owner_key_rows):
+        with pytest.raises(ValueError, match="offsets"):
+            kern(k, np.array([0, 1, 2], np.int64), own, 1, 2)  # one short
+        with pytest.raises(ValueError, match="offsets"):
+            kern(k, np.array([0, 2, 1, 3], np.int64), own, 1, 2)  # falls
+        with pytest.raises(ValueError, match="offsets"):
+            kern(k, np.array([1, 2, 3, 4], np.int64), own, 1, 2)  # not from 0
+        with pytest.raises(ValueError, match="value codes"):
+            kern(k, np.array([0, 1, 2, 3], np.int64), own, 1, 2, np.zeros(2, np.uint64))
+        with pytest.raises(ValueError, match="weights"):
+            kern(k, np.array([0, 1, 2, 3], np.int64), own, 1, 2, None, np.zeros(4, np.int64))
+
+
 @st.composite
 def _sum_runs(draw):
     """W runs of ascending distinct u64 codes drawn from a small pool (so runs share keys), an

@@ -42,6 +42,7 @@ _NATIVE = {
     "hash64": "hashing",
     "shard": "hashing",
     "owner_rows": "hashing",
+    "owner_key_rows": "hashing",
     "deal_batch": "hashing",
     "deal_sorted": "hashing",
     "merge_sum_runs": "hashing",
@@ -161,6 +162,7 @@ take_var_runs = _resolve("take_var_runs")
 hash64 = _resolve("hash64")
 shard = _resolve("shard")
 owner_rows = _resolve("owner_rows")
+owner_key_rows = _resolve("owner_key_rows")
 deal_batch = _resolve("deal_batch")
 deal_sorted = _resolve("deal_sorted")
 merge_sum_runs = _resolve("merge_sum_runs")

@@ -408,6 +408,42 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
     return order, bounds
 
 
+def owner_key_rows(kcodes: CodeArray, offsets: np.ndarray, owners: np.ndarray, bits: int,
+                   workers: int, vcodes: Optional[CodeArray] = None,
+                   weights: Optional[np.ndarray] = None) -> tuple:
+    """:func:`owner_rows` of an indexed batch's keys with their value rows: ``(korder,
+    kbounds, rorder, rbounds, offs, vout, wout)``; worker ``w``'s keys ``korder[kbounds[w]:
+    kbounds[w + 1]]``, their rows (key ``g``'s: ``offsets[g]:offsets[g + 1]``, key after key)
+    ``rorder[rbounds[w]:rbounds[w + 1]]``, their offsets in those rows ``offs[kbounds[w] +
+    w:kbounds[w + 1] + w + 1]`` (from 0); ``vout`` / ``wout``: ``vcodes`` (u64 only) and
+    ``weights`` at ``rorder`` (None when not given)."""
+    korder, kbounds = owner_rows(kcodes, owners, bits, workers)
+    offsets = np.asarray(offsets, np.int64)
+    if offsets.shape != (len(korder) + 1,):
+        raise ValueError(f"owner_key_rows: {len(offsets)} offsets for {len(korder)} keys")
+    if len(offsets) and (offsets[0] != 0 or (np.diff(offsets) < 0).any()):
+        raise ValueError("owner_key_rows: offsets not from 0 and non-decreasing")
+    n = int(offsets[-1])
+    u64 = type(vcodes) is np.ndarray and vcodes.dtype == np.uint64 and vcodes.ndim == 1
+    if u64 and len(vcodes) != n:
+        raise ValueError(f"owner_key_rows: {len(vcodes)} value codes for {n} rows")
+    if weights is not None and np.shape(weights) != (n,):
+        raise ValueError(f"owner_key_rows: {np.size(weights)} weights for {n} rows")
+    rows: list = []
+    rbounds, offs = [0], []
+    for w in range(workers):
+        own = [0]
+        for g in korder[kbounds[w]:kbounds[w + 1]].tolist():
+            rows.extend(range(int(offsets[g]), int(offsets[g + 1])))
+            own.append(own[-1] + int(offsets[g + 1] - offsets[g]))
+        offs.extend(own)
+        rbounds.append(len(rows))
+    rorder = np.array(rows, np.int64)
+    return (korder, kbounds, rorder, np.array(rbounds, np.int64), np.array(offs, np.int64),
+            vcodes[rorder] if u64 else None,
+            None if weights is None else np.asarray(weights, np.int64)[rorder])
+
+
 def _dealt_type(t: pa.DataType) -> bool:
     """Whether :func:`deal_batch` copies a column of type ``t`` (fixed-width numbers, dates,
     times, timestamps and durations; not bool, decimal or a dictionary)."""

@@ -54,9 +54,30 @@ class ExchangeOperator(Operator):
 
 
 def _split_indexed(ix: OrdIndexedZSet, shards) -> list:
-    if ix.num_keys == 0:
-        return [None] * shards.workers
-    return [ix.select_keys(idx) for idx in shard_rows(ix.kcodes, shards)]
+    """Per worker the keys of ``ix`` it owns with their values (None: no key), each worker's
+    keys and rows found in one native pass (:func:`~dbsp.algebra.kernels.owner_key_rows`) and
+    gathered once per layer."""
+    W = shards.workers
+    nk = ix.num_keys
+    if nk == 0:
+        return [None] * W
+    korder, kb, rorder, rb, offs, vout, wout = K.owner_key_rows(
+        ix.kcodes, ix.offsets, shards.owners, shards.bits, W, ix.vcodes, ix.weights)
+    out: list = []
+    for w in range(W):
+        k0, k1 = int(kb[w]), int(kb[w + 1])
+        if k0 == k1:
+            out.append(None)
+        elif k1 - k0 == nk:  # every key: the batch as it is
+            out.append(ix)
+        else:
+            ki, r0, r1 = korder[k0:k1], int(rb[w]), int(rb[w + 1])
+            ri = rorder[r0:r1]
+            out.append(OrdIndexedZSet(take(ix.keys, ki), K.take(ix.kcodes, ki),
+                                      offs[k0 + w:k1 + w + 1], take(ix.vals, ri),
+                                      K.take(ix.vcodes, ri) if vout is None else vout[r0:r1],
+                                      wout[r0:r1], ix.kcodec, ix.vcodec))
+    return out
 
 
 def _split_zset(z: OrdZSet, shards) -> list:
