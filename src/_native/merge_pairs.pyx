@@ -338,6 +338,69 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
     out.off[out.nk] = out.o
 
 
+cdef void merge_indexed_two(irun_t* runs, iout_t* out) noexcept nogil:
+    """:func:`merge_indexed_runs` of two runs: two cursors, no tree (the merge of an exchange's
+    two parts, and of a spine's pairs of batches). The same output: rows ascending by (key
+    code, value code), equal rows summed with run 0's row first, zero sums dropped."""
+    cdef irun_t* a = &runs[0]
+    cdef irun_t* b = &runs[1]
+    cdef int64_t i = a.pos, j = b.pos, ka = a.kpos, kb = b.kpos, na = a.n, nb = b.n, s
+    cdef uint64_t xa, xb, va, vb
+    while i < na and j < nb:
+        xa = a.kc[ka]
+        xb = b.kc[kb]
+        va = a.v[i]
+        vb = b.v[j]
+        if xa < xb or (xa == xb and va < vb):
+            emit(out, ((<u128>xa) << 64) | va, a.base + i, a.kbase + ka, a.w[i], 0, i, ka)
+            i += 1
+            if i < na:
+                while i == a.off[ka + 1]:
+                    ka += 1
+        elif xa == xb and va == vb:
+            s = a.w[i]
+            out.ovf |= dbsp_add_ovf(s, b.w[j], &s)
+            emit(out, ((<u128>xa) << 64) | va, a.base + i, a.kbase + ka, s, 0, i, ka)
+            i += 1
+            if i < na:
+                while i == a.off[ka + 1]:
+                    ka += 1
+            j += 1
+            if j < nb:
+                while j == b.off[kb + 1]:
+                    kb += 1
+        else:
+            emit(out, ((<u128>xb) << 64) | vb, b.base + j, b.kbase + kb, b.w[j], 1, j, kb)
+            j += 1
+            if j < nb:
+                while j == b.off[kb + 1]:
+                    kb += 1
+    while i < na:
+        emit(out, ((<u128>a.kc[ka]) << 64) | a.v[i], a.base + i, a.kbase + ka, a.w[i], 0, i,
+             ka)
+        i += 1
+        if i < na:
+            while i == a.off[ka + 1]:
+                ka += 1
+    while j < nb:
+        emit(out, ((<u128>b.kc[kb]) << 64) | b.v[j], b.base + j, b.kbase + kb, b.w[j], 1, j,
+             kb)
+        j += 1
+        if j < nb:
+            while j == b.off[kb + 1]:
+                kb += 1
+    out.off[out.nk] = out.o
+
+
+cdef inline void merge_indexed_any(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
+                                   iout_t* out) noexcept nogil:
+    """:func:`merge_indexed_runs`, two runs through :func:`merge_indexed_two`."""
+    if k == 2:
+        merge_indexed_two(runs, out)
+    else:
+        merge_indexed_runs(runs, k, tree, h, out)
+
+
 def merge_indexed(runs, bint check=True):
     """The sum of consolidated indexed batches with u64 key and value codes, regrouped by key in
     the same pass. ``runs``: ``(kcodes, offsets, vcodes, weights)`` per batch (distinct ascending
@@ -471,7 +534,7 @@ cdef _merge_indexed(list runs, bint check, bint gather):
         out.off[0] = 0
         if nz:
             with nogil:
-                merge_indexed_runs(rs, nz, tree, heads, &out)
+                merge_indexed_any(rs, nz, tree, heads, &out)
     finally:
         free(rs)
         free(tree)
@@ -677,7 +740,7 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True, li
         out.off[0] = 0
         if nz:
             with nogil:
-                merge_indexed_runs(rs, nz, tree, heads, &out)
+                merge_indexed_any(rs, nz, tree, heads, &out)
         blk_set_length(kblock, out.nk)
         blk_set_length(vblock, out.o)
     except BaseException:

@@ -183,6 +183,41 @@ def test_indexed_gathering_checks_its_columns():
         native.merge_indexed_cols([run])
 
 
+@st.composite
+def two_runs(draw):
+    """Exactly two non-empty runs: the merge with two cursors and no tree."""
+    high = draw(st.sampled_from([0, 3, 40, TOP]))
+    one = (np.array([1], np.uint64), np.array([0], np.uint64), np.array([1], np.int64))
+    runs = [draw(pair_run(high)) for _ in range(2)]
+    return [r if len(r[0]) else one for r in runs]
+
+
+@given(two_runs())
+@example([(np.array([5, 6], np.uint64), np.array([1, 1], np.uint64), np.array([2, 1])),
+          (np.array([5], np.uint64), np.array([1], np.uint64), np.array([-2]))])
+@example([(np.array([TOP], np.uint64), np.array([TOP], np.uint64), np.array([2 ** 63 - 1])),
+          (np.array([TOP], np.uint64), np.array([TOP], np.uint64), np.array([-1]))])
+def test_two_indexed_runs_match_reference(rs):
+    ix = [as_indexed(r) for r in rs]
+    same(native.merge_indexed(ix), ref.merge_indexed(ix))
+    same(native.merge_indexed(ix[::-1]), ref.merge_indexed(ix[::-1]))
+
+
+def test_two_indexed_runs_wrap_and_skip_keys_without_rows():
+    """A wrapping sum of two equal rows is refused; keys without rows (at the start, between
+    keys, at the end) are skipped by both cursors."""
+    top = np.iinfo(np.int64).max
+    a = (np.array([1], np.uint64), np.array([0, 1]), np.array([0], np.uint64), np.array([top]))
+    with pytest.raises(OverflowError):
+        native.merge_indexed([a, a])
+    b = (np.array([0, 1, 2, 3], np.uint64), np.array([0, 0, 2, 2, 3]),
+         np.array([4, 5, 1], np.uint64), np.array([1, 1, 1]))
+    c = (np.array([1, 3, 4], np.uint64), np.array([0, 1, 2, 2]),
+         np.array([5, 0], np.uint64), np.array([-1, 7]))
+    same(native.merge_indexed([b, c]), ref.merge_indexed([b, c]))
+    same(native.merge_indexed([c, b]), ref.merge_indexed([c, b]))
+
+
 # --- merge_indexed_batches: the whole merge of fixed-width batches in one call ----------------
 
 _KEY_TYPES = [pa.int64(), pa.int32(), pa.uint16(), pa.timestamp("us"), pa.date32()]
