@@ -43,6 +43,11 @@ BAD = [
     (pa.record_batch([pa.array([1, 2]), pa.array(["a", "b"]),
                       pa.array([1, 2], pa.decimal128(9, 2))], schema=T), np.array([1]),
      r"column '__weight'.*1 weights for 2 rows"),
+    # a one-batch table of exactly the schema (a piece read from a file) takes the same path
+    (pa.Table.from_batches([pa.record_batch([pa.array([1, None]), pa.array(["a", "b"]),
+                                             pa.array([1, 2], pa.decimal128(9, 2))],
+                                            schema=T)]), None,
+     r"input 'orders', column 'id', row 1: null"),
     (pa.record_batch([pa.array([1, 2]), pa.array(["a", "b"]),
                       pa.array([1, 2], pa.decimal128(9, 2))], schema=T), np.array([1.5, 1.0]),
      r"column '__weight'.*integers"),
@@ -68,9 +73,10 @@ def test_bad_push_is_refused_and_applies_nothing(workers, data, weights, pattern
 
 
 def test_a_batch_of_the_input_schema_is_taken_as_it_is(workers):
-    """A record batch of exactly the input's schema (metadata included) is queued without a
-    copy or a per-column check beyond the nulls of its not-null columns; one whose schema
-    differs only in metadata, or a table, takes the general path: the rows are the same."""
+    """A record batch of exactly the input's schema (metadata included), or a table of one
+    such batch, is queued without a copy or a per-column check beyond the nulls of its
+    not-null columns; one whose schema differs only in metadata, or a table of several
+    batches, takes the general path: the rows are the same."""
     rows = pa.record_batch([pa.array([1, 2, 2]), pa.array(["a", None, "b"]),
                             pa.array([1, 2, 3], pa.decimal128(9, 2))], schema=T)
     tagged = rows.replace_schema_metadata({"origin": "test"})
@@ -82,8 +88,11 @@ def test_a_batch_of_the_input_schema_is_taken_as_it_is(workers):
         assert t.push(tagged) == 3
         assert t._pending[-1][0] is not tagged and t._pending[-1][0].schema.metadata is None
         assert t.push(pa.Table.from_batches([rows])) == 3
+        assert t._pending[-1][0] is not rows and t._pending[-1][0].equals(rows)
+        two = pa.Table.from_batches([rows.slice(0, 1), rows.slice(1)])
+        assert t.push(two, np.array([1, -1, 1])) == 3
         c.step()
-        assert out.view_dict() == {(1, 3): 1, (2, 4): 1}
+        assert out.view_dict() == {(1, 4): 1, (2, 4): 1}
 
 
 def test_input_error_fields():

@@ -140,6 +140,10 @@ def conform(name: str, schema: pa.Schema, data: Any,
     ``data`` may be a ``pa.Table`` / ``pa.RecordBatch`` (a ``__weight`` column in it gives the
     weights), a pandas ``DataFrame``, or an iterable of tuples / dicts. Raises :class:`InputError`.
     """
+    if type(data) is pa.Table and data.schema.equals(schema, check_metadata=True):
+        parts = data.to_batches()
+        if len(parts) == 1:  # (a piece read from a file: one batch, taken as it is below)
+            data = parts[0]
     if type(data) is pa.RecordBatch and data.schema.equals(schema, check_metadata=True):
         # the common push: a batch of exactly this schema, taken as it is once its columns
         # declared not null hold no null (Arrow does not enforce a field's nullability)
