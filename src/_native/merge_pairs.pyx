@@ -341,54 +341,47 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
 cdef void merge_indexed_two(irun_t* runs, iout_t* out) noexcept nogil:
     """:func:`merge_indexed_runs` of two runs: two cursors, no tree (the merge of an exchange's
     two parts, and of a spine's pairs of batches). The same output: rows ascending by (key
-    code, value code), equal rows summed with run 0's row first, zero sums dropped."""
+    code, value code), equal rows summed with run 0's row first, zero sums dropped. One
+    :func:`emit` call site, so that it is inlined."""
     cdef irun_t* a = &runs[0]
     cdef irun_t* b = &runs[1]
     cdef int64_t i = a.pos, j = b.pos, ka = a.kpos, kb = b.kpos, na = a.n, nb = b.n, s
-    cdef uint64_t xa, xb, va, vb
-    while i < na and j < nb:
-        xa = a.kc[ka]
-        xb = b.kc[kb]
-        va = a.v[i]
-        vb = b.v[j]
-        if xa < xb or (xa == xb and va < vb):
-            emit(out, ((<u128>xa) << 64) | va, a.base + i, a.kbase + ka, a.w[i], 0, i, ka)
-            i += 1
-            if i < na:
-                while i == a.off[ka + 1]:
-                    ka += 1
-        elif xa == xb and va == vb:
-            s = a.w[i]
-            out.ovf |= dbsp_add_ovf(s, b.w[j], &s)
-            emit(out, ((<u128>xa) << 64) | va, a.base + i, a.kbase + ka, s, 0, i, ka)
-            i += 1
-            if i < na:
-                while i == a.off[ka + 1]:
-                    ka += 1
-            j += 1
-            if j < nb:
-                while j == b.off[kb + 1]:
-                    kb += 1
-        else:
-            emit(out, ((<u128>xb) << 64) | vb, b.base + j, b.kbase + kb, b.w[j], 1, j, kb)
-            j += 1
-            if j < nb:
-                while j == b.off[kb + 1]:
-                    kb += 1
-    while i < na:
-        emit(out, ((<u128>a.kc[ka]) << 64) | a.v[i], a.base + i, a.kbase + ka, a.w[i], 0, i,
-             ka)
-        i += 1
+    cdef uint64_t xa = 0, xb = 0, va = 0, vb = 0
+    cdef int take   # 0: a's row, 1: b's row, 2: both (equal codes)
+    while i < na or j < nb:
         if i < na:
-            while i == a.off[ka + 1]:
-                ka += 1
-    while j < nb:
-        emit(out, ((<u128>b.kc[kb]) << 64) | b.v[j], b.base + j, b.kbase + kb, b.w[j], 1, j,
-             kb)
-        j += 1
+            xa = a.kc[ka]
+            va = a.v[i]
         if j < nb:
-            while j == b.off[kb + 1]:
-                kb += 1
+            xb = b.kc[kb]
+            vb = b.v[j]
+        if j >= nb:
+            take = 0
+        elif i >= na:
+            take = 1
+        elif xa < xb or (xa == xb and va < vb):
+            take = 0
+        elif xa == xb and va == vb:
+            take = 2
+        else:
+            take = 1
+        if take == 1:
+            emit(out, ((<u128>xb) << 64) | vb, b.base + j, b.kbase + kb, b.w[j], 1, j, kb)
+        else:
+            s = a.w[i]
+            if take == 2:
+                out.ovf |= dbsp_add_ovf(s, b.w[j], &s)
+            emit(out, ((<u128>xa) << 64) | va, a.base + i, a.kbase + ka, s, 0, i, ka)
+        if take != 1:
+            i += 1
+            if i < na:
+                while i == a.off[ka + 1]:
+                    ka += 1
+        if take != 0:
+            j += 1
+            if j < nb:
+                while j == b.off[kb + 1]:
+                    kb += 1
     out.off[out.nk] = out.o
 
 
