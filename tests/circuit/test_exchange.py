@@ -101,3 +101,41 @@ def test_deal_batch_copies_fixed_columns_natively():
         is not None
     for part, idx in zip(deal_batch(batch, w, key, 3), deal(batch, key, 3)):
         assert part[0].equals(batch.take(pa.array(idx)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(0, 4), st.integers(-2, 2)),
+                max_size=120),
+       st.integers(1, 5), st.sampled_from(["int", "str"]),
+       st.sampled_from(["default", "fixed", "resized"]), st.booleans())
+def test_exchange_split_of_an_indexed_batch_selects_each_workers_keys(rows, workers, kind,
+                                                                     shape, vnull):
+    """The exchange's split of an indexed batch (one native pass for every worker) gives each
+    worker the same keys, values, codes and weights as selecting its keys' rows by
+    ``shard_rows``, and None for a worker without keys; u64 and variable-width key codes."""
+    from dbsp.algebra.codes import Codes
+    from dbsp.operators.exchange import _split_indexed
+    from dbsp.trace.batch import OrdIndexedZSet, ZSet
+    kt = pa.int64() if kind == "int" else pa.string()
+    keys = [k if kind == "int" else f"k{k}" for k, _, _ in rows]
+    # a nullable value column has 9-byte codes (variable-width), a not-null one u64 codes
+    schema = pa.schema([pa.field("k", kt), pa.field("v", pa.int64(), nullable=vnull)])
+    data = pa.record_batch([pa.array(keys, kt), pa.array([v for _, v, _ in rows], pa.int64())],
+                           schema=schema)
+    z = ZSet(data, np.array([w for _, _, w in rows], np.int64))
+    ix = OrdIndexedZSet.from_loose(z, ["k"])
+    shards = {"default": as_shard_map(workers), "fixed": ShardMap.fixed(workers, 64),
+              "resized": ShardMap.dynamic(1).resize(workers + 2).resize(workers)}[shape]
+    got = _split_indexed(ix, shards)
+    want = shard_rows(ix.kcodes, shards)
+    assert len(got) == workers
+    for part, idx in zip(got, want):
+        if len(idx) == 0 or ix.num_keys == 0:
+            assert part is None
+            continue
+        ref = ix.select_keys(idx)
+        assert part.keys.equals(ref.keys) and part.vals.equals(ref.vals)
+        np.testing.assert_array_equal(part.offsets, ref.offsets)
+        np.testing.assert_array_equal(part.weights, ref.weights)
+        assert Codes.to_list(part.kcodes) == Codes.to_list(ref.kcodes)
+        assert Codes.to_list(part.vcodes) == Codes.to_list(ref.vcodes)

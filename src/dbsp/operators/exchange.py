@@ -61,6 +61,9 @@ def _split_indexed(ix: OrdIndexedZSet, shards) -> list:
     nk = ix.num_keys
     if nk == 0:
         return [None] * W
+    if type(ix) is not OrdIndexedZSet:  # (a batch of another layout: its own selection)
+        return [ix.select_keys(idx) if len(idx) else None
+                for idx in shard_rows(ix.kcodes, shards)]
     korder, kb, rorder, rb, offs, vout, wout = K.owner_key_rows(
         ix.kcodes, ix.offsets, shards.owners, shards.bits, W, ix.vcodes, ix.weights)
     out: list = []
