@@ -295,6 +295,9 @@ cdef void merge_indexed_runs(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
     cdef u128 c, gc = 0
     cdef bint opened = False
     cdef irun_t* rr
+    if k == 2:  # (two cursors, no tree: merge_indexed_two)
+        merge_indexed_two(runs, out)
+        return
     for r in range(k):
         total += runs[r].n
         h[r].kv = ((<u128>runs[r].kc[0]) << 64) | runs[r].v[0]
@@ -383,15 +386,6 @@ cdef void merge_indexed_two(irun_t* runs, iout_t* out) noexcept nogil:
                 while j == b.off[kb + 1]:
                     kb += 1
     out.off[out.nk] = out.o
-
-
-cdef inline void merge_indexed_any(irun_t* runs, int64_t k, int64_t* tree, head_t* h,
-                                   iout_t* out) noexcept nogil:
-    """:func:`merge_indexed_runs`, two runs through :func:`merge_indexed_two`."""
-    if k == 2:
-        merge_indexed_two(runs, out)
-    else:
-        merge_indexed_runs(runs, k, tree, h, out)
 
 
 def merge_indexed(runs, bint check=True):
@@ -527,7 +521,7 @@ cdef _merge_indexed(list runs, bint check, bint gather):
         out.off[0] = 0
         if nz:
             with nogil:
-                merge_indexed_any(rs, nz, tree, heads, &out)
+                merge_indexed_runs(rs, nz, tree, heads, &out)
     finally:
         free(rs)
         free(tree)
@@ -733,7 +727,7 @@ def merge_indexed_batches(list runs, key_schema, val_schema, bint check=True, li
         out.off[0] = 0
         if nz:
             with nogil:
-                merge_indexed_any(rs, nz, tree, heads, &out)
+                merge_indexed_runs(rs, nz, tree, heads, &out)
         blk_set_length(kblock, out.nk)
         blk_set_length(vblock, out.o)
     except BaseException:
