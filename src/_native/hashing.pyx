@@ -396,16 +396,15 @@ cdef void _owner_rows(const codes_t* c, const int32_t* op, int bits, int64_t wor
         scatter_rows(<const int32_t*>dest, n, workers, pos, o)
 
 
-def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=None,
-                   weights=None):
+def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes, weights):
     """:func:`owner_rows` of an indexed batch's keys, with the value rows that go with them:
     ``(korder, kbounds, rorder, rbounds, offs, vout, wout)``. Worker ``w`` gets keys
     ``korder[kbounds[w]:kbounds[w + 1]]`` (ascending, as :func:`owner_rows` deals ``kcodes``),
     their value rows ``rorder[rbounds[w]:rbounds[w + 1]]`` (key ``g``'s rows
     ``offsets[g]:offsets[g + 1]``, key after key) and their offsets within those rows
-    ``offs[kbounds[w] + w:kbounds[w + 1] + w + 1]`` (from 0). ``vcodes`` (u64) and
-    ``weights`` (int64), one per value row, are gathered in ``rorder``'s order into ``vout``
-    and ``wout`` (each None when not given, or ``vcodes`` when they are not u64 codes).
+    ``offs[kbounds[w] + w:kbounds[w + 1] + w + 1]`` (from 0). ``weights`` (int64) and
+    ``vcodes``, one per value row, are gathered in ``rorder``'s order into ``wout`` and
+    ``vout`` (``vout`` None when ``vcodes`` are not u64 codes: the caller takes them).
     ``offsets``: non-decreasing, one more than the keys, from 0 (ValueError otherwise).
 
     One pass over the keys and one over their rows (a key's rows copied as a range), where
@@ -424,11 +423,15 @@ def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=No
     if po[0] != 0:
         raise ValueError("owner_key_rows: offsets do not start at 0")
     cdef int64_t n = po[nk]
-    cdef cnp.ndarray va = None, wa = None, vout = None, wout = None
+    cdef cnp.ndarray va = None, vout = None
+    cdef cnp.ndarray wa = np.ascontiguousarray(weights, dtype=np.int64)
+    if wa.ndim != 1 or wa.shape[0] != n:
+        raise ValueError(f"owner_key_rows: {wa.shape[0]} weights for {n} rows")
+    cdef cnp.ndarray wout = np.empty(n, dtype=np.int64)
+    cdef const int64_t* pw = <const int64_t*>cnp.PyArray_DATA(wa)
+    cdef int64_t* qw = <int64_t*>cnp.PyArray_DATA(wout)
     cdef const uint64_t* pv = NULL
-    cdef const int64_t* pw = NULL
     cdef uint64_t* qv = NULL
-    cdef int64_t* qw = NULL
     if type(vcodes) is np.ndarray and vcodes.dtype == np.uint64 and vcodes.ndim == 1:
         if vcodes.shape[0] != n:
             raise ValueError(f"owner_key_rows: {vcodes.shape[0]} value codes for {n} rows")
@@ -436,13 +439,6 @@ def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=No
         pv = <const uint64_t*>cnp.PyArray_DATA(va)
         vout = np.empty(n, dtype=np.uint64)
         qv = <uint64_t*>cnp.PyArray_DATA(vout)
-    if weights is not None:
-        wa = np.ascontiguousarray(weights, dtype=np.int64)
-        if wa.ndim != 1 or wa.shape[0] != n:
-            raise ValueError(f"owner_key_rows: {wa.shape[0]} weights for {n} rows")
-        pw = <const int64_t*>cnp.PyArray_DATA(wa)
-        wout = np.empty(n, dtype=np.int64)
-        qw = <int64_t*>cnp.PyArray_DATA(wout)
     cdef cnp.ndarray rorder = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray rbounds = np.zeros(workers + 1, dtype=np.int64)
     cdef cnp.ndarray offs = np.empty(nk + workers, dtype=np.int64)
@@ -451,7 +447,6 @@ def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=No
     cdef int64_t* pr = <int64_t*>cnp.PyArray_DATA(rorder)
     cdef int64_t* rb = <int64_t*>cnp.PyArray_DATA(rbounds)
     cdef int64_t* pf = <int64_t*>cnp.PyArray_DATA(offs)
-    cdef bint both = qv != NULL and qw != NULL
     with nogil:
         for w in range(workers):
             at = kb[w] + w
@@ -461,7 +456,7 @@ def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=No
                 g = pk[j]
                 r = po[g]
                 r1 = po[g + 1]
-                if both:  # (a key holds a row or two: a loop, not a memcpy a key)
+                if qv != NULL:  # (a key holds a row or two: a loop, not a memcpy a key)
                     while r < r1:
                         pr[q] = r
                         qv[q] = pv[r]
@@ -471,10 +466,7 @@ def owner_key_rows(kcodes, offsets, owners, int bits, int64_t workers, vcodes=No
                 else:
                     while r < r1:
                         pr[q] = r
-                        if qv != NULL:
-                            qv[q] = pv[r]
-                        if qw != NULL:
-                            qw[q] = pw[r]
+                        qw[q] = pw[r]
                         q += 1
                         r += 1
                 at += 1

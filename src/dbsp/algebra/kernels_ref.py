@@ -409,14 +409,13 @@ def owner_rows(codes: CodeArray, owners: np.ndarray, bits: int,
 
 
 def owner_key_rows(kcodes: CodeArray, offsets: np.ndarray, owners: np.ndarray, bits: int,
-                   workers: int, vcodes: Optional[CodeArray] = None,
-                   weights: Optional[np.ndarray] = None) -> tuple:
+                   workers: int, vcodes: CodeArray, weights: np.ndarray) -> tuple:
     """:func:`owner_rows` of an indexed batch's keys with their value rows: ``(korder,
     kbounds, rorder, rbounds, offs, vout, wout)``; worker ``w``'s keys ``korder[kbounds[w]:
     kbounds[w + 1]]``, their rows (key ``g``'s: ``offsets[g]:offsets[g + 1]``, key after key)
     ``rorder[rbounds[w]:rbounds[w + 1]]``, their offsets in those rows ``offs[kbounds[w] +
     w:kbounds[w + 1] + w + 1]`` (from 0); ``vout`` / ``wout``: ``vcodes`` (u64 only) and
-    ``weights`` at ``rorder`` (None when not given)."""
+    ``weights`` at ``rorder`` (``vout`` None when ``vcodes`` are not u64)."""
     korder, kbounds = owner_rows(kcodes, owners, bits, workers)
     offsets = np.asarray(offsets, np.int64)
     if offsets.shape != (len(korder) + 1,):
@@ -427,7 +426,7 @@ def owner_key_rows(kcodes: CodeArray, offsets: np.ndarray, owners: np.ndarray, b
     u64 = type(vcodes) is np.ndarray and vcodes.dtype == np.uint64 and vcodes.ndim == 1
     if u64 and len(vcodes) != n:
         raise ValueError(f"owner_key_rows: {len(vcodes)} value codes for {n} rows")
-    if weights is not None and np.shape(weights) != (n,):
+    if np.shape(weights) != (n,):
         raise ValueError(f"owner_key_rows: {np.size(weights)} weights for {n} rows")
     rows: list = []
     rbounds, offs = [0], []
@@ -441,7 +440,7 @@ def owner_key_rows(kcodes: CodeArray, offsets: np.ndarray, owners: np.ndarray, b
     rorder = np.array(rows, np.int64)
     return (korder, kbounds, rorder, np.array(rbounds, np.int64), np.array(offs, np.int64),
             vcodes[rorder] if u64 else None,
-            None if weights is None else np.asarray(weights, np.int64)[rorder])
+            np.asarray(weights, np.int64)[rorder])
 
 
 def _dealt_type(t: pa.DataType) -> bool:
