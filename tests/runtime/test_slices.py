@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import dbsp
+from dbsp.circuit.exchange import deal_batch
 from dbsp.connectors.slices import FileSlices
 from dbsp.runtime.launcher import build_outputs, launch
 from dbsp.runtime.placement import plan
@@ -146,16 +148,19 @@ def test_reader_checks_what_a_replay_reads(tmp_path):
         reader.resolve(gone)
 
 
-def test_sliced_inputs_are_left_out_of_placement():
+def test_sliced_inputs_are_dealt_by_the_workers_not_the_driver():
     c = dbsp.Circuit(workers=2)
     build_outputs(c, P.keyed_count)
     node = c.inputs["events"].node
     placed = plan(c.nodes, 2)
-    assert node in placed.input_keys and placed.local_exchanges
+    assert node in placed.input_keys and placed.local_exchanges and not placed.worker_keys
     c.slice_inputs("events")
     assert c.unplaced() == {node}
     free = plan(c.nodes, 2, c.unplaced())
-    assert node not in free.input_keys and not free.local_exchanges
+    # the driver deals none of its rows; the workers deal them by the same key, and the same
+    # exchanges are local
+    assert node not in free.input_keys and free.worker_keys == {node: placed.input_keys[node]}
+    assert free.local_exchanges == placed.local_exchanges | {node}
     with pytest.raises(KeyError):
         c.slice_inputs("nope")
     c.close()
@@ -187,6 +192,46 @@ def test_embedded_sliced_equals_pushed(tmp_path, runtime, workers):
         assert [r for r, _ in c.last_slices["bids"]["report"]] == \
             [p["end"] - p["start"] for p in src.pieces(3)]
     assert got == want
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_sliced_rows_are_dealt_by_key_at_the_input(tmp_path, workers):
+    """Each worker reads pieces wherever they lie; its input then holds exactly the rows the
+    driver would have dealt it by the key of the join's exchange (which passes its input
+    through), whichever worker read them."""
+    steps = P.sample_steps(4)
+    src = bids_files(tmp_path, steps, group=13)
+    with dbsp.Circuit(workers=workers) as c:
+        outs = build_outputs(c, P.join_agg_closure)
+        c.slice_inputs("bids")
+        node = c.inputs["bids"].node
+        _sliced_views(c, outs, steps[:1], src)   # (the replicas exist from the first step)
+        ops = [r.ops[node] for r in c._replicas]
+        key = ops[0].deal_key
+        assert key is not None and key[0] == ("auction",)
+        assert all(op.deal_key == key for op in ops)
+        ex = [i for i in c._placement.local_exchanges if i != node]
+        assert ex and all(r.ops[i].local for r in c._replicas for i in ex)
+        seen: list = [[] for _ in range(workers)]
+        for w, op in enumerate(ops):
+            deal = op._deal
+            op._deal = lambda z, w=w, deal=deal: seen[w].append(deal(z)) or seen[w][-1]
+        for s in range(1, len(steps)):
+            c.read_slices("bids", src, s)
+            c.step()
+            rows, weights = steps[s]["bids"]
+            data = pa.RecordBatch.from_pylist([{"auction": a, "price": p} for a, p in rows],
+                                              schema=P.BIDS)
+            want = deal_batch(data, np.array(weights, np.int64), key, c.layout)
+            for w in range(workers):
+                z = seen[w][-1]
+                got = sorted(zip(z.data.to_pylist(), z.weights.tolist()),
+                             key=lambda r: (sorted(r[0].items()), r[1]))
+                exp = [] if want[w] is None else sorted(
+                    zip(want[w][0].to_pylist(), want[w][1].tolist()),
+                    key=lambda r: (sorted(r[0].items()), r[1]))
+                assert got == exp, (s, w)
+    # (the views themselves: test_embedded_sliced_equals_pushed)
 
 
 @pytest.mark.slow

@@ -66,6 +66,26 @@ class TransportAborted(RuntimeError):
     """Another worker failed while this one waited in an exchange."""
 
 
+def exchange_source(nodes: Sequence, e: Any) -> Optional[tuple[int, tuple]]:
+    """``(input node id, (key column names, key schema))`` when node ``e`` is an exchange (or a
+    linear aggregate's combiner, which swaps partials by key) that reads ``index_by(key)`` of a
+    circuit input directly (also through a join's ``recode_keys``, which only widens the key's
+    nullability), else None. The key schema is the one whose codes that exchange hashes (for a
+    combiner, its input's key). The one place that says which input rows an exchange re-shards:
+    the input placement (:mod:`dbsp.runtime.placement`) and a replica dealing a sliced input
+    (:class:`~dbsp.circuit.scheduler.Scheduler`) both read it."""
+    if not e.inputs or not (e.info.get("exchange") or e.info.get("combiner")):
+        return None
+    src = nodes[e.inputs[0]]
+    if src.info.get("recode_keys"):  # a join aligning key nullability: same columns
+        src = nodes[src.inputs[0]]
+    names = src.info.get("index_key")
+    if names is None or not src.inputs or nodes[src.inputs[0]].kind != "input":
+        return None
+    key = e.type.key if e.info.get("exchange") else nodes[e.inputs[0]].type.key
+    return src.inputs[0], (names, key)
+
+
 def as_shard_map(shards: "ShardMap | int") -> "ShardMap":
     """``shards`` itself, or the default layout (dynamic, :data:`DEFAULT_K`) of that many
     workers."""

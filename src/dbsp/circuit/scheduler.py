@@ -50,6 +50,7 @@ import numpy as np
 from .._native.step import StepPlan
 from ..trace.journal import StepJournal, use_journal
 from ..trace.spill import use_storage
+from .exchange import exchange_source
 from .graph import Node
 from .operator import Operator, WorkerContext, spines_of
 from .types import IndexedType, ZSetType
@@ -72,7 +73,9 @@ class Scheduler:
     """One worker's operator instances for ``nodes`` plus the step loop (see the module doc).
 
     ``local_exchanges``: ids of exchange nodes whose input arrives already sharded
-    (:mod:`dbsp.runtime.placement`); their operators pass it through.
+    (:mod:`dbsp.runtime.placement`); their operators pass it through. It also names the sliced
+    inputs whose rows the workers deal among themselves: each such input's operator gets the
+    key of its local exchanges (``deal_key``).
     """
 
     #: run the step through the native plan (False: the Python twin, :meth:`_step_ref`)
@@ -86,6 +89,9 @@ class Scheduler:
             self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
         for i in local_exchanges:
             self.ops[i].local = True
+            got = exchange_source(nodes, nodes[i])
+            if got is not None and got[0] in local_exchanges:  # a sliced input: dealt here
+                self.ops[got[0]].deal_key = got[1]
         for n, op in zip(nodes, self.ops):  # per-input error policies (dbsp.circuit.errors)
             p = n.info.get("errors")
             if p is not None and p != ctx.errors.policy:

@@ -47,11 +47,32 @@ class InputOperator(Operator):
         self.pending: Optional[ZSet] = None
         #: the value of a step without input (immutable: built once, not looked up per step)
         self._empty = ZSet.empty(schema)
+        #: a sliced input's key ``(column names, key schema)``: its rows reach this worker
+        #: wherever they lie in the source, and the workers deal them by that key among
+        #: themselves here, so the exchanges downstream are local (set by the replica,
+        #: :mod:`dbsp.runtime.placement`); None: the rows stay where they arrived
+        self.deal_key: Optional[tuple] = None
+        self.local = False  # (set with deal_key; an exchange's flag, unused here)
 
     def eval(self) -> ZSet:
         z = self.pending if self.pending is not None else self._empty
         self.pending = None
+        if self.deal_key is not None and self.ctx.workers > 1:
+            return self._deal(z)
         return z
+
+    def _deal(self, z: ZSet) -> ZSet:
+        """This worker's rows of ``z`` and every other worker's, by the hash of
+        :attr:`deal_key` (every worker takes part in every step, rows or not)."""
+        parts = (deal_batch(z.data, z.weights, self.deal_key, self.ctx.shards) if len(z)
+                 else [None] * self.ctx.workers)
+        got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
+        if not got:
+            return self._empty
+        if len(got) == 1:
+            return ZSet(got[0][0], got[0][1])
+        return ZSet(concat_batches(self.schema, [g[0] for g in got]),
+                    np.concatenate([g[1] for g in got]))
 
 
 class InputStream(Stream):

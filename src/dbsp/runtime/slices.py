@@ -7,13 +7,15 @@ descriptions such as ``{"file": ..., "group": 3, "start": 3000, "end": 4000}``, 
 Parquet files or the record batches of Arrow IPC files); the driver deals them to the workers by
 index (:func:`deal_pieces`: worker ``w`` of ``W`` gets pieces ``w, w + W, ...``) and sends each
 worker only the descriptions; each worker reads its pieces (:meth:`SlicedSource.read`) into its
-replica's input, and the circuit's exchanges route the rows by key as usual.
+replica's input, where the workers deal them by key among themselves (below).
 
-An input read this way is *unplaced*: its rows reach a worker wherever they lie in the source,
-so the driver's placement (:mod:`dbsp.runtime.placement`, which deals an input by the key of its
-first exchange and makes that exchange local) must not count on it. Such inputs are named when
-the circuit is built (:meth:`dbsp.runtime.circuit.Circuit.slice_inputs`, ``launch(sliced=...)``):
-every replica computes the same placement without them.
+An input read this way is *unplaced* by the driver: its rows reach a worker wherever they lie in
+the source. The placement (:mod:`dbsp.runtime.placement`, which deals an input by the key of its
+first exchange and makes that exchange local) has the workers deal such an input instead: in
+the input's step each worker deals the rows it read by that key and swaps them with the others,
+once, before any operator sorts them. Such inputs are named when the circuit is built
+(:meth:`dbsp.runtime.circuit.Circuit.slice_inputs`, ``launch(sliced=...)``): every replica
+computes the same placement.
 
 The step's request carries, per worker, one :class:`SliceRead` per input under the key
 :data:`SLICES`; the worker's :class:`SliceReader` reads the pieces, conforms them to the input's
