@@ -34,9 +34,10 @@ big input (``join_avg``'s bids, ``keyed_count``'s events) is written beforehand 
 file a step of 8 record batches, and each worker reads its own batches
 (:mod:`dbsp.runtime.slices`, ``launch(sliced=...)``): no row of it passes through the driver,
 as on Spark, where each task reads its own partition. Its rows then reach a worker wherever
-they lie, so the first exchange after that input routes them over the mesh, where the
-driver-fed mode deals them by key and makes that exchange local. The other inputs are pushed
-through the driver in both modes.
+they lie, so the workers deal them by key among themselves in the input's step (one exchange
+of raw rows over the mesh, :mod:`dbsp.runtime.placement`), where the driver-fed mode has the
+driver deal them; either way the exchange after the input's ``index_by`` is local. The other
+inputs are pushed through the driver in both modes.
 
 Run as a script for a quick interleaved report::
 

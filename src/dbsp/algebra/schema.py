@@ -41,6 +41,7 @@ class InputError(ValueError):
         self.input_name = input_name
         self.column = column
         self.row = row
+        self.reason = message
         where = f"input '{input_name}'"
         if column is not None:
             where += f", column '{column}'"
@@ -133,6 +134,18 @@ def _null_error(name: str, col: str, arr: pa.Array) -> InputError:
     return InputError(name, "null in a column that is not nullable", col, row)
 
 
+def exact_batch(data: Any, schema: pa.Schema) -> Optional[pa.RecordBatch]:
+    """``data`` as the one batch it is when it is a batch, or a table of one batch (a piece
+    read from a file), of exactly ``schema``; else None. Such a batch is taken as it is, once
+    its columns declared not null are checked (Arrow does not enforce a field's nullability)."""
+    if type(data) is pa.Table and data.schema.equals(schema, check_metadata=True):
+        parts = data.to_batches()
+        return parts[0] if len(parts) == 1 else None
+    if type(data) is pa.RecordBatch and data.schema.equals(schema, check_metadata=True):
+        return data
+    return None
+
+
 def conform(name: str, schema: pa.Schema, data: Any,
             weights: Any = None) -> tuple[pa.RecordBatch, np.ndarray]:
     """Convert pushed ``data`` (+ optional ``weights``) to ``(RecordBatch of schema, int64 weights)``.
@@ -140,17 +153,14 @@ def conform(name: str, schema: pa.Schema, data: Any,
     ``data`` may be a ``pa.Table`` / ``pa.RecordBatch`` (a ``__weight`` column in it gives the
     weights), a pandas ``DataFrame``, or an iterable of tuples / dicts. Raises :class:`InputError`.
     """
-    if type(data) is pa.Table and data.schema.equals(schema, check_metadata=True):
-        parts = data.to_batches()
-        if len(parts) == 1:  # (a piece read from a file: one batch, taken as it is below)
-            data = parts[0]
-    if type(data) is pa.RecordBatch and data.schema.equals(schema, check_metadata=True):
+    exact = exact_batch(data, schema)
+    if exact is not None:
         # the common push: a batch of exactly this schema, taken as it is once its columns
         # declared not null hold no null (Arrow does not enforce a field's nullability)
         for i, f in enumerate(schema):
-            if not f.nullable and data.column(i).null_count:
-                raise _null_error(name, f.name, data.column(i))
-        return data, _weights(name, data.num_rows, data, weights)
+            if not f.nullable and exact.column(i).null_count:
+                raise _null_error(name, f.name, exact.column(i))
+        return exact, _weights(name, exact.num_rows, exact, weights)
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         table = data
     elif _is_pandas(data):
@@ -588,6 +598,6 @@ def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
     return batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
 
 
-__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "is_polars", "from_polars", "is_columns",
+__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "exact_batch", "is_polars", "from_polars", "is_columns",
            "columns_to_table", "type_supported", "py_values", "empty_batch", "take",
            "concat_batches", "take_batches", "select", "filter_batch", "check_type_supported"]

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from ..algebra.checksum import rows_crc
-from ..algebra.schema import concat_batches, conform, empty_batch
+from ..algebra.schema import InputError, concat_batches, conform, empty_batch, exact_batch
 from ..trace.batch import ZSet
 
 __all__ = ["SlicedSource", "SourceStep", "SliceRead", "SliceReader", "SliceMismatch", "SliceError",
@@ -117,6 +118,20 @@ def gather_report(reports: Sequence[Optional[list]], n: int, workers: int) -> li
     return out
 
 
+def _has_null(schema: pa.Schema, data: pa.RecordBatch) -> bool:
+    """Whether a column of ``data`` that ``schema`` declares not null holds a null (the pieces
+    taken as read, :func:`~dbsp.algebra.schema.exact_batch`, are checked together)."""
+    return any(not f.nullable and data.column(i).null_count for i, f in enumerate(schema))
+
+
+def _conform_piece(name: str, schema: pa.Schema, data: Any, piece: Any):
+    """:func:`conform` of a piece, its error naming the piece (the row: the piece's)."""
+    try:
+        return conform(name, schema, data, None)
+    except InputError as e:
+        raise InputError(name, f"{e.reason} (in {piece!r})", e.column, e.row) from None
+
+
 class SliceReader:
     """A worker's side: reads the :class:`SliceRead` of a step request into its inputs.
 
@@ -146,7 +161,9 @@ class SliceReader:
         for node, sr in reads.items():
             name, schema = self.inputs[node]
             src = self._source(sr.source)
+            crcs = sr.checksum or sr.expect is not None
             batches, weights, rep = [], [], []
+            unchecked = []  # (piece, its batch): taken as read, nulls checked once below
             for i, piece in enumerate(sr.pieces):
                 try:
                     data = src.read(piece)
@@ -156,8 +173,15 @@ class SliceReader:
                 if data.num_rows == 0 and data.num_columns == 0:  # nothing, not even columns
                     batch, w = empty_batch(schema), np.zeros(0, np.int64)
                 else:
-                    batch, w = conform(name, schema, data, None)
-                crc = rows_crc(batch, w) if (sr.checksum or sr.expect is not None) else 0
+                    batch, w = exact_batch(data, schema), None
+                    if batch is None:
+                        batch, w = _conform_piece(name, schema, data, piece)
+                    else:
+                        unchecked.append((piece, batch))
+                if crcs:
+                    crc = rows_crc(batch, np.ones(batch.num_rows, np.int64) if w is None else w)
+                else:
+                    crc = 0
                 if sr.expect is not None:
                     rows0, crc0 = sr.expect[i]
                     if batch.num_rows != rows0 or crc != crc0:
@@ -172,12 +196,21 @@ class SliceReader:
             report[node] = rep
             if not batches:
                 continue
-            have = feed.get(node)
+            have = feed.get(node)  # (rows the driver sent: conformed when pushed)
             if have is not None:
                 batches.insert(0, have.data)
                 weights.insert(0, have.weights)
             data = batches[0] if len(batches) == 1 else concat_batches(schema, batches)
-            w = weights[0] if len(weights) == 1 else np.concatenate(weights)
+            if unchecked and _has_null(schema, data):
+                for piece, b in unchecked:  # (the piece, column and row at fault)
+                    _conform_piece(name, schema, b, piece)
+            if all(x is None for x in weights):
+                w = np.ones(data.num_rows, np.int64)
+            elif len(weights) == 1:
+                w = weights[0]
+            else:
+                w = np.concatenate([np.ones(b.num_rows, np.int64) if x is None else x
+                                    for b, x in zip(batches, weights)])
             feed[node] = ZSet(data, w)
         return report
 
