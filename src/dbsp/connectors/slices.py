@@ -189,8 +189,8 @@ class FileSlices:
             md = pq.ParquetFile(path).metadata
             sizes = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
         else:
-            with pa.memory_map(path) as f:
-                r = pa.ipc.open_file(f)
+            with pa.memory_map(path) as f:  # (over a buffer: see _OpenFiles.get)
+                r = pa.ipc.open_file(f.read_buffer())
                 sizes = [r.get_batch(g).num_rows for g in range(r.num_record_batches)]
         out, lo = [], 0
         for n in sizes:
@@ -207,7 +207,7 @@ class FileSlices:
             sch = pq.ParquetFile(f).schema_arrow
         else:
             with pa.memory_map(f) as m:
-                sch = pa.ipc.open_file(m).schema
+                sch = pa.ipc.open_file(m.read_buffer()).schema
         cols = self.reader_.columns
         names = [n for n in (cols if cols is not None else sch.names) if n != "__weight"]
         return pa.schema([sch.field(n) for n in names])
