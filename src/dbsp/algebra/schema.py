@@ -598,6 +598,6 @@ def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
     return batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
 
 
-__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "exact_batch", "is_polars", "from_polars", "is_columns",
-           "columns_to_table", "type_supported", "py_values", "empty_batch", "take",
-           "concat_batches", "take_batches", "select", "filter_batch", "check_type_supported"]
+__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "exact_batch", "is_polars",
+           "from_polars", "is_columns", "columns_to_table", "type_supported", "py_values",
+           "empty_batch", "take", "concat_batches", "take_batches", "select", "filter_batch", "check_type_supported"]

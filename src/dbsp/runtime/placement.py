@@ -24,11 +24,12 @@ With one worker there is nothing to place.
 A *sliced* input (:mod:`dbsp.runtime.slices`: each worker reads its own pieces of the source,
 no row passes through the driver) is placed the same way, but its rows are dealt by the
 workers: in the input's step each worker deals the rows it read by the hash of the chosen key
-and swaps them with the others in one exchange of raw rows (:class:`~dbsp.operators.input.InputOperator`'s
-``deal_key``). From there on the input is as if the driver had dealt it, and the exchanges
-downstream are local. The alternative, exchanging after ``index_by``, splits and merges sorted
-indexed batches: about twice the instructions a row of dealing raw rows, and every worker
-sorts rows it then sends away.
+and swaps them with the others in one exchange of raw rows
+(:class:`~dbsp.operators.input.InputOperator`'s ``deal_key``). From there on the input is as
+if the driver had dealt it, and the exchanges downstream are local. The alternative,
+exchanging after ``index_by``, splits and merges sorted indexed batches, after every worker has
+sorted rows it then sends away (join + average, 10K events a step, two workers: 2.15M
+instructions a step for that exchange, 1.29M for the deal and its exchange).
 """
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..circuit.exchange import exchange_source
-
 
 
 @dataclass(frozen=True)
