@@ -108,7 +108,13 @@ def test_unsynced_writes_torn_at_the_crash(tmp_path):
     named = {f for c in cat["checkpoints"] for f in c["files"]}
     for p in glob.glob(os.path.join(d, "worker-*", "*")):
         if os.path.relpath(p, d) not in named:
-            with open(p, "r+b") as f:
-                f.truncate(os.path.getsize(p) // 3)
+            try:
+                with open(p, "r+b") as f:
+                    f.truncate(os.path.getsize(p) // 3)
+            except FileNotFoundError:
+                # (dropped: a batch of the closed circuit, freed by the garbage collector
+                # between the listing and here, unlinked its file; a killed process frees
+                # nothing, and a dropped file is one of the two cases this test makes)
+                pass
     open(os.path.join(d, "ft", "input", "000000000007.log.mut"), "wb").write(b"torn")
     finish(d, 10)
