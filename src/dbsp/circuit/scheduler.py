@@ -88,6 +88,8 @@ class Scheduler:
         with use_storage(ctx.storage):  # every spine the operators build gets this storage
             self.ops: list[Operator] = [n.factory(ctx) for n in nodes]
         for i in local_exchanges:
+            if nodes[i].kind == "input":  # a sliced input: its key is set below
+                continue
             self.ops[i].local = True
             got = exchange_source(nodes, nodes[i])
             if got is not None and got[0] in local_exchanges:  # a sliced input: dealt here

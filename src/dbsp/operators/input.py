@@ -28,6 +28,7 @@ from ..circuit.exchange import (SORTED_DEAL_ROWS, as_shard_map, deal_batch, deal
 from ..circuit.operator import Operator
 from ..circuit.types import ZSetType
 from ..trace.batch import KeyedZSet, OrdIndexedZSet, ZSet
+from ._values import add
 from .stream import Stream
 from .upsert import upsert_push
 
@@ -52,7 +53,7 @@ class InputOperator(Operator):
         #: themselves here, so the exchanges downstream are local (set by the replica,
         #: :mod:`dbsp.runtime.placement`); None: the rows stay where they arrived
         self.deal_key: Optional[tuple] = None
-        self.local = False  # (set with deal_key; an exchange's flag, unused here)
+        self._type = ZSetType(schema)
 
     def eval(self) -> ZSet:
         z = self.pending if self.pending is not None else self._empty
@@ -64,15 +65,11 @@ class InputOperator(Operator):
     def _deal(self, z: ZSet) -> ZSet:
         """This worker's rows of ``z`` and every other worker's, by the hash of
         :attr:`deal_key` (every worker takes part in every step, rows or not)."""
-        parts = (deal_batch(z.data, z.weights, self.deal_key, self.ctx.shards) if len(z)
-                 else [None] * self.ctx.workers)
-        got = [g for g in self.ctx.transport.exchange(self.ctx.worker, parts) if g is not None]
-        if not got:
-            return self._empty
-        if len(got) == 1:
-            return ZSet(got[0][0], got[0][1])
-        return ZSet(concat_batches(self.schema, [g[0] for g in got]),
-                    np.concatenate([g[1] for g in got]))
+        parts = [None] * self.ctx.workers
+        if len(z):
+            parts = [None if p is None else ZSet(p[0], p[1])
+                     for p in deal_batch(z.data, z.weights, self.deal_key, self.ctx.shards)]
+        return add(self._type, self.ctx.transport.exchange(self.ctx.worker, parts))
 
 
 class InputStream(Stream):
