@@ -46,11 +46,9 @@ class Placement:
     #: rows by
     input_keys: dict = field(default_factory=dict)
     #: exchange (and combiner) node ids whose input arrives already sharded (they pass it
-    #: through, or skip the swap of partials), and the sliced inputs of :attr:`worker_keys`
-    #: (a replica deals those itself: :class:`~dbsp.circuit.scheduler.Scheduler`)
+    #: through, or skip the swap of partials), and the sliced inputs whose rows the workers
+    #: deal by the key of those exchanges (:class:`~dbsp.circuit.scheduler.Scheduler`)
     local_exchanges: frozenset = frozenset()
-    #: sliced input node id -> the key its workers deal its rows by among themselves
-    worker_keys: dict = field(default_factory=dict)
 
 
 def plan(nodes: Sequence, workers: int, unplaced: frozenset = frozenset()) -> Placement:
@@ -74,10 +72,8 @@ def plan(nodes: Sequence, workers: int, unplaced: frozenset = frozenset()) -> Pl
         key = next(k for k, _ in us if counts[k] == best)
         keys[inp] = key
         local.update(e for k, e in us if k == key)
-    by_workers = {i: k for i, k in keys.items() if i in unplaced}
-    local.update(by_workers)
-    return Placement({i: k for i, k in keys.items() if i not in unplaced}, frozenset(local),
-                     by_workers)
+    local.update(i for i in keys if i in unplaced)
+    return Placement({i: k for i, k in keys.items() if i not in unplaced}, frozenset(local))
 
 
 __all__ = ["Placement", "plan"]
