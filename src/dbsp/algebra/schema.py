@@ -146,6 +146,15 @@ def exact_batch(data: Any, schema: pa.Schema) -> Optional[pa.RecordBatch]:
     return None
 
 
+def null_column(schema: pa.Schema, batch: pa.RecordBatch) -> Optional[int]:
+    """The first column of ``batch`` that ``schema`` declares not null and that holds a null
+    (None: none does)."""
+    for i, f in enumerate(schema):
+        if not f.nullable and batch.column(i).null_count:
+            return i
+    return None
+
+
 def conform(name: str, schema: pa.Schema, data: Any,
             weights: Any = None) -> tuple[pa.RecordBatch, np.ndarray]:
     """Convert pushed ``data`` (+ optional ``weights``) to ``(RecordBatch of schema, int64 weights)``.
@@ -157,9 +166,9 @@ def conform(name: str, schema: pa.Schema, data: Any,
     if exact is not None:
         # the common push: a batch of exactly this schema, taken as it is once its columns
         # declared not null hold no null (Arrow does not enforce a field's nullability)
-        for i, f in enumerate(schema):
-            if not f.nullable and exact.column(i).null_count:
-                raise _null_error(name, f.name, exact.column(i))
+        i = null_column(schema, exact)
+        if i is not None:
+            raise _null_error(name, schema[i].name, exact.column(i))
         return exact, _weights(name, exact.num_rows, exact, weights)
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         table = data
@@ -598,6 +607,7 @@ def filter_batch(batch: pa.RecordBatch, mask) -> pa.RecordBatch:
     return batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
 
 
-__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "exact_batch", "is_polars",
-           "from_polars", "is_columns", "columns_to_table", "type_supported", "py_values",
-           "empty_batch", "take", "concat_batches", "take_batches", "select", "filter_batch", "check_type_supported"]
+__all__ = ["WEIGHT", "InputError", "as_schema", "conform", "exact_batch", "null_column",
+           "is_polars", "from_polars", "is_columns", "columns_to_table", "type_supported",
+           "py_values", "empty_batch", "take", "concat_batches", "take_batches", "select",
+           "filter_batch", "check_type_supported"]

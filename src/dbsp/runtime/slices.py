@@ -38,7 +38,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..algebra.checksum import rows_crc
-from ..algebra.schema import InputError, concat_batches, conform, empty_batch, exact_batch
+from ..algebra.schema import (InputError, concat_batches, conform, empty_batch, exact_batch,
+                              null_column)
 from ..trace.batch import ZSet
 
 __all__ = ["SlicedSource", "SourceStep", "SliceRead", "SliceReader", "SliceMismatch", "SliceError",
@@ -118,12 +119,6 @@ def gather_report(reports: Sequence[Optional[list]], n: int, workers: int) -> li
     return out
 
 
-def _has_null(schema: pa.Schema, data: pa.RecordBatch) -> bool:
-    """Whether a column of ``data`` that ``schema`` declares not null holds a null (the pieces
-    taken as read, :func:`~dbsp.algebra.schema.exact_batch`, are checked together)."""
-    return any(not f.nullable and data.column(i).null_count for i, f in enumerate(schema))
-
-
 def _conform_piece(name: str, schema: pa.Schema, data: Any, piece: Any):
     """:func:`conform` of a piece, its error naming the piece (the row: the piece's)."""
     try:
@@ -201,7 +196,7 @@ class SliceReader:
                 batches.insert(0, have.data)
                 weights.insert(0, have.weights)
             data = batches[0] if len(batches) == 1 else concat_batches(schema, batches)
-            if unchecked and _has_null(schema, data):
+            if unchecked and null_column(schema, data) is not None:
                 for piece, b in unchecked:  # (the piece, column and row at fault)
                     _conform_piece(name, schema, b, piece)
             if all(x is None for x in weights):
