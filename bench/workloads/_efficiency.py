@@ -69,6 +69,15 @@ MODES = ("driver", "sliced")
 #: the input each workload's sliced mode has the workers read themselves
 SLICED_INPUT = {"keyed_count": "events", "join_avg": "bids"}
 
+#: steps a run measures, at every step size (until stop 36: 10 at 100K events). Join + average
+#: at 100K, 15 rounds each: 10 steps read CPU W2/W1 1.13 threads, 1.22 processes, 1.04 launcher,
+#: 1.18 sliced; 40 steps, two runs, 1.01 / 1.07, 1.06 / 0.97, 1.04 / 1.11, 1.15 / 1.09. The
+#: longer window is nearer a long-running pipeline's steady state: one worker's CPU a step
+#: grows with its history (its LSM merges each row more times as the state grows; 20 -> 24 ms a
+#: step from the 10- to the 40-step window), and each of two workers holds half of it. Single
+#: rounds scatter over 0.8-1.35 on this VM either way: take many (``--rounds 15``).
+STEPS = 40
+
 
 def steps_of(workload: str, events: int, steps: int, seed: int = 1) -> list[dict]:
     """``steps`` steps of about ``events`` events each: ``{input name: record batch}``."""
@@ -288,12 +297,11 @@ def main(argv=None) -> None:
     ap.add_argument("--modes", default="driver",
                     help="driver (inputs pushed through the driver) and / or sliced (the "
                          "launcher's workers read the big input themselves)")
-    ap.add_argument("--steps", type=int, default=0,
-                    help="steps a run (default: 40 at 10K events, 10 at 100K)")
+    ap.add_argument("--steps", type=int, default=STEPS, help="steps a run (see STEPS)")
     a = ap.parse_args(argv)
     for wl in a.workloads.split(","):
         for ev in (int(x) for x in a.events.split(",")):
-            steps = a.steps or max(10, min(40, 400_000 // ev))
+            steps = a.steps
             for rt in a.runtimes.split(","):
                 for mode in a.modes.split(","):
                     if mode == "sliced" and rt != "launcher":

@@ -20,7 +20,7 @@ import os
 
 import pytest
 
-from _efficiency import efficiency, report
+from _efficiency import STEPS, efficiency, report
 
 ROUNDS = int(os.environ.get("DBSP_BENCH_EFF_ROUNDS", 3))
 
@@ -30,7 +30,7 @@ ROUNDS = int(os.environ.get("DBSP_BENCH_EFF_ROUNDS", 3))
 @pytest.mark.parametrize("runtime", ["threads", "processes", "launcher"])
 def test_parallel_efficiency(benchmark, runtime, workload, events):
     benchmark.group = f"efficiency-{workload}-{events}"
-    steps = int(os.environ.get("DBSP_BENCH_EFF_STEPS", 40 if events == 10_000 else 10))
+    steps = int(os.environ.get("DBSP_BENCH_EFF_STEPS", STEPS))
     out: list = []
     benchmark.pedantic(lambda: out.append(efficiency(runtime, workload, events, steps, ROUNDS)),
                        rounds=1, iterations=1)
