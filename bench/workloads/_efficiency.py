@@ -75,7 +75,7 @@ SLICED_INPUT = {"keyed_count": "events", "join_avg": "bids"}
 #: longer window is nearer a long-running pipeline's steady state: one worker's CPU a step
 #: grows with its history (its LSM merges each row more times as the state grows; 20 -> 24 ms a
 #: step from the 10- to the 40-step window), and each of two workers holds half of it. Single
-#: rounds scatter over 0.8-1.35 on this VM either way: take many (``--rounds 15``).
+#: rounds scatter over 0.8-1.5 on this VM either way: take many (``--rounds 15``).
 STEPS = 40
 
 
