@@ -303,12 +303,11 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     for wl in a.workloads.split(","):
         for ev in (int(x) for x in a.events.split(",")):
-            steps = a.steps
             for rt in a.runtimes.split(","):
                 for mode in a.modes.split(","):
                     if mode == "sliced" and rt != "launcher":
                         continue  # (the embedded runtimes read every slice in the driver)
-                    print(report(efficiency(rt, wl, ev, steps, a.rounds, mode=mode)),
+                    print(report(efficiency(rt, wl, ev, a.steps, a.rounds, mode=mode)),
                           flush=True)
 
 

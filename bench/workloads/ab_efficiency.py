@@ -9,9 +9,9 @@ Each line printed is one run (runtime, workload, events, side, cpu_ratio, floor,
 of W = 1 and W = 2, the wall-clock speed-up of W = 2 and its ceiling, the 1-minute load
 average); then per configuration the medians of each side.
 Both trees must be built (their native modules in place). ``--steps``: measured steps a run
-(default: 400K events' worth, 10 to 40); a run of 40 10K-event steps measures about 0.1 s of
-CPU a side, so single rounds scatter widely (1.1-1.6 seen on one tree): more steps a run
-narrow them.
+(default: ``_efficiency.STEPS``, as the report); a run of 40 10K-event steps measures about
+0.1 s of CPU a side, so single rounds scatter widely (1.1-1.6 seen on one tree): more steps a
+run narrow them.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ ALL = [f"{rt}:{wl}:{ev}" for wl in ("keyed_count", "join_avg") for ev in (10_000
        for rt in RUNTIMES]
 _ONE = ("import sys, json; sys.path.insert(0, %r); import _efficiency as E; "
         "rt, wl, ev = sys.argv[1], sys.argv[2], int(sys.argv[3]); "
-        "steps = int(sys.argv[4]) or max(10, min(40, 400_000 // ev)); "
+        "steps = int(sys.argv[4]) or E.STEPS; "
         "print(json.dumps(E.efficiency(rt, wl, ev, steps, 1)))") % HERE
 
 

@@ -264,7 +264,7 @@ def main(argv=None) -> None:
                     help="also run W = 1 on steps of half the events: what W = 2 would cost "
                          "if a second worker paid only its own share (see _floor)")
     a = ap.parse_args(argv)
-    steps = a.steps or max(10, min(40, 400_000 // a.events))
+    steps = a.steps or E.STEPS
     clock = _Clock()
     clock.wrap(InputStream, "_split", "split")
     clock.wrap(OutputHandle, "_gather", "gather")
